@@ -1,0 +1,89 @@
+import {
+  Server,
+  ServerCredentials,
+  type handleServerStreamingCall,
+  type handleUnaryCall,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type ServiceDefinition,
+  type UntypedServiceImplementation,
+} from "@grpc/grpc-js";
+import { AppError } from "./errors.ts";
+import type { Logger } from "./logger.ts";
+
+/** Turns anything thrown into a gRPC error: typed AppErrors keep their code, the rest is INTERNAL. */
+function toGrpcError(err: unknown, log: Logger, method: string) {
+  if (err instanceof AppError) return err.toGrpc();
+  log.error({ err, method }, "unhandled error in gRPC handler");
+  return new AppError("internal_error", "Internal error.").toGrpc();
+}
+
+/** Adapts an async unary handler to grpc-js. */
+export function unary<Req, Res>(
+  log: Logger,
+  method: string,
+  handler: (request: Req, call: ServerUnaryCall<Req, Res>) => Promise<Res>,
+): handleUnaryCall<Req, Res> {
+  return (call, callback) => {
+    handler(call.request, call).then(
+      (response) => callback(null, response),
+      (err: unknown) => callback(toGrpcError(err, log, method)),
+    );
+  };
+}
+
+/** Adapts an async server-streaming handler to grpc-js; the stream is ended when it resolves. */
+export function serverStream<Req, Res>(
+  log: Logger,
+  method: string,
+  handler: (call: ServerWritableStream<Req, Res>) => Promise<void>,
+): handleServerStreamingCall<Req, Res> {
+  return (call) => {
+    handler(call).then(
+      () => call.end(),
+      (err: unknown) => {
+        if (call.cancelled) return;
+        // grpc-js sends the status from the stream's final step: an emitted error becomes that
+        // status. destroy(err) would skip the final step and leave the client waiting forever.
+        call.emit("error", Object.assign(new Error("stream failed"), toGrpcError(err, log, method)));
+      },
+    );
+  };
+}
+
+export interface GrpcServerHandle {
+  server: Server;
+  port: number;
+  /** Stops accepting calls and waits up to `graceMs` for running ones before forcing. */
+  close(graceMs?: number): Promise<void>;
+}
+
+/** Starts a gRPC server on host:port (port 0 picks a free one, as tests do). */
+export async function startGrpcServer(
+  host: string,
+  port: number,
+  services: Array<[ServiceDefinition, UntypedServiceImplementation]>,
+): Promise<GrpcServerHandle> {
+  const server = new Server({ "grpc.keepalive_permit_without_calls": 1, "grpc.max_receive_message_length": 16 << 20 });
+  for (const [definition, implementation] of services) server.addService(definition, implementation);
+  const bound = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(`${host}:${port}`, ServerCredentials.createInsecure(), (err, p) =>
+      err ? reject(err) : resolve(p),
+    ),
+  );
+  return {
+    server,
+    port: bound,
+    close: (graceMs = 10_000) =>
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, graceMs);
+        server.tryShutdown(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      }),
+  };
+}

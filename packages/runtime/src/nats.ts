@@ -1,0 +1,52 @@
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import type { Logger } from "./logger.ts";
+
+export type { NatsConnection };
+
+/** Subject and stream names, all under one prefix so test runs do not collide. */
+export function eventNames(prefix: string) {
+  const streamPrefix = prefix.replace(/[^A-Za-z0-9]/g, "_").toUpperCase();
+  return {
+    usageCompleted: `${prefix}usage.completed`,
+    keysRevoked: `${prefix}keys.revoked`,
+    usageStream: `${streamPrefix}USAGE`,
+    settlerConsumer: "billing-settler",
+  };
+}
+
+export type EventNames = ReturnType<typeof eventNames>;
+
+/** Connects to NATS, reconnecting forever, and logs connection state changes. */
+export async function connectNats(url: string, name: string, log: Logger): Promise<NatsConnection> {
+  const nc = await connect({ servers: url.split(","), name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === "disconnect" || status.type === "reconnect" || status.type === "error") {
+        log.warn({ nats: status.type }, "nats connection state changed");
+      }
+    }
+  })();
+  return nc;
+}
+
+/** Creates (or updates) the durable JetStream stream holding usage.completed events. */
+export async function ensureUsageStream(nc: NatsConnection, names: EventNames): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  const config = {
+    name: names.usageStream,
+    subjects: [names.usageCompleted],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    // Nats-Msg-Id duplicates within this window are dropped by the server.
+    duplicate_window: 2 * 60 * 1_000_000_000,
+    max_age: 7 * 24 * 3600 * 1_000_000_000,
+  };
+  try {
+    await jsm.streams.info(names.usageStream);
+    await jsm.streams.update(names.usageStream, config);
+  } catch (err) {
+    if ((err as { name?: string }).name !== "StreamNotFoundError" && !String(err).includes("not found")) throw err;
+    await jsm.streams.add(config);
+  }
+}

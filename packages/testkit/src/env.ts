@@ -1,0 +1,44 @@
+import pg from "pg";
+import { randomBytes } from "node:crypto";
+import { ensureDatabase } from "@mkt/runtime/db";
+
+const BASE_DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/marketplace";
+export const TEST_NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+
+/**
+ * A database of its own for one test file (`mkt_test_<random>`), created now; tests never share
+ * state through Postgres. Old test databases are dropped by `dropStaleTestDatabases`.
+ */
+export async function freshDatabaseUrl(): Promise<string> {
+  const url = new URL(BASE_DATABASE_URL);
+  url.pathname = `/mkt_test_${Date.now().toString(36)}_${randomBytes(4).toString("hex")}`;
+  await ensureDatabase(url.toString());
+  return url.toString();
+}
+
+/** A NATS subject / stream prefix of its own for one test file. */
+export function freshEventsPrefix(): string {
+  return `t${randomBytes(5).toString("hex")}.`;
+}
+
+/** Drops test databases left by earlier runs (older than an hour). */
+export async function dropStaleTestDatabases(): Promise<void> {
+  const admin = new URL(BASE_DATABASE_URL);
+  admin.pathname = "/postgres";
+  const client = new pg.Client({ connectionString: admin.toString() });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ datname: string }>(
+      "SELECT datname FROM pg_database WHERE datname LIKE 'mkt_test_%'",
+    );
+    const cutoff = Date.now() - 3600_000;
+    for (const { datname } of rows) {
+      const created = parseInt(datname.split("_")[2] ?? "", 36);
+      if (Number.isFinite(created) && created < cutoff) {
+        await client.query(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(() => undefined);
+      }
+    }
+  } finally {
+    await client.end();
+  }
+}
