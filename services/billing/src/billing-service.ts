@@ -1,0 +1,22 @@
+import type { Logger } from "@mkt/runtime/logger";
+import { unary } from "@mkt/runtime/grpc-server";
+import type { BillingServiceServer } from "@mkt/proto/billing/v1/billing";
+import type { BillingContext } from "./context.ts";
+import { authorize } from "./reservations/authorize.ts";
+import { releaseSlot } from "./reservations/release-slot.ts";
+import { spendableBalance, usageSummary } from "./usage/usage-summary.ts";
+
+/** The BillingService gRPC handlers. */
+export function billingService(ctx: BillingContext, log: Logger): BillingServiceServer {
+  return {
+    authorize: unary(log, "Authorize", (req) => authorize(ctx, req)),
+    releaseSlot: unary(log, "ReleaseSlot", async (req) => {
+      await releaseSlot(ctx, req.reservationId);
+      return {};
+    }),
+    getUsageSummary: unary(log, "GetUsageSummary", (req) => usageSummary(ctx, req.accountId, req.tier)),
+    getBalance: unary(log, "GetBalance", async (req) => ({
+      creditBalanceMicros: await spendableBalance(ctx, req.accountId),
+    })),
+  };
+}

@@ -1,0 +1,66 @@
+import { commonSpecs, loadConfig, host, makeValidator, intBetween, listenPort } from "@mkt/runtime/config";
+import { usdToMicros } from "@mkt/runtime/money";
+
+/** Request limits of one account tier. */
+export interface TierLimits {
+  limitPerMinute: bigint;
+  limitPerDay: bigint;
+}
+
+export type Tiers = Record<string, TierLimits>;
+
+/** TIERS: {"<tier>": {"limit_per_minute": n, "limit_per_day": n}, ...}; must define "free". */
+const tiers = makeValidator<Tiers>((value) => {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    throw new Error("must be JSON");
+  }
+  if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw new Error("must be a JSON object");
+  const result: Tiers = {};
+  for (const [name, limits] of Object.entries(parsed as Record<string, unknown>)) {
+    const l = limits as { limit_per_minute?: unknown; limit_per_day?: unknown } | null;
+    const perMinute = l?.limit_per_minute;
+    const perDay = l?.limit_per_day;
+    if (!Number.isSafeInteger(perMinute) || (perMinute as number) < 0) {
+      throw new Error(`tier "${name}": limit_per_minute must be a non-negative integer`);
+    }
+    if (!Number.isSafeInteger(perDay) || (perDay as number) < 0) {
+      throw new Error(`tier "${name}": limit_per_day must be a non-negative integer`);
+    }
+    result[name] = { limitPerMinute: BigInt(perMinute as number), limitPerDay: BigInt(perDay as number) };
+  }
+  if (!result.free) throw new Error('must define the "free" tier (used for unknown tiers)');
+  return result;
+});
+
+/** A non-negative USD amount, parsed exactly into micro-USD. */
+const usdAmount = makeValidator<bigint>((value) => {
+  let micros: bigint;
+  try {
+    micros = usdToMicros(value);
+  } catch {
+    throw new Error("must be a USD amount such as 5.00");
+  }
+  if (micros < 0n) throw new Error("must not be negative");
+  return micros;
+});
+
+export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
+  return loadConfig(
+    {
+      ...commonSpecs,
+      GRPC_HOST: host({ default: "127.0.0.1" }),
+      // 0 picks a free port (tests).
+      GRPC_PORT: listenPort({ default: 50052 }),
+      TIERS: tiers({ default: { free: { limitPerMinute: 60n, limitPerDay: 1000n } } }),
+      STARTING_CREDIT_USD: usdAmount({ default: 5_000_000n }),
+      RESERVATION_TTL_SECONDS: intBetween(1, 7 * 24 * 3600)({ default: 900 }),
+      SETTLE_BATCH_SIZE: intBetween(1, 10_000)({ default: 200 }),
+    },
+    env,
+  );
+}
+
+export type BillingConfig = ReturnType<typeof loadBillingConfig>;

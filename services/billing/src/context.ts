@@ -1,0 +1,27 @@
+import type { Logger } from "@mkt/runtime/logger";
+import type { Orm } from "@mkt/runtime/db";
+import type { BillingConfig } from "./config.ts";
+
+/** What billing's handlers share: the database, the config and a clock tests may set. */
+export interface BillingContext {
+  orm: Orm;
+  config: BillingConfig;
+  log: Logger;
+  clock: () => Date;
+}
+
+/** The entity manager of a transaction (or of a fork). */
+export type Em = Orm["em"];
+
+/** Raw SQL returns bigint columns as strings; this reads one back as bigint (null → 0). */
+export function int8(value: unknown): bigint {
+  if (value === null || value === undefined) return 0n;
+  return BigInt(value as string | number | bigint);
+}
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Ids arrive as strings from other services; a malformed one must never reach a uuid column. */
+export function isUuid(value: string): boolean {
+  return UUID_RE.test(value);
+}

@@ -1,0 +1,18 @@
+import type { EntitySchema } from "@mikro-orm/core";
+import { Wallet } from "./wallets/wallet.entity.ts";
+import { JournalEntry, LedgerPosting } from "./wallets/ledger.entity.ts";
+import { Reservation } from "./reservations/reservation.entity.ts";
+import { RateCounter } from "./rate-limits/rate-counter.entity.ts";
+import { UsageRecord } from "./usage/usage-record.entity.ts";
+import { UsageHourly } from "./usage/usage-hourly.entity.ts";
+
+/** Every entity of the billing schema, for openDatabase. */
+export const entities = [
+  Wallet,
+  JournalEntry,
+  LedgerPosting,
+  Reservation,
+  RateCounter,
+  UsageRecord,
+  UsageHourly,
+] as unknown as EntitySchema[];

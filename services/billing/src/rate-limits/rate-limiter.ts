@@ -1,0 +1,93 @@
+import { AppError } from "@mkt/runtime/errors";
+import type { Tiers, TierLimits } from "../config.ts";
+import { int8, type Em } from "../context.ts";
+import { RateCounter } from "./rate-counter.entity.ts";
+
+/** The tier's limits; an unknown tier gets the "free" limits (DESIGN.md §4). */
+export function tierLimits(tiers: Tiers, tier: string): TierLimits {
+  return tiers[tier] ?? tiers.free!;
+}
+
+/** The current UTC calendar minute and day, and the seconds until each ends (at least 1). */
+export function currentWindows(now: Date) {
+  const ms = now.getTime();
+  const minuteStart = new Date(Math.floor(ms / 60_000) * 60_000);
+  const dayStart = new Date(Math.floor(ms / 86_400_000) * 86_400_000);
+  return {
+    minuteStart,
+    dayStart,
+    minuteResetSeconds: Math.max(1, Math.ceil((minuteStart.getTime() + 60_000 - ms) / 1000)),
+    dayResetSeconds: Math.max(1, Math.ceil((dayStart.getTime() + 86_400_000 - ms) / 1000)),
+  };
+}
+
+export interface RateLimitStatus {
+  limitPerMinute: bigint;
+  remainingThisMinute: bigint;
+  resetSeconds: bigint;
+}
+
+/**
+ * Counts one request in the account's minute and day windows and refuses it when either is
+ * over its limit. Must run inside the Authorize transaction: a refusal (this one or a later one)
+ * rolls the increments back, so only admitted requests are counted. The counter rows also
+ * serialize an account's concurrent Authorize calls.
+ */
+export async function admitRequest(em: Em, accountId: string, limits: TierLimits, now: Date): Promise<RateLimitStatus> {
+  const w = currentWindows(now);
+  const rows = await em.execute(
+    `insert into rate_counters (account_id, "window", window_start, count)
+     values (?, 'minute', ?, 1), (?, 'day', ?, 1)
+     on conflict (account_id, "window", window_start) do update set count = rate_counters.count + 1
+     returning "window", count`,
+    [accountId, w.minuteStart, accountId, w.dayStart],
+  );
+  const count = (window: string) => int8(rows.find((row) => row.window === window)?.count);
+  const minute = count("minute");
+  const day = count("day");
+  if (minute > limits.limitPerMinute) {
+    throw refusal("minute", limits.limitPerMinute, w.minuteResetSeconds);
+  }
+  if (day > limits.limitPerDay) {
+    throw refusal("day", limits.limitPerDay, w.dayResetSeconds);
+  }
+  return {
+    limitPerMinute: limits.limitPerMinute,
+    remainingThisMinute: limits.limitPerMinute - minute,
+    resetSeconds: BigInt(w.minuteResetSeconds),
+  };
+}
+
+function refusal(window: "minute" | "day", limit: bigint, resetSeconds: number): AppError {
+  return new AppError(
+    "rate_limit_exceeded",
+    `Rate limit reached: ${limit} requests per ${window}. Try again in ${resetSeconds}s.`,
+    {
+      headers: {
+        "retry-after": String(resetSeconds),
+        "x-ratelimit-limit-requests": String(limit),
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": `${resetSeconds}s`,
+      },
+    },
+  );
+}
+
+/** Requests counted so far in the current minute and day (0 for a window with no row yet). */
+export async function currentCounts(em: Em, accountId: string, now: Date): Promise<{ minute: bigint; day: bigint }> {
+  const w = currentWindows(now);
+  const rows = await em.find(RateCounter, {
+    accountId,
+    $or: [
+      { window: "minute", windowStart: w.minuteStart },
+      { window: "day", windowStart: w.dayStart },
+    ],
+  });
+  const count = (window: string) => rows.find((row) => row.window === window)?.count ?? 0n;
+  return { minute: count("minute"), day: count("day") };
+}
+
+/** Drops counter rows of windows long past; they only grow otherwise. */
+export async function pruneCounters(em: Em, now: Date): Promise<void> {
+  await em.execute(`delete from rate_counters where window_start < ?`, [new Date(now.getTime() - 2 * 86_400_000)]);
+}

@@ -1,0 +1,25 @@
+import { defineEntity, p } from "@mikro-orm/core";
+
+/** A credit hold for one chat request, with the price snapshot its settlement uses. */
+export const Reservation = defineEntity({
+  name: "Reservation",
+  tableName: "reservations",
+  properties: {
+    id: p.uuid().primary(),
+    requestId: p.text(),
+    accountId: p.uuid(),
+    keyId: p.text(),
+    modelId: p.text(),
+    provider: p.text(),
+    hosterId: p.text(),
+    inputPricePer1mMicros: p.bigint("bigint"),
+    outputPricePer1mMicros: p.bigint("bigint"),
+    inputTokens: p.bigint("bigint"),
+    maxOutputTokens: p.bigint("bigint"),
+    reservedMicros: p.bigint("bigint"),
+    status: p.text(),
+    slotReleasedAt: p.datetime().nullable(),
+    createdAt: p.datetime(),
+    expiresAt: p.datetime(),
+  },
+});

@@ -1,0 +1,78 @@
+import { openDatabase } from "@mkt/runtime/db";
+import { startGrpcServer } from "@mkt/runtime/grpc-server";
+import type { Logger } from "@mkt/runtime/logger";
+import { connectNats, eventNames } from "@mkt/runtime/nats";
+import { BillingServiceService } from "@mkt/proto/billing/v1/billing";
+import { migrations } from "../migrations/index.ts";
+import type { BillingConfig } from "./config.ts";
+import type { BillingContext } from "./context.ts";
+import { entities } from "./entities.ts";
+import { billingService } from "./billing-service.ts";
+import { startSettlementConsumer } from "./settlement/settlement-consumer.ts";
+import { startSweeper, sweepExpiredReservations, type SweepResult } from "./reservations/reservation-sweeper.ts";
+
+export interface BillingOptions {
+  /** The clock for windows, holds and expiry; tests set it. */
+  clock?: () => Date;
+  /** How often the reservation sweeper runs (DESIGN.md §2: about every 30 s). */
+  sweepIntervalMs?: number;
+}
+
+export interface BillingHandle {
+  port: number;
+  /** Runs one expiry sweep now (it still waits for an idle settlement consumer). */
+  sweepExpiredReservations(): Promise<SweepResult>;
+  /** Stop accepting → finish the settling batch → nats.drain() → orm.close(). */
+  close(): Promise<void>;
+}
+
+/** Opens billing's dependencies, starts the gRPC server, the settlement consumer and the sweeper. */
+export async function startBilling(
+  config: BillingConfig,
+  log: Logger,
+  options: BillingOptions = {},
+): Promise<BillingHandle> {
+  const orm = await openDatabase({
+    url: config.DATABASE_URL,
+    schema: "billing",
+    entities,
+    migrations,
+    migrate: config.MIGRATE_ON_START,
+    log,
+  });
+  const nc = await connectNats(config.NATS_URL, "billing", log).catch(async (err: unknown) => {
+    await orm.close();
+    throw err;
+  });
+  const ctx: BillingContext = { orm, config, log, clock: options.clock ?? (() => new Date()) };
+  const settler = await startSettlementConsumer(ctx, nc, eventNames(config.EVENTS_PREFIX)).catch(
+    async (err: unknown) => {
+      await nc.close();
+      await orm.close();
+      throw err;
+    },
+  );
+  const stopSweeper = startSweeper(ctx, () => settler.isIdle(), options.sweepIntervalMs ?? 30_000);
+  const grpc = await startGrpcServer(config.GRPC_HOST, config.GRPC_PORT, [
+    [BillingServiceService, billingService(ctx, log)],
+  ]).catch(async (err: unknown) => {
+    await stopSweeper();
+    await settler.stop();
+    await nc.close();
+    await orm.close();
+    throw err;
+  });
+  log.info({ port: grpc.port }, "billing listening");
+
+  return {
+    port: grpc.port,
+    sweepExpiredReservations: () => sweepExpiredReservations(ctx, () => settler.isIdle()),
+    async close() {
+      await grpc.close();
+      await stopSweeper();
+      await settler.stop();
+      await nc.drain();
+      await orm.close();
+    },
+  };
+}

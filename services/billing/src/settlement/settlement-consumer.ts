@@ -1,0 +1,149 @@
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from "@nats-io/jetstream";
+import { ensureUsageStream, type EventNames, type NatsConnection } from "@mkt/runtime/nats";
+import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import type { BillingContext } from "../context.ts";
+import { settleUsageEvent } from "./settle-usage.ts";
+
+/** An event that failed to settle this many times is dropped (logged) so it cannot block others. */
+const MAX_ATTEMPTS = 10;
+const RETRY_DELAY_MS = 5_000;
+/** How long one pull waits for an event; also bounds how long stop() waits. */
+const IDLE_WAIT_MS = 2_000;
+const ACK_WAIT_NS = 60 * 1_000_000_000;
+
+export interface SettlementConsumer {
+  /** True when the durable consumer has no undelivered and no unacknowledged events. */
+  isIdle(): Promise<boolean>;
+  /** Stops fetching and waits for the batch being settled. */
+  stop(): Promise<void>;
+}
+
+interface Decoded {
+  msg: JsMsg;
+  event: UsageCompleted;
+}
+
+/**
+ * Settles usage.completed events from the durable pull consumer: batches of up to
+ * SETTLE_BATCH_SIZE, one transaction per batch, acknowledged only after the commit.
+ */
+export async function startSettlementConsumer(
+  ctx: BillingContext,
+  nc: NatsConnection,
+  names: EventNames,
+): Promise<SettlementConsumer> {
+  await ensureUsageStream(nc, names);
+  const jsm = await jetstreamManager(nc);
+  const config = {
+    durable_name: names.settlerConsumer,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    filter_subject: names.usageCompleted,
+    ack_wait: ACK_WAIT_NS,
+  };
+  try {
+    await jsm.consumers.info(names.usageStream, names.settlerConsumer);
+    await jsm.consumers.update(names.usageStream, names.settlerConsumer, { ack_wait: ACK_WAIT_NS });
+  } catch {
+    await jsm.consumers.add(names.usageStream, config);
+  }
+  const consumer = await jetstream(nc).consumers.get(names.usageStream, names.settlerConsumer);
+  const log = ctx.log.child({ component: "settler" });
+
+  let stopped = false;
+  const loop = (async () => {
+    while (!stopped) {
+      try {
+        // Wait for one event, then take what is already queued behind it: a lone event settles
+        // at once, and a backlog settles in batches of up to SETTLE_BATCH_SIZE.
+        const first = await consumer.next({ expires: IDLE_WAIT_MS });
+        if (!first) continue;
+        const batch: JsMsg[] = [first];
+        const queued = Math.min(first.info.pending, ctx.config.SETTLE_BATCH_SIZE - 1);
+        if (queued > 0) {
+          const messages = await consumer.fetch({ max_messages: queued, expires: 1_000 });
+          for await (const msg of messages) batch.push(msg);
+        }
+        await settleBatch(batch);
+      } catch (err) {
+        if (stopped) break;
+        log.error({ err }, "settlement fetch failed; retrying");
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+      }
+    }
+  })();
+
+  async function settleBatch(batch: JsMsg[]): Promise<void> {
+    const decoded: Decoded[] = [];
+    for (const msg of batch) {
+      const event = decode(msg);
+      if (event) decoded.push({ msg, event });
+    }
+    if (decoded.length === 0) return;
+    try {
+      await settleTogether(decoded);
+    } catch (err) {
+      // One bad event must not hold back the batch: settle each alone and retry only failures.
+      log.warn({ err, events: decoded.length }, "batch settlement failed; settling events one by one");
+      for (const item of decoded) {
+        try {
+          await settleTogether([item]);
+        } catch (itemErr) {
+          const attempts = item.msg.info.deliveryCount;
+          if (attempts >= MAX_ATTEMPTS) {
+            log.error(
+              { err: itemErr, requestId: item.event.requestId, attempts },
+              "usage event dropped after repeated failures",
+            );
+            item.msg.term();
+          } else {
+            log.warn(
+              { err: itemErr, requestId: item.event.requestId, attempts },
+              "usage event settlement failed; will retry",
+            );
+            item.msg.nak(RETRY_DELAY_MS);
+          }
+        }
+      }
+    }
+  }
+
+  async function settleTogether(items: Decoded[]): Promise<void> {
+    // Lock rows in a stable order so concurrent settlers and the sweeper cannot deadlock.
+    const key = (item: Decoded) => `${item.event.accountId}/${item.event.requestId}`;
+    const ordered = [...items].sort((a, b) => (key(a) < key(b) ? -1 : 1));
+    const now = ctx.clock();
+    const outcomes = await ctx.orm.em.fork().transactional(async (em) => {
+      const results: string[] = [];
+      for (const { event } of ordered) results.push(await settleUsageEvent(em, event, log, now));
+      return results;
+    });
+    for (const { msg } of items) msg.ack();
+    log.debug({ events: items.length, outcomes }, "usage settled");
+  }
+
+  function decode(msg: JsMsg): UsageCompleted | undefined {
+    try {
+      const event = UsageCompleted.decode(msg.data);
+      if (!event.requestId) throw new Error("request_id is empty");
+      return event;
+    } catch (err) {
+      // A poison message can never settle; terminate it so redelivery does not block the stream.
+      log.error({ err, seq: msg.info.streamSequence }, "undecodable usage event terminated");
+      // No reason string: NATS servers before 2.10 ignore "+TERM <reason>" and would redeliver.
+      msg.term();
+      return undefined;
+    }
+  }
+
+  return {
+    async isIdle() {
+      const info = await jsm.consumers.info(names.usageStream, names.settlerConsumer);
+      return info.num_pending === 0 && info.num_ack_pending === 0;
+    },
+    async stop() {
+      stopped = true;
+      await loop;
+    },
+  };
+}

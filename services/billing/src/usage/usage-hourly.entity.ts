@@ -1,0 +1,21 @@
+import { defineEntity, p } from "@mikro-orm/core";
+
+/** Hourly usage aggregate per account, model and provider, kept up to date by settlement. */
+export const UsageHourly = defineEntity({
+  name: "UsageHourly",
+  tableName: "usage_hourly",
+  properties: {
+    accountId: p.uuid().primary(),
+    hour: p.datetime().primary(),
+    modelId: p.text().primary(),
+    provider: p.text().primary(),
+    requests: p.bigint("bigint"),
+    inputTokens: p.bigint("bigint"),
+    outputTokens: p.bigint("bigint"),
+    costMicros: p.bigint("bigint"),
+    platformFeeMicros: p.bigint("bigint"),
+    hosterEarnedMicros: p.bigint("bigint"),
+    latencyMsSum: p.bigint("bigint"),
+    failed: p.bigint("bigint"),
+  },
+});

@@ -1,0 +1,84 @@
+import { newId } from "@mkt/runtime/ids";
+import type { Micros } from "@mkt/runtime/money";
+import type { Em } from "../context.ts";
+
+/** Ledger account names (DESIGN.md §3): one per customer and hoster, two for the platform. */
+export const ledgerAccounts = {
+  customer: (accountId: string) => `customer:${accountId}`,
+  hoster: (hosterId: string) => `hoster:${hosterId}`,
+  grants: "platform:grants",
+  revenue: "platform:revenue",
+} as const;
+
+export type EntryKind = "grant" | "usage";
+
+/**
+ * Writes one balanced journal entry, exactly once per (kind, reference): returns false, writing
+ * nothing, when that entry already exists. Zero legs are left out; the legs must sum to zero.
+ */
+export async function postEntry(
+  em: Em,
+  kind: EntryKind,
+  reference: string,
+  legs: Array<[ledgerAccount: string, amount: Micros]>,
+): Promise<boolean> {
+  const sum = legs.reduce((total, [, amount]) => total + amount, 0n);
+  if (sum !== 0n) throw new Error(`unbalanced journal entry ${kind}:${reference} (sum ${sum})`);
+  const entryId = newId();
+  const inserted = await em.execute(
+    `insert into journal_entries (id, kind, reference) values (?, ?, ?)
+     on conflict (kind, reference) do nothing returning id`,
+    [entryId, kind, reference],
+  );
+  if (inserted.length === 0) return false;
+  const nonZero = legs.filter(([, amount]) => amount !== 0n);
+  if (nonZero.length > 0) {
+    const values = nonZero.map(() => "(?, ?, ?, ?)").join(", ");
+    const params = nonZero.flatMap(([account, amount]) => [newId(), entryId, account, amount]);
+    await em.execute(
+      `insert into ledger_postings (id, entry_id, ledger_account, amount_micros) values ${values}`,
+      params,
+    );
+  }
+  return true;
+}
+
+/**
+ * Opens the account's wallet when it has none, granting the starting credit in the same
+ * transaction. INSERT … ON CONFLICT DO NOTHING makes concurrent first calls wait on the first
+ * one's row and then do nothing, so the grant happens exactly once.
+ */
+export async function openWallet(em: Em, accountId: string, startingCredit: Micros): Promise<void> {
+  const created = await em.execute(
+    `insert into wallets (account_id, posted_micros, held_micros) values (?, ?, 0)
+     on conflict (account_id) do nothing returning account_id`,
+    [accountId, startingCredit],
+  );
+  if (created.length === 0 || startingCredit === 0n) return;
+  const granted = await postEntry(em, "grant", accountId, [
+    [ledgerAccounts.grants, -startingCredit],
+    [ledgerAccounts.customer(accountId), startingCredit],
+  ]);
+  // The wallet row and the grant are created together; a grant without its wallet is corruption.
+  if (!granted) throw new Error(`starting grant already exists for a new wallet (${accountId})`);
+}
+
+/** Posted balance and open holds of a wallet, locked for the rest of the transaction. */
+export async function lockWallet(em: Em, accountId: string): Promise<{ posted: Micros; held: Micros }> {
+  const rows = await em.execute(`select posted_micros, held_micros from wallets where account_id = ? for update`, [
+    accountId,
+  ]);
+  const row = rows[0];
+  if (!row) throw new Error(`wallet ${accountId} not found`);
+  return { posted: BigInt(row.posted_micros as string), held: BigInt(row.held_micros as string) };
+}
+
+/** Renders micro-USD as "$4.999877" (at least two decimals) for user-facing messages. */
+export function formatUsd(micros: Micros): string {
+  const sign = micros < 0n ? "-" : "";
+  const abs = micros < 0n ? -micros : micros;
+  const whole = abs / 1_000_000n;
+  let fraction = (abs % 1_000_000n).toString().padStart(6, "0").replace(/0+$/, "");
+  if (fraction.length < 2) fraction = fraction.padEnd(2, "0");
+  return `${sign}$${whole}.${fraction}`;
+}

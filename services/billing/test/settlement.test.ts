@@ -1,0 +1,200 @@
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
+import { authorizeRequest, ledgerInvariants, startTestBilling, waitFor, type TestBilling } from "./billing-harness.ts";
+
+let t: TestBilling;
+beforeAll(async () => {
+  t = await startTestBilling({
+    SETTLE_BATCH_SIZE: "50",
+    TIERS: JSON.stringify({ free: { limit_per_minute: 1000, limit_per_day: 10000 } }),
+  });
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+/** Authorizes a request and returns the matching usage.completed event (tokens to be filled in). */
+async function authorized(overrides: Partial<AuthorizeRequest> = {}) {
+  const req = authorizeRequest({ requestedMaxOutputTokens: 200n, ...overrides });
+  const res = await t.client.authorize(req);
+  const event = (usage: Partial<UsageCompleted>): Partial<UsageCompleted> => ({
+    requestId: req.requestId,
+    reservationId: res.reservationId,
+    accountId: req.accountId,
+    keyId: req.keyId,
+    modelId: req.modelId,
+    provider: req.provider,
+    hosterId: req.hosterId,
+    success: true,
+    startedAt: new Date().toISOString(),
+    ...usage,
+  });
+  return { req, res, event };
+}
+
+const usageRecords = (requestId: string) =>
+  t.query<Record<string, unknown>>(`select * from usage_records where request_id = $1`, [requestId]);
+const settledOnce = async (requestId: string) =>
+  (
+    await waitFor(
+      () => usageRecords(requestId),
+      (rows) => rows.length > 0,
+    )
+  )[0]!;
+
+describe("usage settlement", () => {
+  it("charges the exact cost, releases the hold and counts the request in the usage summary", async () => {
+    const { req, res, event } = await authorized();
+    expect(res.reservedMicros).toBe(350n);
+    await t.publishUsage(event({ inputTokens: 100n, outputTokens: 150n, latencyMs: 1234n }));
+    const record = await settledOnce(req.requestId);
+    // ceil((100 × 0.50 + 150 × 1.50) / 1M USD) = 275 micro-USD
+    expect(record).toMatchObject({
+      cost_micros: "275",
+      platform_fee_micros: "275",
+      hoster_earned_micros: "0",
+      success: true,
+    });
+
+    const summary = await t.client.getUsageSummary({ accountId: req.accountId, tier: "free" });
+    expect(summary.creditBalanceMicros).toBe(5_000_000n - 275n);
+    expect(summary.usage30d).toEqual({
+      totalRequests: 1n,
+      totalInputTokens: 100n,
+      totalOutputTokens: 150n,
+      totalCostMicros: 275n,
+      avgLatencyMs: 1234,
+    });
+    const [reservation] = await t.query(
+      `select status, slot_released_at is not null as released from reservations where id = $1`,
+      [res.reservationId],
+    );
+    expect(reservation).toEqual({ status: "settled", released: true });
+    const [wallet] = await t.query(`select posted_micros, held_micros from wallets where account_id = $1`, [
+      req.accountId,
+    ]);
+    expect(wallet).toEqual({ posted_micros: "4999725", held_micros: "0" });
+  });
+
+  it("counts failed requests in the latency average", async () => {
+    const accountId = randomUUID();
+    const ok = await authorized({ accountId });
+    const failed = await authorized({ accountId });
+    await t.publishUsage(ok.event({ inputTokens: 100n, outputTokens: 10n, latencyMs: 1000n }));
+    await t.publishUsage(
+      failed.event({
+        inputTokens: 100n,
+        outputTokens: 0n,
+        latencyMs: 500n,
+        success: false,
+        errorCode: "upstream_error",
+      }),
+    );
+    await settledOnce(ok.req.requestId);
+    const record = await settledOnce(failed.req.requestId);
+    expect(record).toMatchObject({ success: false, error_code: "upstream_error", cost_micros: "50" });
+    const summary = await t.client.getUsageSummary({ accountId, tier: "free" });
+    expect(summary.usage30d).toMatchObject({ totalRequests: 2n, avgLatencyMs: 750 });
+  });
+
+  it("splits a hoster-served cost 80/20 in the ledger", async () => {
+    const { req, event } = await authorized({
+      provider: "hoster",
+      hosterId: "hoster-1",
+      inputPricePer1mMicros: 1_000_000n,
+      outputPricePer1mMicros: 2_000_000n,
+      requestedMaxOutputTokens: 1000n,
+      inputTokens: 1000n,
+    });
+    await t.publishUsage(event({ inputTokens: 1000n, outputTokens: 500n, latencyMs: 10n }));
+    const record = await settledOnce(req.requestId);
+    expect(record).toMatchObject({ cost_micros: "2000", platform_fee_micros: "400", hoster_earned_micros: "1600" });
+    const postings = await t.query(
+      `select p.ledger_account, p.amount_micros from ledger_postings p join journal_entries e on e.id = p.entry_id
+       where e.kind = 'usage' and e.reference = $1 order by p.amount_micros`,
+      [req.requestId],
+    );
+    expect(postings).toEqual([
+      { ledger_account: `customer:${req.accountId}`, amount_micros: "-2000" },
+      { ledger_account: "platform:revenue", amount_micros: "400" },
+      { ledger_account: "hoster:hoster-1", amount_micros: "1600" },
+    ]);
+  });
+
+  it("never charges more than the reservation held", async () => {
+    const { req, event } = await authorized();
+    await t.publishUsage(event({ inputTokens: 100n, outputTokens: 100_000n, latencyMs: 10n }));
+    const record = await settledOnce(req.requestId);
+    expect(record.cost_micros).toBe("350");
+    expect((await t.client.getBalance({ accountId: req.accountId })).creditBalanceMicros).toBe(5_000_000n - 350n);
+  });
+
+  it("settles a replayed event once, even under different Nats-Msg-Ids", async () => {
+    const { req, event } = await authorized();
+    const usage = event({ inputTokens: 100n, outputTokens: 150n, latencyMs: 100n });
+    for (let i = 0; i < 3; i++) await t.publishUsage(usage); // same msgID: JetStream drops the copies
+    for (let i = 0; i < 3; i++) await t.publishUsage(usage, `${req.requestId}-replay-${i}`); // reach billing
+    await settledOnce(req.requestId);
+    await t.waitSettled();
+
+    expect(await usageRecords(req.requestId)).toHaveLength(1);
+    const charges = await t.query(`select id from journal_entries where kind = 'usage' and reference = $1`, [
+      req.requestId,
+    ]);
+    expect(charges).toHaveLength(1);
+    const summary = await t.client.getUsageSummary({ accountId: req.accountId, tier: "free" });
+    expect(summary.creditBalanceMicros).toBe(5_000_000n - 275n);
+    expect(summary.usage30d).toMatchObject({ totalRequests: 1n, totalCostMicros: 275n, totalOutputTokens: 150n });
+  });
+
+  it("settles a backlog of events in batches, each charged once", async () => {
+    const accountId = randomUUID();
+    const requests = await Promise.all(Array.from({ length: 120 }, () => authorized({ accountId })));
+    await Promise.all(
+      requests.map(({ event }) => t.publishUsage(event({ inputTokens: 100n, outputTokens: 150n, latencyMs: 10n }))),
+    );
+    await t.waitSettled();
+    const [count] = await t.query(`select count(*)::text as n from usage_records where account_id = $1`, [accountId]);
+    expect(count?.n).toBe("120");
+    expect((await t.client.getBalance({ accountId })).creditBalanceMicros).toBe(5_000_000n - 120n * 275n);
+  });
+
+  it("records an event with no reservation at no cost", async () => {
+    const accountId = randomUUID();
+    const requestId = `req_${randomUUID()}`;
+    await t.publishUsage({
+      requestId,
+      accountId,
+      modelId: "demo-small",
+      provider: "local",
+      inputTokens: 10n,
+      outputTokens: 5n,
+      success: true,
+      latencyMs: 20n,
+    });
+    const record = await settledOnce(requestId);
+    expect(record).toMatchObject({ cost_micros: "0", reservation_id: null, input_tokens: "10" });
+  });
+
+  it("terminates an undecodable message and keeps settling what follows", async () => {
+    // Field 1 with wire type 7 does not exist in protobuf: decoding must fail.
+    await t.publishRaw(new Uint8Array([0x0f, 0xff, 0xff]), `poison-${randomUUID()}`);
+    await t.publishUsage({ requestId: "", accountId: randomUUID() }, `empty-${randomUUID()}`);
+    const { req, event } = await authorized();
+    await t.publishUsage(event({ inputTokens: 100n, outputTokens: 1n, latencyMs: 5n }));
+    await settledOnce(req.requestId);
+    await t.waitSettled(); // nothing left pending or unacknowledged: the poison was terminated
+  });
+
+  it("keeps the ledger balanced and wallets equal to their postings", async () => {
+    await t.waitSettled();
+    expect(await ledgerInvariants(t)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
+    const [held] = await t.query<{ bad: string }>(
+      `select count(*)::text as bad from wallets w where held_micros <> (select coalesce(sum(reserved_micros), 0)
+         from reservations r where r.account_id = w.account_id and r.status = 'held')`,
+    );
+    expect(held?.bad).toBe("0");
+  });
+});
