@@ -1,0 +1,81 @@
+import { usdToMicros } from "@mkt/runtime/money";
+
+/** One platform-served model, as configured in LOCAL_MODELS. */
+export interface LocalModel {
+  modelId: string;
+  modelAlias: string;
+  contextWindow: bigint;
+  inputPricePer1mMicros: bigint;
+  outputPricePer1mMicros: bigint;
+  /** The model name the upstream server knows it by (defaults to modelId). */
+  upstreamModel: string;
+}
+
+function price(entry: Record<string, unknown>, field: string, where: string): bigint {
+  const value = entry[field];
+  if (typeof value !== "string" && typeof value !== "number") {
+    throw new Error(`${where}: ${field} must be a USD amount (string or number)`);
+  }
+  if (typeof value === "number" && !Number.isFinite(value)) throw new Error(`${where}: ${field} must be finite`);
+  let micros: bigint;
+  try {
+    micros = usdToMicros(value);
+  } catch {
+    throw new Error(`${where}: ${field} must be a USD amount such as "0.50"`);
+  }
+  if (micros < 0n) throw new Error(`${where}: ${field} must not be negative`);
+  return micros;
+}
+
+function optionalString(entry: Record<string, unknown>, field: string, where: string): string | undefined {
+  const value = entry[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "string" || value.trim() === "")
+    throw new Error(`${where}: ${field} must be a non-empty string`);
+  return value.trim();
+}
+
+/**
+ * Parses the LOCAL_MODELS JSON array. Throws an Error describing the first bad entry; the config
+ * loader prefixes it with the variable's name.
+ */
+export function parseLocalModels(text: string): LocalModel[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new Error("must be a JSON array");
+  }
+  if (!Array.isArray(parsed)) throw new Error("must be a JSON array");
+  if (parsed.length === 0) throw new Error("must list at least one model");
+  const models: LocalModel[] = [];
+  const seen = new Set<string>();
+  parsed.forEach((raw: unknown, i) => {
+    const where = `entry ${i}`;
+    if (!raw || typeof raw !== "object" || Array.isArray(raw)) throw new Error(`${where}: must be an object`);
+    const entry = raw as Record<string, unknown>;
+    const modelId = optionalString(entry, "model_id", where);
+    if (!modelId) throw new Error(`${where}: model_id is required`);
+    if (modelId.toLowerCase() === "auto") throw new Error(`${where}: "auto" is reserved`);
+    const contextWindow = entry.context_window;
+    if (!Number.isSafeInteger(contextWindow) || (contextWindow as number) <= 0) {
+      throw new Error(`${where}: context_window must be a positive integer`);
+    }
+    const model: LocalModel = {
+      modelId,
+      modelAlias: optionalString(entry, "model_alias", where) ?? "",
+      contextWindow: BigInt(contextWindow as number),
+      inputPricePer1mMicros: price(entry, "input_price_per_1m_usd", where),
+      outputPricePer1mMicros: price(entry, "output_price_per_1m_usd", where),
+      upstreamModel: optionalString(entry, "upstream_model", where) ?? modelId,
+    };
+    // Ids and aliases share one namespace when resolving, so any clash would make routing ambiguous.
+    for (const name of [model.modelId, model.modelAlias].filter(Boolean)) {
+      const key = name.toLowerCase();
+      if (seen.has(key)) throw new Error(`${where}: "${name}" is already used as a model id or alias`);
+      seen.add(key);
+    }
+    models.push(model);
+  });
+  return models;
+}

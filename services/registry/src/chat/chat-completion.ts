@@ -1,0 +1,203 @@
+import type { ServerWritableStream } from "@grpc/grpc-js";
+import { AppError } from "@mkt/runtime/errors";
+import type { CallSettings } from "@mkt/runtime/grpc-client";
+import type { Logger } from "@mkt/runtime/logger";
+import { ReleaseSlotRequest, type ReleaseSlotResponse } from "@mkt/proto/billing/v1/billing";
+import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { ChatCompletionResponse, type ChatCompletionRequest, type Route } from "@mkt/proto/registry/v1/registry";
+import type { ModelCatalog } from "../catalog/model-catalog.ts";
+import { streamChat, UpstreamFailure, type UpstreamTimeouts } from "../upstream/stream-chat.ts";
+import type { UpstreamPools } from "../upstream/upstream-pools.ts";
+import { billedUsage, type BilledUsage } from "./billed-usage.ts";
+import { ChunkAccumulator } from "./chunk-accumulator.ts";
+import { upstreamBody } from "./request-body.ts";
+import type { UsagePublisher } from "./usage-publisher.ts";
+
+/**
+ * The one billing call registry makes. Spelled out because runtime's `PromiseClient<C>` type maps
+ * generated clients to `{}` (its method filter matches no ts-proto method); the object is still
+ * `promiseClient(new BillingServiceClient(...))`.
+ */
+export interface SlotReleaser {
+  releaseSlot(request: ReleaseSlotRequest, settings?: CallSettings): Promise<ReleaseSlotResponse>;
+}
+
+export interface ChatDeps {
+  catalog: ModelCatalog;
+  pools: UpstreamPools;
+  timeouts: UpstreamTimeouts;
+  billing: SlotReleaser;
+  /** Handlers still running (so shutdown can wait for their usage events). */
+  inflight: Set<Promise<void>>;
+  usage: UsagePublisher;
+  log: Logger;
+}
+
+type Call = ServerWritableStream<ChatCompletionRequest, ChatCompletionResponse>;
+
+const NOTHING_BILLED: BilledUsage = { inputTokens: 0n, outputTokens: 0n };
+
+/** What the caller is told; generic on purpose: never an upstream body, URL or token. */
+const UPSTREAM_MESSAGES = {
+  upstream_error: "The model server failed to answer the request.",
+  upstream_timeout: "The model server did not answer in time.",
+} as const;
+
+function toAppError(err: unknown, log: Logger): AppError {
+  if (err instanceof AppError) return err;
+  if (err instanceof UpstreamFailure && err.code !== "client_cancelled") {
+    return new AppError(err.code, UPSTREAM_MESSAGES[err.code]);
+  }
+  log.error({ err }, "chat completion failed");
+  return new AppError("internal_error", "Internal error.");
+}
+
+/** Writes one event, waiting for the transport to drain (or the caller to leave) when it is full. */
+async function send(call: Call, event: ChatCompletionResponse, cancelled: AbortSignal): Promise<void> {
+  if (cancelled.aborted) throw new UpstreamFailure("client_cancelled", "caller cancelled");
+  if (call.write(event)) return;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      call.off("drain", done);
+      cancelled.removeEventListener("abort", done);
+      resolve();
+    };
+    call.on("drain", done);
+    cancelled.addEventListener("abort", done, { once: true });
+  });
+}
+
+const json = (value: unknown) => Buffer.from(JSON.stringify(value));
+
+/**
+ * ChatCompletion: relays one request to the route's upstream. Failures before the first event
+ * are gRPC errors; after it, a final `error` event. On every exit path the reservation's slot is
+ * released and exactly one usage.completed event is published, before the call ends.
+ */
+export function chatCompletion(deps: ChatDeps): (call: Call) => Promise<void> {
+  return async (call) => {
+    const work = relay(deps, call);
+    deps.inflight.add(work);
+    try {
+      await work;
+    } finally {
+      deps.inflight.delete(work);
+    }
+  };
+}
+
+async function relay(deps: ChatDeps, call: Call): Promise<void> {
+  const request = call.request;
+  const handlerStart = Date.now();
+  const log = deps.log.child({ requestId: request.requestId });
+  const cancel = new AbortController();
+  const onCancel = () => cancel.abort();
+  call.on("cancelled", onCancel);
+  if (call.cancelled) cancel.abort();
+
+  const route = request.route;
+  const accumulator = new ChunkAccumulator(route?.modelId ?? "");
+  let written = 0;
+  let billed: BilledUsage;
+  let errorCode = "";
+  let failure: AppError | undefined;
+  const bill = () =>
+    billedUsage({
+      reported: accumulator.reportedUsage,
+      promptTokens: request.promptTokens,
+      deliveredOutputTokens: accumulator.deliveredTokens(),
+      maxOutputTokens: request.maxOutputTokens,
+    });
+
+  try {
+    if (!route) throw new AppError("invalid_request", "A route is required.");
+    const target = await deps.catalog.upstreamFor(route);
+    if (!target) {
+      throw new AppError("no_healthy_upstream", `No upstream is available for the model \`${route.modelId}\`.`);
+    }
+    const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
+    const events = streamChat(deps.pools, target, body, deps.timeouts, cancel.signal, log);
+    for await (const data of events) {
+      const chunk = accumulator.accept(data);
+      if (chunk && request.stream) {
+        await send(call, ChatCompletionResponse.fromPartial({ chunk: json(chunk) }), cancel.signal);
+        written++;
+      }
+    }
+    if (!accumulator.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
+    billed = bill();
+    if (request.stream) {
+      if (request.includeUsage) {
+        await send(
+          call,
+          ChatCompletionResponse.fromPartial({ chunk: json(accumulator.usageChunk(billed)) }),
+          cancel.signal,
+        );
+      }
+    } else {
+      await send(
+        call,
+        ChatCompletionResponse.fromPartial({ completion: json(accumulator.completion(billed)) }),
+        cancel.signal,
+      );
+      written++;
+    }
+  } catch (err) {
+    const cancelled = cancel.signal.aborted || (err instanceof UpstreamFailure && err.code === "client_cancelled");
+    const appError = cancelled ? undefined : toAppError(err, log);
+    errorCode = appError?.code ?? "client_cancelled";
+    // The caller pays for what reached it; a request that failed before anything did costs nothing.
+    billed = written > 0 ? bill() : NOTHING_BILLED;
+    log.info({ errorCode, written }, "chat completion ended early");
+    if (appError && written > 0) {
+      // Mid-stream: the caller already has a 200 and chunks, so the failure is a final event.
+      const event = ChatCompletionResponse.fromPartial({ error: { code: appError.code, message: appError.message } });
+      await send(call, event, cancel.signal).catch(() => undefined);
+    } else {
+      failure = appError;
+    }
+  } finally {
+    call.off("cancelled", onCancel);
+  }
+  await finish(deps, request, route, billed, errorCode, handlerStart, log);
+  if (failure) throw failure;
+}
+
+/** Frees the concurrency slot, then records the outcome; neither failure reaches the caller. */
+async function finish(
+  deps: ChatDeps,
+  request: ChatCompletionRequest,
+  route: Route | undefined,
+  billed: BilledUsage,
+  errorCode: string,
+  handlerStart: number,
+  log: Logger,
+): Promise<void> {
+  try {
+    await deps.billing.releaseSlot(ReleaseSlotRequest.fromPartial({ reservationId: request.reservationId }), {
+      timeoutMs: 2_000,
+    });
+  } catch (err) {
+    log.warn({ err, reservationId: request.reservationId }, "ReleaseSlot failed; the slot frees on settlement");
+  }
+  // The edge's receipt time; a missing or absurd one falls back to when this call started.
+  const edgeMs = Number(request.receivedAtMs);
+  const receivedAt = edgeMs > 0 && edgeMs <= Date.now() + 60_000 ? edgeMs : handlerStart;
+  await deps.usage.publish(
+    UsageCompleted.fromPartial({
+      requestId: request.requestId,
+      reservationId: request.reservationId,
+      accountId: request.accountId,
+      keyId: request.keyId,
+      modelId: route?.modelId ?? "",
+      provider: route?.provider ?? "",
+      hosterId: route?.hosterId ?? "",
+      inputTokens: billed.inputTokens,
+      outputTokens: billed.outputTokens,
+      latencyMs: BigInt(Math.max(0, Date.now() - receivedAt)),
+      success: errorCode === "",
+      errorCode,
+      startedAt: new Date(receivedAt).toISOString(),
+    }),
+  );
+}

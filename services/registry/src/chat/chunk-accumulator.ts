@@ -1,0 +1,186 @@
+import { randomToken } from "@mkt/runtime/ids";
+import { countTextTokens } from "@mkt/runtime/tokens";
+import type { BilledUsage, ReportedUsage } from "./billed-usage.ts";
+import { UpstreamFailure } from "../upstream/stream-chat.ts";
+
+type Json = Record<string, unknown>;
+
+interface ToolCallState {
+  id: string;
+  type: string;
+  name: string;
+  arguments: string;
+}
+
+interface ChoiceState {
+  content: string;
+  refusal: string;
+  sawContent: boolean;
+  toolCalls: Map<number, ToolCallState>;
+  finishReason: string | null;
+  logprobs: unknown[] | undefined;
+}
+
+const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Array.isArray(v);
+const text = (v: unknown): string => (typeof v === "string" ? v : "");
+
+/**
+ * Reads upstream chat.completion.chunk payloads: rewrites each for the caller (model name, no
+ * usage), remembers the upstream's usage report, collects the text delivered (for counting
+ * output tokens) and assembles the equivalent chat.completion for non-streaming callers.
+ */
+export class ChunkAccumulator {
+  readonly #modelId: string;
+  #id: string | undefined;
+  #created: number | undefined;
+  #systemFingerprint: string | undefined;
+  readonly #choices = new Map<number, ChoiceState>();
+  // Everything the caller receives as text: content, reasoning, refusals, tool names and arguments.
+  readonly #delivered: string[] = [];
+  reportedUsage: ReportedUsage | undefined;
+  /** True once any choice carried a finish_reason: the answer is complete, not truncated. */
+  finished = false;
+
+  constructor(modelId: string) {
+    this.#modelId = modelId;
+  }
+
+  get id(): string {
+    return (this.#id ??= `chatcmpl-${randomToken(18)}`);
+  }
+
+  get created(): number {
+    return (this.#created ??= Math.floor(Date.now() / 1000));
+  }
+
+  /** Takes one SSE data payload; returns the chunk to relay, or undefined when it has no choices. */
+  accept(data: string): Json | undefined {
+    let chunk: unknown;
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      throw new UpstreamFailure("upstream_error", "upstream sent a chunk that is not JSON");
+    }
+    if (!isObject(chunk)) throw new UpstreamFailure("upstream_error", "upstream sent a chunk that is not an object");
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    if (chunk.error !== undefined && choices.length === 0) {
+      throw new UpstreamFailure("upstream_error", "upstream reported an error mid-stream");
+    }
+    if (typeof chunk.id === "string" && this.#id === undefined) this.#id = chunk.id;
+    if (typeof chunk.created === "number" && this.#created === undefined) this.#created = chunk.created;
+    if (typeof chunk.system_fingerprint === "string") this.#systemFingerprint = chunk.system_fingerprint;
+    if (isObject(chunk.usage)) {
+      this.reportedUsage = { promptTokens: chunk.usage.prompt_tokens, completionTokens: chunk.usage.completion_tokens };
+    }
+    delete chunk.usage;
+    if (choices.length === 0) return undefined;
+    for (const choice of choices) if (isObject(choice)) this.#addChoice(choice);
+    chunk.model = this.#modelId;
+    return chunk;
+  }
+
+  #addChoice(choice: Json): void {
+    const index = typeof choice.index === "number" ? choice.index : 0;
+    let state = this.#choices.get(index);
+    if (!state) {
+      state = {
+        content: "",
+        refusal: "",
+        sawContent: false,
+        toolCalls: new Map(),
+        finishReason: null,
+        logprobs: undefined,
+      };
+      this.#choices.set(index, state);
+    }
+    if (typeof choice.finish_reason === "string") {
+      state.finishReason = choice.finish_reason;
+      this.finished = true;
+    }
+    if (isObject(choice.logprobs) && Array.isArray(choice.logprobs.content)) {
+      (state.logprobs ??= []).push(...(choice.logprobs.content as unknown[]));
+    }
+    const delta = isObject(choice.delta) ? choice.delta : undefined;
+    if (!delta) return;
+    if (typeof delta.content === "string") {
+      state.content += delta.content;
+      state.sawContent = true;
+      this.#delivered.push(delta.content);
+    }
+    state.refusal += text(delta.refusal);
+    this.#delivered.push(text(delta.refusal), text(delta.reasoning_content), text(delta.reasoning));
+    if (!Array.isArray(delta.tool_calls)) return;
+    for (const call of delta.tool_calls) {
+      if (!isObject(call)) continue;
+      const at = typeof call.index === "number" ? call.index : state.toolCalls.size;
+      let tool = state.toolCalls.get(at);
+      if (!tool) {
+        tool = { id: "", type: "function", name: "", arguments: "" };
+        state.toolCalls.set(at, tool);
+      }
+      if (typeof call.id === "string") tool.id = call.id;
+      if (typeof call.type === "string") tool.type = call.type;
+      const fn = isObject(call.function) ? call.function : {};
+      // Deltas append, as in OpenAI's own stream accumulation.
+      tool.name += text(fn.name);
+      tool.arguments += text(fn.arguments);
+      this.#delivered.push(text(fn.name), text(fn.arguments));
+    }
+  }
+
+  /** Output tokens in the text relayed so far (gpt-tokenizer BPE). */
+  deliveredTokens(): bigint {
+    return BigInt(countTextTokens(this.#delivered.join("")));
+  }
+
+  /** The final usage chunk a streaming caller asked for with stream_options.include_usage. */
+  usageChunk(usage: BilledUsage): Json {
+    return {
+      id: this.id,
+      object: "chat.completion.chunk",
+      created: this.created,
+      model: this.#modelId,
+      choices: [],
+      usage: usageJson(usage),
+    };
+  }
+
+  /** The OpenAI chat.completion object equivalent to the chunks seen. */
+  completion(usage: BilledUsage): Json {
+    const choices = [...this.#choices.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([index, c]) => {
+        const toolCalls = [...c.toolCalls.entries()]
+          .sort(([a], [b]) => a - b)
+          .map(([, t]) => ({ id: t.id, type: t.type, function: { name: t.name, arguments: t.arguments } }));
+        const message: Json = {
+          role: "assistant",
+          content: c.sawContent || toolCalls.length === 0 ? c.content : null,
+          refusal: c.refusal === "" ? null : c.refusal,
+        };
+        if (toolCalls.length > 0) message.tool_calls = toolCalls;
+        return {
+          index,
+          message,
+          logprobs: c.logprobs ? { content: c.logprobs } : null,
+          finish_reason: c.finishReason ?? "stop",
+        };
+      });
+    const completion: Json = {
+      id: this.id,
+      object: "chat.completion",
+      created: this.created,
+      model: this.#modelId,
+      choices,
+      usage: usageJson(usage),
+    };
+    if (this.#systemFingerprint !== undefined) completion.system_fingerprint = this.#systemFingerprint;
+    return completion;
+  }
+}
+
+function usageJson(usage: BilledUsage) {
+  const prompt = Number(usage.inputTokens);
+  const completion = Number(usage.outputTokens);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}

@@ -1,0 +1,43 @@
+import { commonSpecs, host, listenPort, loadConfig, makeValidator, secret, str, url } from "@mkt/runtime/config";
+import { parseLocalModels, type LocalModel } from "./catalog/local-models.ts";
+
+const DEFAULT_LOCAL_MODELS = JSON.stringify([
+  {
+    model_id: "demo-small",
+    model_alias: "Demo Small",
+    context_window: 8192,
+    input_price_per_1m_usd: "0.50",
+    output_price_per_1m_usd: "1.50",
+  },
+]);
+
+const localModels = makeValidator<LocalModel[]>((value) => parseLocalModels(value));
+
+/** A positive whole number of milliseconds. */
+const millis = makeValidator<number>((value) => {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new Error("must be a positive integer (milliseconds)");
+  return n;
+});
+
+export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
+  return loadConfig(
+    {
+      ...commonSpecs,
+      GRPC_HOST: host({ default: "127.0.0.1" }),
+      GRPC_PORT: listenPort({ default: 50053 }),
+      BILLING_ADDR: str({ default: "127.0.0.1:50052" }),
+      LOCAL_MODEL_URL: url({ default: "http://127.0.0.1:8090" }),
+      // A secret: no default, never logged.
+      LOCAL_MODEL_TOKEN: secret(),
+      LOCAL_MODELS: localModels({ default: parseLocalModels(DEFAULT_LOCAL_MODELS) }),
+      UPSTREAM_CONNECT_TIMEOUT_MS: millis({ default: 5_000 }),
+      UPSTREAM_FIRST_BYTE_TIMEOUT_MS: millis({ default: 30_000 }),
+      UPSTREAM_IDLE_TIMEOUT_MS: millis({ default: 30_000 }),
+      UPSTREAM_TOTAL_TIMEOUT_MS: millis({ default: 600_000 }),
+    },
+    env,
+  );
+}
+
+export type RegistryConfig = ReturnType<typeof loadRegistryConfig>;

@@ -1,0 +1,36 @@
+import { serverStream, unary } from "@mkt/runtime/grpc-server";
+import type { Logger } from "@mkt/runtime/logger";
+import {
+  ListModelsResponse,
+  ModelInfo,
+  ResolveRouteResponse,
+  type RegistryServiceServer,
+} from "@mkt/proto/registry/v1/registry";
+import { resolveModel } from "./catalog/resolve-route.ts";
+import { chatCompletion, type ChatDeps } from "./chat/chat-completion.ts";
+
+/** The RegistryService gRPC handlers. */
+export function registryService(deps: ChatDeps, log: Logger): RegistryServiceServer {
+  return {
+    resolveRoute: unary(log, "ResolveRoute", async (request) => {
+      const model = await resolveModel(deps.catalog, request.model.trim(), request.scope);
+      return ResolveRouteResponse.fromPartial({ route: model.route });
+    }),
+    listModels: unary(log, "ListModels", async (request) => {
+      const models = await deps.catalog.models(request.scope);
+      return ListModelsResponse.fromPartial({
+        models: models.map((m) =>
+          ModelInfo.fromPartial({
+            modelId: m.modelId,
+            modelAlias: m.modelAlias,
+            provider: m.route.provider,
+            ownedBy: m.ownedBy,
+            contextWindow: m.route.contextWindow,
+            created: m.created,
+          }),
+        ),
+      });
+    }),
+    chatCompletion: serverStream(log, "ChatCompletion", chatCompletion(deps)),
+  };
+}

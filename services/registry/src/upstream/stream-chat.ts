@@ -1,0 +1,136 @@
+import type { Logger } from "@mkt/runtime/logger";
+import type { UpstreamTarget } from "../catalog/model-catalog.ts";
+import { SseParser } from "./sse-parser.ts";
+import type { UpstreamPools } from "./upstream-pools.ts";
+
+export interface UpstreamTimeouts {
+  /** From sending the request to the first body chunk (headers included). */
+  firstByteMs: number;
+  /** Longest gap between two body chunks. */
+  idleMs: number;
+  /** The whole call. */
+  totalMs: number;
+}
+
+export type UpstreamFailureCode = "upstream_error" | "upstream_timeout" | "client_cancelled";
+
+/** Why an upstream call ended early. Its message is for logs; it never holds the token or body. */
+export class UpstreamFailure extends Error {
+  override name = "UpstreamFailure";
+  readonly code: UpstreamFailureCode;
+
+  constructor(code: UpstreamFailureCode, message: string) {
+    super(message);
+    this.code = code;
+  }
+}
+
+const TIMEOUT_CODES = new Set(["UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
+
+function chatPath(baseUrl: URL): string {
+  return `${baseUrl.pathname.replace(/\/+$/, "")}/v1/chat/completions`;
+}
+
+/**
+ * POSTs a streaming chat request to the upstream and yields the `data` payload of each SSE event,
+ * stopping at `[DONE]`. Throws UpstreamFailure: client_cancelled when `signal` aborts,
+ * upstream_timeout when a deadline passes, upstream_error for anything else (non-2xx,
+ * connection failure, an oversized event).
+ */
+export async function* streamChat(
+  pools: UpstreamPools,
+  target: UpstreamTarget,
+  body: Buffer,
+  timeouts: UpstreamTimeouts,
+  signal: AbortSignal,
+  log: Logger,
+): AsyncGenerator<string, void, undefined> {
+  const url = new URL(target.baseUrl);
+  const internal = new AbortController();
+  let timedOut: string | undefined;
+  const expire = (phase: string) => {
+    timedOut ??= phase;
+    internal.abort();
+  };
+  const started = Date.now();
+  const totalTimer = setTimeout(() => expire("total"), timeouts.totalMs);
+  let phaseTimer: NodeJS.Timeout | undefined;
+  // First byte is one deadline across headers and the first chunk; after that, each wait is idle.
+  const firstByteDeadline = started + timeouts.firstByteMs;
+  let gotFirstChunk = false;
+  const armPhase = () => {
+    const ms = gotFirstChunk ? timeouts.idleMs : Math.max(0, firstByteDeadline - Date.now());
+    phaseTimer = setTimeout(() => expire(gotFirstChunk ? "idle" : "first_byte"), ms);
+  };
+  const disarmPhase = () => clearTimeout(phaseTimer);
+  const combined = AbortSignal.any([signal, internal.signal]);
+
+  const classify = (err: unknown): UpstreamFailure => {
+    if (err instanceof UpstreamFailure) return err;
+    if (signal.aborted) return new UpstreamFailure("client_cancelled", "caller cancelled");
+    if (timedOut) return new UpstreamFailure("upstream_timeout", `upstream ${timedOut} timeout`);
+    const code = (err as { code?: string } | undefined)?.code ?? "";
+    if (TIMEOUT_CODES.has(code)) return new UpstreamFailure("upstream_timeout", `upstream timeout (${code})`);
+    return new UpstreamFailure("upstream_error", `upstream call failed (${code || (err as Error)?.name})`);
+  };
+
+  let sawDone = false;
+  let response: Awaited<ReturnType<ReturnType<UpstreamPools["get"]>["request"]>> | undefined;
+  try {
+    if (signal.aborted) throw new UpstreamFailure("client_cancelled", "caller cancelled");
+    armPhase();
+    response = await pools.get(url.origin).request({
+      method: "POST",
+      path: chatPath(url),
+      headers: {
+        "content-type": "application/json",
+        accept: "text/event-stream",
+        authorization: `Bearer ${target.token}`,
+      },
+      body,
+      signal: combined,
+    });
+    if (response.statusCode < 200 || response.statusCode > 299) {
+      // The body may echo the request or hold upstream internals: drain it, never relay it.
+      log.warn({ status: response.statusCode, origin: url.origin }, "upstream answered with an error status");
+      await response.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
+      throw new UpstreamFailure("upstream_error", `upstream status ${response.statusCode}`);
+    }
+    const decoder = new TextDecoder();
+    const parser = new SseParser();
+    const chunks = response.body[Symbol.asyncIterator]();
+    for (;;) {
+      const next = await chunks.next();
+      disarmPhase();
+      if (next.done) break;
+      gotFirstChunk = true;
+      const events = parser.push(decoder.decode(next.value as Buffer, { stream: true }));
+      for (const data of events) {
+        if (data.trim() === "[DONE]") {
+          sawDone = true;
+          return;
+        }
+        yield data;
+      }
+      armPhase();
+    }
+    for (const data of parser.end()) {
+      if (data.trim() === "[DONE]") return;
+      yield data;
+    }
+  } catch (err) {
+    throw classify(err);
+  } finally {
+    disarmPhase();
+    clearTimeout(totalTimer);
+    if (response && !response.body.destroyed) {
+      if (sawDone) {
+        // The response ends right after [DONE]: read that tail so the connection returns to the pool.
+        void response.body.dump({ limit: 64 * 1024, signal: AbortSignal.timeout(1_000) }).catch(() => undefined);
+      } else {
+        // Leaving early (cancelled, failed, consumer stopped): close the connection.
+        response.body.destroy();
+      }
+    }
+  }
+}

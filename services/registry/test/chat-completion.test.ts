@@ -1,0 +1,347 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { status } from "@grpc/grpc-js";
+import { AppError } from "@mkt/runtime/errors";
+import { countTextTokens } from "@mkt/runtime/tokens";
+import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import type { ChatCompletionRequest } from "@mkt/proto/registry/v1/registry";
+import { CONTENT, eventJson, startHarness, UPSTREAM_TOKEN, waitFor, type Harness } from "./registry-harness.ts";
+
+const DELIVERED = BigInt(countTextTokens(CONTENT.join("")));
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+/** Exactly one publish and one stored event for the request; returns it. */
+async function theUsageEvent(request: ChatCompletionRequest): Promise<UsageCompleted> {
+  await waitFor(
+    () => h.published.filter((e) => e.requestId === request.requestId),
+    (events) => events.length > 0,
+  );
+  await new Promise((resolve) => setTimeout(resolve, 150)); // a second publish would land by now
+  expect(h.published.filter((e) => e.requestId === request.requestId)).toHaveLength(1);
+  const stored = await h.storedEvents(request.requestId);
+  expect(stored).toHaveLength(1);
+  const event = stored[0]!;
+  expect(event).toMatchObject({
+    requestId: request.requestId,
+    reservationId: request.reservationId,
+    accountId: request.accountId,
+    keyId: request.keyId,
+    modelId: request.route!.modelId,
+    provider: "local",
+    hosterId: "",
+    startedAt: new Date(Number(request.receivedAtMs)).toISOString(),
+  });
+  expect(event.latencyMs >= 5n && event.latencyMs < 30_000n).toBe(true);
+  return event;
+}
+
+function releasedOnce(request: ChatCompletionRequest) {
+  expect(h.billing.released.filter((id) => id === request.reservationId)).toHaveLength(1);
+}
+
+function noSecretIn(...texts: unknown[]) {
+  for (const text of texts) expect(JSON.stringify(text ?? "")).not.toContain(UPSTREAM_TOKEN);
+}
+
+describe("ChatCompletion, streaming caller", () => {
+  it("relays chunks under the route's model name and sends the billed usage chunk when asked", async () => {
+    const request = await h.chatRequest("Demo Small", { includeUsage: true }, { temperature: 0.3, n: 1, stop: ["zz"] });
+    const { events, error } = await h.chat(request);
+    expect(error).toBeUndefined();
+    const chunks = events.map(eventJson);
+    expect(chunks.every((c) => c.model === "demo-small" && c.object === "chat.completion.chunk")).toBe(true);
+    const content = chunks
+      .flatMap((c) => (c.choices as Array<{ delta: { content?: string } }>).map((ch) => ch.delta.content ?? ""))
+      .join("");
+    expect(content).toBe(CONTENT.join(""));
+    // Upstream usage never reaches the caller as-is: only the final, billed usage chunk.
+    const withUsage = chunks.filter((c) => "usage" in c);
+    expect(withUsage).toHaveLength(1);
+    expect(withUsage[0]).toMatchObject({
+      choices: [],
+      usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 },
+      id: "chatcmpl-up1",
+    });
+    expect(chunks.at(-1)).toBe(withUsage[0]);
+
+    const call = h.upstream.calls.at(-1)!;
+    expect(call.authorization).toBe(`Bearer ${UPSTREAM_TOKEN}`);
+    expect(call.body).toMatchObject({
+      model: "ok",
+      max_tokens: 100,
+      stream: true,
+      stream_options: { include_usage: true },
+      temperature: 0.3,
+      n: 1,
+      stop: ["zz"],
+    });
+
+    const event = await theUsageEvent(request);
+    expect(event).toMatchObject({ inputTokens: 12n, outputTokens: 5n, success: true, errorCode: "" });
+    releasedOnce(request);
+  });
+
+  it("sends no usage chunk without include_usage, and never passes max_completion_tokens on", async () => {
+    const request = await h.chatRequest(
+      "demo-small",
+      { includeUsage: false, maxOutputTokens: 3n },
+      {
+        max_completion_tokens: 5000,
+      },
+    );
+    const { events, error } = await h.chat(request);
+    expect(error).toBeUndefined();
+    const chunks = events.map(eventJson);
+    expect(chunks.length).toBeGreaterThan(0);
+    expect(chunks.some((c) => "usage" in c)).toBe(false);
+    expect(chunks.every((c) => (c.choices as unknown[]).length > 0)).toBe(true);
+    const body = h.upstream.calls.at(-1)!.body;
+    expect(body.max_tokens).toBe(3);
+    expect("max_completion_tokens" in body).toBe(false);
+    // The upstream ignored max_tokens; billing never goes past the granted cap.
+    const event = await theUsageEvent(request);
+    expect(event).toMatchObject({ inputTokens: 12n, outputTokens: 3n, success: true });
+    releasedOnce(request);
+  });
+});
+
+describe("ChatCompletion, non-streaming caller", () => {
+  it("answers one assembled chat.completion with the billed usage", async () => {
+    const request = await h.chatRequest("demo-small", { stream: false });
+    const { events, error } = await h.chat(request);
+    expect(error).toBeUndefined();
+    expect(events).toHaveLength(1);
+    expect(events[0]!.completion).toBeDefined();
+    expect(eventJson(events[0]!)).toEqual({
+      id: "chatcmpl-up1",
+      object: "chat.completion",
+      created: 1_700_000_000,
+      model: "demo-small",
+      choices: [
+        {
+          index: 0,
+          message: { role: "assistant", content: CONTENT.join(""), refusal: null },
+          logprobs: null,
+          finish_reason: "stop",
+        },
+      ],
+      usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 },
+    });
+    expect(await theUsageEvent(request)).toMatchObject({ inputTokens: 12n, outputTokens: 5n, success: true });
+    releasedOnce(request);
+  });
+
+  it("assembles streamed tool calls and bills their arguments", async () => {
+    const request = await h.chatRequest("tooling", { stream: false, promptTokens: 50n });
+    const { events } = await h.chat(request);
+    const completion = eventJson(events[0]!);
+    expect(completion.choices).toEqual([
+      {
+        index: 0,
+        message: {
+          role: "assistant",
+          content: null,
+          refusal: null,
+          tool_calls: [
+            { id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
+          ],
+        },
+        logprobs: null,
+        finish_reason: "tool_calls",
+      },
+    ]);
+    const delivered = BigInt(countTextTokens('get_weather{"city":"Paris"}'));
+    const billedOut = delivered < 9n ? delivered : 9n;
+    expect(completion.usage).toEqual({
+      prompt_tokens: 30,
+      completion_tokens: Number(billedOut),
+      total_tokens: 30 + Number(billedOut),
+    });
+    expect(await theUsageEvent(request)).toMatchObject({ inputTokens: 30n, outputTokens: billedOut, success: true });
+  });
+});
+
+describe("ChatCompletion, lying upstream usage", () => {
+  it.each(["liar-huge", "liar-negative", "liar-garbage", "liar-float"])(
+    "%s is clamped to the prompt count and the delivered tokens",
+    async (model) => {
+      const request = await h.chatRequest(model, { includeUsage: true });
+      const { events, error } = await h.chat(request);
+      expect(error).toBeUndefined();
+      const usage = eventJson(events.at(-1)!).usage;
+      expect(usage).toEqual({
+        prompt_tokens: 20,
+        completion_tokens: Number(DELIVERED),
+        total_tokens: 20 + Number(DELIVERED),
+      });
+      expect(await theUsageEvent(request)).toMatchObject({ inputTokens: 20n, outputTokens: DELIVERED, success: true });
+      releasedOnce(request);
+    },
+  );
+});
+
+describe("ChatCompletion failures", () => {
+  it("turns an upstream 500 into upstream_error without its body or the token, billing nothing", async () => {
+    const request = await h.chatRequest("broken");
+    const { events, error } = await h.chat(request);
+    expect(events).toEqual([]);
+    expect(error?.code).toBe(status.UNAVAILABLE);
+    const appError = AppError.fromGrpc(error);
+    expect(appError.code).toBe("upstream_error");
+    expect(appError.httpStatus).toBe(502);
+    expect(appError.message).not.toMatch(/internal upstream detail/);
+    noSecretIn(error?.message, error?.details, appError.toBody());
+    const event = await theUsageEvent(request);
+    expect(event).toMatchObject({ success: false, errorCode: "upstream_error", inputTokens: 0n, outputTokens: 0n });
+    releasedOnce(request);
+  });
+
+  it("times out an upstream that never sends headers: upstream_timeout", async () => {
+    const request = await h.chatRequest("hanging", { stream: false });
+    const started = Date.now();
+    const { error } = await h.chat(request);
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(error?.code).toBe(status.DEADLINE_EXCEEDED);
+    const appError = AppError.fromGrpc(error);
+    expect(appError.code).toBe("upstream_timeout");
+    noSecretIn(error?.details, appError.toBody());
+    const event = await theUsageEvent(request);
+    expect(event).toMatchObject({ success: false, errorCode: "upstream_timeout", inputTokens: 0n, outputTokens: 0n });
+    releasedOnce(request);
+    await h.upstream.calls.at(-1)!.aborted; // and the upstream request was abandoned
+  });
+
+  it("ends a stream that goes idle after its first chunk with a final error event, billing what was sent", async () => {
+    const request = await h.chatRequest("stalling");
+    const { events, error } = await h.chat(request);
+    expect(error).toBeUndefined(); // the stream had started: it ends normally
+    const last = events.at(-1)!;
+    expect(last.error).toEqual({ code: "upstream_timeout", message: "The model server did not answer in time." });
+    expect(events.slice(0, -1).every((e) => e.chunk)).toBe(true);
+    const event = await theUsageEvent(request);
+    expect(event).toMatchObject({
+      success: false,
+      errorCode: "upstream_timeout",
+      inputTokens: 20n,
+      outputTokens: BigInt(countTextTokens(CONTENT[0]!)),
+    });
+    releasedOnce(request);
+  });
+
+  it("aborts the upstream at once when the caller cancels, and still records the call", async () => {
+    const request = await h.chatRequest("stalling");
+    const before = h.upstream.calls.length;
+    const { cancelled } = await h.chat(request, 2);
+    expect(cancelled).toBe(true);
+    const upstreamCall = await waitFor(
+      () => h.upstream.calls[before],
+      (c) => c !== undefined,
+    );
+    const abortedInTime = await Promise.race([
+      upstreamCall!.aborted.then(() => true),
+      new Promise((resolve) => setTimeout(() => resolve(false), 1_000)),
+    ]);
+    expect(abortedInTime).toBe(true); // well before the 1.5 s idle timeout
+    const event = await theUsageEvent(request);
+    expect(event).toMatchObject({
+      success: false,
+      errorCode: "client_cancelled",
+      inputTokens: 20n,
+      outputTokens: BigInt(countTextTokens(CONTENT[0]!)),
+    });
+    await waitFor(
+      () => h.billing.released.filter((id) => id === request.reservationId).length,
+      (n) => n > 0,
+    );
+    releasedOnce(request);
+  });
+
+  it("answers no_healthy_upstream for a route the catalog does not serve", async () => {
+    const request = await h.chatRequest("demo-small");
+    request.route = { ...request.route!, modelId: "retired-model" };
+    const { error } = await h.chat(request);
+    expect(AppError.fromGrpc(error).code).toBe("no_healthy_upstream");
+    expect(await theUsageEvent(request)).toMatchObject({ success: false, errorCode: "no_healthy_upstream" });
+    releasedOnce(request);
+  });
+
+  it("never writes the upstream token to a log line", () => {
+    expect(h.logLines.length).toBeGreaterThan(0);
+    expect(h.logLines.join("\n")).not.toContain(UPSTREAM_TOKEN);
+  });
+});
+
+describe("ChatCompletion against an unreachable upstream", () => {
+  it("answers upstream_error when the connection is refused", async () => {
+    const down = await startHarness({ LOCAL_MODEL_URL: "http://127.0.0.1:9" });
+    try {
+      const request = await down.chatRequest("demo-small");
+      const { error } = await down.chat(request);
+      expect(AppError.fromGrpc(error).code).toBe("upstream_error");
+      const stored = await down.storedEvents(request.requestId);
+      expect(stored).toHaveLength(1);
+      expect(stored[0]).toMatchObject({ success: false, errorCode: "upstream_error" });
+      expect(down.billing.released).toEqual([request.reservationId]);
+    } finally {
+      await down.close();
+    }
+  });
+});
+
+describe("upstream connections", () => {
+  it("reuses one keep-alive connection for consecutive calls", async () => {
+    const ports: Array<number | undefined> = [];
+    for (let i = 0; i < 3; i++) {
+      const { error } = await h.chat(await h.chatRequest("demo-small"));
+      expect(error).toBeUndefined();
+      ports.push(h.upstream.calls.at(-1)!.remotePort);
+    }
+    expect(new Set(ports).size).toBe(1);
+  });
+});
+
+describe("ChatCompletion deadlines and shutdown", () => {
+  it("cuts a stream at the total timeout, before the idle timeout would", async () => {
+    const quick = await startHarness({ UPSTREAM_TOTAL_TIMEOUT_MS: "600", UPSTREAM_IDLE_TIMEOUT_MS: "5000" });
+    try {
+      const request = await quick.chatRequest("stalling");
+      const started = Date.now();
+      const { events, error } = await quick.chat(request);
+      expect(Date.now() - started).toBeLessThan(3_000);
+      expect(error).toBeUndefined();
+      expect(events.at(-1)!.error?.code).toBe("upstream_timeout");
+      const stored = await quick.storedEvents(request.requestId);
+      expect(stored).toHaveLength(1);
+      expect(stored[0]).toMatchObject({ success: false, errorCode: "upstream_timeout" });
+    } finally {
+      await quick.close();
+    }
+  });
+
+  it("still releases the slot and records usage for a stream cut by shutdown", async () => {
+    const doomed = await startHarness();
+    try {
+      const request = await doomed.chatRequest("stalling");
+      const running = doomed.chat(request);
+      await waitFor(
+        () => doomed.upstream.calls.length,
+        (n) => n > 0,
+      );
+      await doomed.registry.close(200);
+      await running;
+      const stored = await doomed.storedEvents(request.requestId);
+      expect(stored).toHaveLength(1);
+      expect(stored[0]!.success).toBe(false);
+      expect(["client_cancelled", "upstream_error"]).toContain(stored[0]!.errorCode);
+      expect(doomed.billing.released).toEqual([request.reservationId]);
+    } finally {
+      await doomed.close();
+    }
+  });
+});

@@ -1,0 +1,302 @@
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { Writable } from "node:stream";
+import { randomUUID } from "node:crypto";
+import { pino } from "pino";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import type { ServiceError } from "@grpc/grpc-js";
+import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
+import { startGrpcServer, unary, type GrpcServerHandle } from "@mkt/runtime/grpc-server";
+import { eventNames } from "@mkt/runtime/nats";
+import { REDACTED_PATHS, type Logger } from "@mkt/runtime/logger";
+import { freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { BillingServiceService, ReleaseSlotResponse, type ReleaseSlotRequest } from "@mkt/proto/billing/v1/billing";
+import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import {
+  ChatCompletionRequest,
+  RegistryServiceClient,
+  type ChatCompletionResponse,
+  type ListModelsResponse,
+  type ResolveRouteRequest,
+  type ResolveRouteResponse,
+  type Route,
+} from "@mkt/proto/registry/v1/registry";
+import { loadRegistryConfig } from "../src/config.ts";
+import { startRegistry } from "../src/server.ts";
+
+export const UPSTREAM_TOKEN = "sk-upstream-SECRET-7f3a9c";
+export const CONTENT = ["Hello", " there", ", friend", "!"];
+
+/** What the fake upstream received, per call. */
+export interface UpstreamCall {
+  authorization: string | undefined;
+  body: Record<string, unknown>;
+  /** The client port of the TCP connection the request came on (same port = connection reused). */
+  remotePort: number | undefined;
+  /** Resolves when the upstream saw its connection closed before it finished answering. */
+  aborted: Promise<void>;
+}
+
+/**
+ * A small real OpenAI-compatible SSE server. Its behaviour is picked by the model name it is
+ * asked for (the catalog's upstream_model), so one server plays every upstream the tests need.
+ */
+export async function startFakeUpstream() {
+  const calls: UpstreamCall[] = [];
+  const sockets = new Set<Socket>();
+  const server: Server = createServer(async (req, res) => {
+    const body = JSON.parse((await readAll(req)) || "{}") as Record<string, unknown>;
+    let markAborted!: () => void;
+    const aborted = new Promise<void>((resolve) => (markAborted = resolve));
+    res.on("close", () => {
+      if (!res.writableFinished) markAborted();
+    });
+    calls.push({ authorization: req.headers.authorization, body, remotePort: req.socket.remotePort, aborted });
+    if (req.headers.authorization !== `Bearer ${UPSTREAM_TOKEN}`) {
+      res.writeHead(401, { "content-type": "application/json" }).end('{"error":{"message":"bad token"}}');
+      return;
+    }
+    const mode = String(body.model);
+    if (mode === "fail500") {
+      res
+        .writeHead(500, { "content-type": "application/json" })
+        .end(`{"error":{"message":"internal upstream detail: token ${UPSTREAM_TOKEN}"}}`);
+      return;
+    }
+    if (mode === "hang") return; // never answers: headers never come
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+    const send = (chunk: unknown) => res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+    const base = { id: "chatcmpl-up1", object: "chat.completion.chunk", created: 1_700_000_000, model: mode };
+    const delta = (d: Record<string, unknown>, finish: string | null = null) =>
+      send({ ...base, choices: [{ index: 0, delta: d, finish_reason: finish }] });
+
+    if (mode === "stall") {
+      delta({ role: "assistant", content: "" });
+      delta({ content: CONTENT[0] });
+      return; // then silence: idle timeout or caller cancel
+    }
+    if (mode === "tools") {
+      delta({
+        role: "assistant",
+        content: null,
+        tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "get_weather", arguments: "" } }],
+      });
+      delta({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] });
+      delta({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] });
+      delta({}, "tool_calls");
+      send({ ...base, choices: [], usage: { prompt_tokens: 30, completion_tokens: 9, total_tokens: 39 } });
+      res.end("data: [DONE]\n\n");
+      return;
+    }
+    delta({ role: "assistant", content: "" });
+    for (const piece of CONTENT) delta({ content: piece });
+    // Some servers put usage on the finishing chunk: it must be stripped before relaying.
+    send({
+      ...base,
+      choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+      usage: { prompt_tokens: 999, completion_tokens: 999 },
+    });
+    const usage: Record<string, Record<string, unknown>> = {
+      ok: { prompt_tokens: 12, completion_tokens: 5 },
+      "liar-huge": { prompt_tokens: 1e12, completion_tokens: 1e12 },
+      "liar-negative": { prompt_tokens: -40, completion_tokens: -3 },
+      "liar-garbage": { prompt_tokens: "12", completion_tokens: null },
+      "liar-float": { prompt_tokens: Number.MAX_VALUE, completion_tokens: Number.POSITIVE_INFINITY },
+    };
+    send({ ...base, choices: [], usage: usage[mode] ?? usage.ok });
+    res.end("data: [DONE]\n\n");
+  });
+  server.on("connection", (s) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    calls,
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+async function readAll(req: IncomingMessage): Promise<string> {
+  const parts: Buffer[] = [];
+  for await (const part of req) parts.push(part as Buffer);
+  return Buffer.concat(parts).toString("utf8");
+}
+
+/** A minimal real billing gRPC server that only records ReleaseSlot calls. */
+export async function startBillingDouble(log: Logger): Promise<GrpcServerHandle & { released: string[] }> {
+  const released: string[] = [];
+  const handle = await startGrpcServer("127.0.0.1", 0, [
+    [
+      BillingServiceService,
+      {
+        releaseSlot: unary(log, "ReleaseSlot", async (request: ReleaseSlotRequest) => {
+          released.push(request.reservationId);
+          return ReleaseSlotResponse.fromPartial({});
+        }),
+      },
+    ],
+  ]);
+  return Object.assign(handle, { released });
+}
+
+const model = (id: string, upstream: string, alias = "") => ({
+  model_id: id,
+  model_alias: alias || undefined,
+  context_window: 8192,
+  input_price_per_1m_usd: "0.50",
+  output_price_per_1m_usd: 1.5,
+  upstream_model: upstream,
+});
+
+export const TEST_MODELS = [
+  model("demo-small", "ok", "Demo Small"),
+  model("broken", "fail500"),
+  model("hanging", "hang"),
+  model("stalling", "stall"),
+  model("tooling", "tools"),
+  model("liar-huge", "liar-huge"),
+  model("liar-negative", "liar-negative"),
+  model("liar-garbage", "liar-garbage"),
+  model("liar-float", "liar-float"),
+];
+
+/** Everything a registry test file needs: fake upstream, billing double, registry, NATS reader. */
+export async function startHarness(env: Record<string, string> = {}) {
+  const logLines: string[] = [];
+  const sink = new Writable({
+    write(line, _enc, done) {
+      logLines.push(String(line));
+      done();
+    },
+  });
+  // Debug level and the process's redaction rules: tests check that no line carries the token.
+  const log = pino({ level: "debug", redact: { paths: REDACTED_PATHS, censor: "[redacted]" } }, sink);
+  const upstream = await startFakeUpstream();
+  const billing = await startBillingDouble(log);
+  const prefix = freshEventsPrefix();
+  const names = eventNames(prefix);
+  const config = loadRegistryConfig({
+    NATS_URL: TEST_NATS_URL,
+    EVENTS_PREFIX: prefix,
+    GRPC_PORT: "0",
+    BILLING_ADDR: `127.0.0.1:${billing.port}`,
+    LOCAL_MODEL_URL: upstream.url,
+    LOCAL_MODEL_TOKEN: UPSTREAM_TOKEN,
+    LOCAL_MODELS: JSON.stringify(TEST_MODELS),
+    UPSTREAM_FIRST_BYTE_TIMEOUT_MS: "1500",
+    UPSTREAM_IDLE_TIMEOUT_MS: "1500",
+    ...env,
+  });
+  const registry = await startRegistry(config, log);
+  const grpcClient = createClient(RegistryServiceClient, `127.0.0.1:${registry.port}`);
+  const client = promiseClient(grpcClient) as unknown as {
+    resolveRoute(request: ResolveRouteRequest): Promise<ResolveRouteResponse>;
+    listModels(request: object): Promise<ListModelsResponse>;
+  };
+  const nc: NatsConnection = await connect({ servers: TEST_NATS_URL });
+  const jsm: JetStreamManager = await jetstreamManager(nc);
+  // Every publish, duplicates included (JetStream would hide a duplicate msgID from the stream).
+  const published: UsageCompleted[] = [];
+  const sub: Subscription = nc.subscribe(names.usageCompleted);
+  void (async () => {
+    for await (const msg of sub) published.push(UsageCompleted.decode(msg.data));
+  })();
+  await nc.flush();
+
+  async function route(name: string): Promise<Route> {
+    const response = await client.resolveRoute({ model: name });
+    return response.route!;
+  }
+
+  return {
+    upstream,
+    billing,
+    registry,
+    client,
+    logLines,
+    published,
+    route,
+    /** A ChatCompletion request as the edge sends it. */
+    async chatRequest(modelName: string, overrides: Partial<ChatCompletionRequest> = {}, body: object = {}) {
+      const requestId = `req_${randomUUID()}`;
+      return ChatCompletionRequest.fromPartial({
+        requestId,
+        reservationId: randomUUID(),
+        accountId: randomUUID(),
+        keyId: "key_1",
+        route: await route(modelName),
+        body: Buffer.from(
+          JSON.stringify({ model: modelName, messages: [{ role: "user", content: "Say hello" }], ...body }),
+        ),
+        stream: true,
+        includeUsage: false,
+        maxOutputTokens: 100n,
+        promptTokens: 20n,
+        receivedAtMs: BigInt(Date.now() - 5),
+        ...overrides,
+      });
+    },
+    /** Runs a ChatCompletion to its end; `cancelAfter` cancels the call after that many events. */
+    chat(request: ChatCompletionRequest, cancelAfter?: number) {
+      return new Promise<{ events: ChatCompletionResponse[]; error?: ServiceError; cancelled?: boolean }>((resolve) => {
+        const events: ChatCompletionResponse[] = [];
+        const call = grpcClient.chatCompletion(request);
+        call.on("data", (event: ChatCompletionResponse) => {
+          events.push(event);
+          if (cancelAfter !== undefined && events.length >= cancelAfter) {
+            call.cancel();
+            resolve({ events, cancelled: true });
+          }
+        });
+        call.on("error", (error: ServiceError) => resolve({ events, error }));
+        call.on("end", () => resolve({ events }));
+      });
+    },
+    /** The usage.completed events JetStream holds for a request. */
+    async storedEvents(requestId: string): Promise<UsageCompleted[]> {
+      const info = await jsm.streams.info(names.usageStream);
+      const found: UsageCompleted[] = [];
+      for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+        const msg = await jsm.streams.getMessage(names.usageStream, { seq }).catch(() => null);
+        if (!msg) continue;
+        const event = UsageCompleted.decode(msg.data);
+        if (event.requestId === requestId) found.push(event);
+      }
+      return found;
+    },
+    async close() {
+      grpcClient.close();
+      await registry.close(1_000);
+      await billing.close(1_000);
+      await upstream.close();
+      sub.unsubscribe();
+      await jsm.streams.delete(names.usageStream).catch(() => undefined);
+      await nc.drain();
+    },
+  };
+}
+
+export type Harness = Awaited<ReturnType<typeof startHarness>>;
+
+/** Polls until `read` returns a value `done` accepts. */
+export async function waitFor<T>(read: () => Promise<T> | T, done: (v: T) => boolean, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value) || Date.now() > deadline) return value;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** Decodes the JSON of a chunk or completion event. */
+export function eventJson(event: ChatCompletionResponse): Record<string, unknown> {
+  const bytes = event.chunk ?? event.completion;
+  if (!bytes) throw new Error("event carries no JSON");
+  return JSON.parse(Buffer.from(bytes).toString("utf8")) as Record<string, unknown>;
+}

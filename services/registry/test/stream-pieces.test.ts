@@ -1,0 +1,111 @@
+import { describe, expect, it } from "vitest";
+import { SseParser, SseTooLargeError } from "../src/upstream/sse-parser.ts";
+import { billedUsage } from "../src/chat/billed-usage.ts";
+import { upstreamBody } from "../src/chat/request-body.ts";
+import { AppError } from "@mkt/runtime/errors";
+
+describe("SseParser", () => {
+  it("yields data payloads across arbitrary chunk boundaries and line endings", () => {
+    const text = 'data: {"a":1}\r\n\r\n: keep-alive\n\nevent: x\ndata: {"b":\ndata: 2}\n\ndata: [DONE]\n\n';
+    for (const size of [1, 2, 3, 7, text.length]) {
+      const parser = new SseParser();
+      const out: string[] = [];
+      for (let i = 0; i < text.length; i += size) out.push(...parser.push(text.slice(i, i + size)));
+      out.push(...parser.end());
+      expect(out).toEqual(['{"a":1}', '{"b":\n2}', "[DONE]"]);
+    }
+  });
+
+  it("delivers a last event that lacks its blank line", () => {
+    const parser = new SseParser();
+    expect(parser.push("data: tail")).toEqual([]);
+    expect(parser.end()).toEqual(["tail"]);
+  });
+
+  it("refuses an event larger than its limit", () => {
+    const parser = new SseParser(16);
+    expect(() => parser.push(`data: ${"x".repeat(32)}`)).toThrow(SseTooLargeError);
+  });
+});
+
+describe("billedUsage", () => {
+  const base = { promptTokens: 20n, deliveredOutputTokens: 6n, maxOutputTokens: 100n };
+
+  it("takes an honest report", () => {
+    expect(billedUsage({ ...base, reported: { promptTokens: 12, completionTokens: 5 } })).toEqual({
+      inputTokens: 12n,
+      outputTokens: 5n,
+    });
+  });
+
+  it("clamps a report to the edge's prompt count, the delivered count and the cap", () => {
+    expect(billedUsage({ ...base, reported: { promptTokens: 1e12, completionTokens: 1e12 } })).toEqual({
+      inputTokens: 20n,
+      outputTokens: 6n,
+    });
+    expect(billedUsage({ ...base, maxOutputTokens: 4n, reported: { promptTokens: 5, completionTokens: 50 } })).toEqual({
+      inputTokens: 5n,
+      outputTokens: 4n,
+    });
+  });
+
+  it.each([
+    ["negative", -1, -1],
+    ["NaN", NaN, NaN],
+    ["infinite", Infinity, -Infinity],
+    ["strings", "12", "5"],
+    ["null", null, null],
+  ])("falls back to its own counts when the report is %s", (_case, p, c) => {
+    expect(billedUsage({ ...base, reported: { promptTokens: p, completionTokens: c } })).toEqual({
+      inputTokens: 20n,
+      outputTokens: 6n,
+    });
+  });
+
+  it("uses its own counts when nothing was reported", () => {
+    expect(billedUsage({ ...base, reported: undefined })).toEqual({ inputTokens: 20n, outputTokens: 6n });
+  });
+});
+
+describe("upstreamBody", () => {
+  const body = (o: object) => Buffer.from(JSON.stringify(o));
+
+  it("rewrites model and output cap, forces streaming with usage, keeps every other field", () => {
+    const tools = [{ type: "function", function: { name: "f", parameters: { type: "object" } } }];
+    const out = JSON.parse(
+      upstreamBody(
+        body({
+          model: "Demo Small",
+          messages: [{ role: "user", content: "hi" }],
+          max_completion_tokens: 9999,
+          stream: false,
+          stream_options: { include_usage: false, other: 1 },
+          temperature: 0.2,
+          n: 2,
+          stop: ["\n"],
+          tools,
+          response_format: { type: "json_object" },
+        }),
+        "llama3:8b",
+        512n,
+      ).toString(),
+    );
+    expect(out).toEqual({
+      model: "llama3:8b",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 512,
+      stream: true,
+      stream_options: { include_usage: true, other: 1 },
+      temperature: 0.2,
+      n: 2,
+      stop: ["\n"],
+      tools,
+      response_format: { type: "json_object" },
+    });
+  });
+
+  it("refuses a body that is not a JSON object", () => {
+    expect(() => upstreamBody(Buffer.from("[1]"), "m", 5n)).toThrow(AppError);
+    expect(() => upstreamBody(Buffer.from("{"), "m", 5n)).toThrow(AppError);
+  });
+});
