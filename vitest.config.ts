@@ -5,6 +5,7 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["**/test/**/*.test.ts"],
+    globalSetup: ["packages/testkit/src/global-setup.ts"],
     exclude: ["**/node_modules/**"],
     pool: "forks",
     testTimeout: 30_000,

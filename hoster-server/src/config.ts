@@ -1,16 +1,4 @@
-import { commonSpecs, host, loadConfig, makeValidator, str, url } from "@mkt/runtime/config";
-
-/** A TCP port; unlike envalid's `port`, 0 is allowed (the OS picks a free one, as tests do). */
-const listenPort = makeValidator<number>((value) => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error("must be a port number from 0 to 65535");
-  return n;
-});
-
-const secret = makeValidator<string>((value) => {
-  if (value.trim() === "") throw new Error("must not be empty");
-  return value;
-});
+import { commonSpecs, host, listenPort, loadConfig, makeValidator, secret, str, url } from "@mkt/runtime/config";
 
 /** Comma-separated model ids, e.g. "demo-small,demo-large". */
 const modelList = makeValidator<string[]>((value) => {

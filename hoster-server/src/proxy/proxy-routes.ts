@@ -30,7 +30,8 @@ function relay(reply: FastifyReply, upstream: Dispatcher.ResponseData): FastifyR
 
 /**
  * Proxy mode: /v1/models and /v1/chat/completions are forwarded to an OpenAI-compatible backend
- * (Ollama, llama.cpp server, vLLM). Response bytes, streamed or not, pass through untouched.
+ * (Ollama, llama.cpp server, vLLM). Response bytes, streamed or not, pass through untouched, except
+ * the backend's 401/403 (it refused our UPSTREAM_API_KEY) and 5xx, which become 502 upstream_error.
  */
 export function proxyRoutes(app: FastifyInstance, options: ProxyOptions): void {
   const base = new URL(options.upstreamUrl);
@@ -63,6 +64,13 @@ export function proxyRoutes(app: FastifyInstance, options: ProxyOptions): void {
       await upstream.body.dump().catch(() => undefined);
       reply.log.error({ status: upstream.statusCode, upstream: base.origin }, "backend refused UPSTREAM_API_KEY");
       throw new AppError("upstream_error", "The model backend refused this server's credentials.");
+    }
+    if (upstream.statusCode >= 500) {
+      // A backend's 5xx body is its own business (Ollama sends `{"error": "<text>"}`, some servers
+      // a stack trace): callers get an OpenAI-shaped 502 that echoes none of it.
+      await upstream.body.dump().catch(() => undefined);
+      reply.log.warn({ status: upstream.statusCode, upstream: base.origin }, "upstream answered with a server error");
+      throw new AppError("upstream_error", "The model backend failed to answer.");
     }
     return relay(reply, upstream);
   };

@@ -1,4 +1,5 @@
 import { cleanEnv, str, port, bool, num, url, host, makeValidator, type CleanedEnv } from "envalid";
+import { parseSecretsKey } from "./secret-box.ts";
 
 export { str, port, bool, num, url, host, makeValidator };
 
@@ -32,11 +33,13 @@ export const commonSpecs = {
   MIGRATE_ON_START: bool({ default: true }),
 };
 
-/** 32 random bytes, hex or base64; used for AES-256-GCM and session signing. */
-export const secret32 = makeValidator<string>((value) => {
-  const bytes = /^[0-9a-f]{64}$/i.test(value) ? Buffer.from(value, "hex") : Buffer.from(value, "base64");
-  if (bytes.length !== 32) throw new Error("must be 32 bytes, hex (64 chars) or base64");
-  return value;
+/**
+ * `SECRETS_KEY`, the key of the services' SecretBox: 64 hex characters, exactly what `npm start`
+ * generates (secret-box.ts). Required wherever it is used: no default, never logged.
+ */
+export const secretsKey = makeValidator<string>((value) => {
+  parseSecretsKey(value);
+  return value.trim();
 });
 
 /** An integer within [min, max]. */

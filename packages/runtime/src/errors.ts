@@ -20,6 +20,7 @@ export const ERROR_CODES = {
   not_found: { http: 404, type: "invalid_request_error", grpc: GrpcStatus.NOT_FOUND },
   email_taken: { http: 409, type: "invalid_request_error", grpc: GrpcStatus.ALREADY_EXISTS },
   already_subscribed: { http: 409, type: "invalid_request_error", grpc: GrpcStatus.ALREADY_EXISTS },
+  idempotency_conflict: { http: 409, type: "invalid_request_error", grpc: GrpcStatus.ALREADY_EXISTS },
   rate_limit_exceeded: { http: 429, type: "rate_limit_error", grpc: GrpcStatus.RESOURCE_EXHAUSTED },
   concurrency_limit_exceeded: { http: 429, type: "rate_limit_error", grpc: GrpcStatus.RESOURCE_EXHAUSTED },
   included_tokens_exhausted: { http: 429, type: "rate_limit_error", grpc: GrpcStatus.RESOURCE_EXHAUSTED },
@@ -89,6 +90,11 @@ export class AppError extends Error {
     if (this.param) metadata.set(PARAM_KEY, this.param);
     for (const [name, value] of Object.entries(this.headers)) metadata.set(HEADER_PREFIX + name, value);
     return { code: ERROR_CODES[this.code].grpc, details: this.message, metadata };
+  }
+
+  /** An error from a code received as data (a stream's error event); unknown codes are upstream errors. */
+  static fromCode(code: string, message: string): AppError {
+    return code in ERROR_CODES ? new AppError(code as ErrorCode, message) : new AppError("upstream_error", message);
   }
 
   /**

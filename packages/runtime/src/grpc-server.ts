@@ -87,3 +87,28 @@ export async function startGrpcServer(
       }),
   };
 }
+
+/**
+ * Writes one message of a server stream and honours flow control: when the transport's buffer is
+ * full it waits for `drain`, so a slow reader holds the producer back instead of filling memory.
+ * Resolves false, without writing, once the caller has cancelled.
+ */
+export async function writeWithBackpressure<Res>(
+  call: ServerWritableStream<unknown, Res>,
+  message: Res,
+): Promise<boolean> {
+  if (call.cancelled || call.destroyed) return false;
+  if (call.write(message)) return true;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      call.off("drain", done);
+      call.off("cancelled", done);
+      call.off("close", done);
+      resolve();
+    };
+    call.on("drain", done);
+    call.on("cancelled", done);
+    call.on("close", done);
+  });
+  return !call.cancelled;
+}

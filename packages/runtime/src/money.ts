@@ -56,3 +56,14 @@ export function splitRevenue(cost: Micros, servedByHoster: boolean): { platformF
   const platformFee = (cost * PLATFORM_SHARE_PERCENT) / 100n;
   return { platformFee, hosterEarned: cost - platformFee };
 }
+
+/**
+ * Renders micro-USD as exact decimal text with six places ("1.500000", "-0.000001"), for files
+ * such as the usage CSV where a float's shortest form ("1.5e-7") would be awkward to read back.
+ */
+export function microsToUsdText(micros: Micros): string {
+  const negative = micros < 0n;
+  const abs = negative ? -micros : micros;
+  const fraction = (abs % MICROS_PER_USD).toString().padStart(6, "0");
+  return `${negative ? "-" : ""}${abs / MICROS_PER_USD}.${fraction}`;
+}

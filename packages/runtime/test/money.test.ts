@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { affordableOutputTokens, costMicros, microsToUsd, splitRevenue, usdToMicros } from "../src/money.ts";
+import {
+  affordableOutputTokens,
+  costMicros,
+  microsToUsd,
+  microsToUsdText,
+  splitRevenue,
+  usdToMicros,
+} from "../src/money.ts";
 
 describe("usdToMicros", () => {
   it("parses decimal strings and numbers exactly", () => {
@@ -17,6 +24,14 @@ describe("usdToMicros", () => {
 
   it("renders back to a USD number", () => {
     expect(microsToUsd(4_999_237n)).toBe(4.999237);
+  });
+
+  it("renders exact six-decimal text for files", () => {
+    expect(microsToUsdText(4_999_237n)).toBe("4.999237");
+    expect(microsToUsdText(1n)).toBe("0.000001");
+    expect(microsToUsdText(0n)).toBe("0.000000");
+    expect(microsToUsdText(12_000_000n)).toBe("12.000000");
+    expect(microsToUsdText(-1_500_000n)).toBe("-1.500000");
   });
 });
 

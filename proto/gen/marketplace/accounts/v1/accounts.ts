@@ -108,6 +108,86 @@ export interface RevokeApiKeyResponse {
   key?: ApiKey | undefined;
 }
 
+export interface GetAccountRequest {
+  accountId: string;
+}
+
+export interface GetAccountResponse {
+  account?: Account | undefined;
+}
+
+export interface CreateInviteRequest {
+}
+
+export interface CreateInviteResponse {
+  inviteCode: string;
+  createdAt: string;
+}
+
+export interface CheckInviteRequest {
+  inviteCode: string;
+  clientIp: string;
+}
+
+export interface CheckInviteResponse {
+}
+
+export interface RegisterHosterLoginRequest {
+  /** Chosen by registry, which owns the hoster record. */
+  hosterId: string;
+  inviteCode: string;
+  email: string;
+  /** Empty: a portal password is generated and returned once. */
+  password: string;
+  clientIp: string;
+}
+
+export interface RegisterHosterLoginResponse {
+  hosterId: string;
+  email: string;
+  /** Set only when the password was generated; shown once. */
+  portalPassword: string;
+}
+
+/** Who a session belongs to: a customer account or a hoster. */
+export interface Session {
+  /** "customer" or "hoster" */
+  kind: string;
+  /** account_id for a customer, hoster_id for a hoster. */
+  subjectId: string;
+  email: string;
+  expiresAt: string;
+}
+
+export interface LoginRequest {
+  email: string;
+  password: string;
+  /** "customer" or "hoster": one e-mail may be both, so the caller says which login it means. */
+  kind: string;
+  clientIp: string;
+}
+
+export interface LoginResponse {
+  /** The cookie value; only its hash is stored. */
+  sessionToken: string;
+  session?: Session | undefined;
+}
+
+export interface LogoutRequest {
+  sessionToken: string;
+}
+
+export interface LogoutResponse {
+}
+
+export interface ResolveSessionRequest {
+  sessionToken: string;
+}
+
+export interface ResolveSessionResponse {
+  session?: Session | undefined;
+}
+
 function createBaseCreateAccountRequest(): CreateAccountRequest {
   return { email: "", password: "", clientIp: "" };
 }
@@ -1484,6 +1564,1296 @@ export const RevokeApiKeyResponse: MessageFns<RevokeApiKeyResponse> = {
   },
 };
 
+function createBaseGetAccountRequest(): GetAccountRequest {
+  return { accountId: "" };
+}
+
+export const GetAccountRequest: MessageFns<GetAccountRequest> = {
+  encode(message: GetAccountRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetAccountRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetAccountRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetAccountRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+    };
+  },
+
+  toJSON(message: GetAccountRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetAccountRequest>, I>>(base?: I): GetAccountRequest {
+    return GetAccountRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetAccountRequest>, I>>(object: I): GetAccountRequest {
+    const message = createBaseGetAccountRequest();
+    message.accountId = object.accountId ?? "";
+    return message;
+  },
+};
+
+function createBaseGetAccountResponse(): GetAccountResponse {
+  return { account: undefined };
+}
+
+export const GetAccountResponse: MessageFns<GetAccountResponse> = {
+  encode(message: GetAccountResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.account !== undefined) {
+      Account.encode(message.account, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetAccountResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetAccountResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.account = Account.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetAccountResponse {
+    return { account: isSet(object.account) ? Account.fromJSON(object.account) : undefined };
+  },
+
+  toJSON(message: GetAccountResponse): unknown {
+    const obj: any = {};
+    if (message.account !== undefined) {
+      obj.account = Account.toJSON(message.account);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetAccountResponse>, I>>(base?: I): GetAccountResponse {
+    return GetAccountResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetAccountResponse>, I>>(object: I): GetAccountResponse {
+    const message = createBaseGetAccountResponse();
+    message.account = (object.account !== undefined && object.account !== null)
+      ? Account.fromPartial(object.account)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCreateInviteRequest(): CreateInviteRequest {
+  return {};
+}
+
+export const CreateInviteRequest: MessageFns<CreateInviteRequest> = {
+  encode(_: CreateInviteRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateInviteRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateInviteRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): CreateInviteRequest {
+    return {};
+  },
+
+  toJSON(_: CreateInviteRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateInviteRequest>, I>>(base?: I): CreateInviteRequest {
+    return CreateInviteRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateInviteRequest>, I>>(_: I): CreateInviteRequest {
+    const message = createBaseCreateInviteRequest();
+    return message;
+  },
+};
+
+function createBaseCreateInviteResponse(): CreateInviteResponse {
+  return { inviteCode: "", createdAt: "" };
+}
+
+export const CreateInviteResponse: MessageFns<CreateInviteResponse> = {
+  encode(message: CreateInviteResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inviteCode !== "") {
+      writer.uint32(10).string(message.inviteCode);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(18).string(message.createdAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateInviteResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateInviteResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.inviteCode = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateInviteResponse {
+    return {
+      inviteCode: isSet(object.inviteCode)
+        ? globalThis.String(object.inviteCode)
+        : isSet(object.invite_code)
+        ? globalThis.String(object.invite_code)
+        : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+    };
+  },
+
+  toJSON(message: CreateInviteResponse): unknown {
+    const obj: any = {};
+    if (message.inviteCode !== "") {
+      obj.inviteCode = message.inviteCode;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateInviteResponse>, I>>(base?: I): CreateInviteResponse {
+    return CreateInviteResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateInviteResponse>, I>>(object: I): CreateInviteResponse {
+    const message = createBaseCreateInviteResponse();
+    message.inviteCode = object.inviteCode ?? "";
+    message.createdAt = object.createdAt ?? "";
+    return message;
+  },
+};
+
+function createBaseCheckInviteRequest(): CheckInviteRequest {
+  return { inviteCode: "", clientIp: "" };
+}
+
+export const CheckInviteRequest: MessageFns<CheckInviteRequest> = {
+  encode(message: CheckInviteRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inviteCode !== "") {
+      writer.uint32(10).string(message.inviteCode);
+    }
+    if (message.clientIp !== "") {
+      writer.uint32(18).string(message.clientIp);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CheckInviteRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCheckInviteRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.inviteCode = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.clientIp = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CheckInviteRequest {
+    return {
+      inviteCode: isSet(object.inviteCode)
+        ? globalThis.String(object.inviteCode)
+        : isSet(object.invite_code)
+        ? globalThis.String(object.invite_code)
+        : "",
+      clientIp: isSet(object.clientIp)
+        ? globalThis.String(object.clientIp)
+        : isSet(object.client_ip)
+        ? globalThis.String(object.client_ip)
+        : "",
+    };
+  },
+
+  toJSON(message: CheckInviteRequest): unknown {
+    const obj: any = {};
+    if (message.inviteCode !== "") {
+      obj.inviteCode = message.inviteCode;
+    }
+    if (message.clientIp !== "") {
+      obj.clientIp = message.clientIp;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CheckInviteRequest>, I>>(base?: I): CheckInviteRequest {
+    return CheckInviteRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CheckInviteRequest>, I>>(object: I): CheckInviteRequest {
+    const message = createBaseCheckInviteRequest();
+    message.inviteCode = object.inviteCode ?? "";
+    message.clientIp = object.clientIp ?? "";
+    return message;
+  },
+};
+
+function createBaseCheckInviteResponse(): CheckInviteResponse {
+  return {};
+}
+
+export const CheckInviteResponse: MessageFns<CheckInviteResponse> = {
+  encode(_: CheckInviteResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CheckInviteResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCheckInviteResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): CheckInviteResponse {
+    return {};
+  },
+
+  toJSON(_: CheckInviteResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CheckInviteResponse>, I>>(base?: I): CheckInviteResponse {
+    return CheckInviteResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CheckInviteResponse>, I>>(_: I): CheckInviteResponse {
+    const message = createBaseCheckInviteResponse();
+    return message;
+  },
+};
+
+function createBaseRegisterHosterLoginRequest(): RegisterHosterLoginRequest {
+  return { hosterId: "", inviteCode: "", email: "", password: "", clientIp: "" };
+}
+
+export const RegisterHosterLoginRequest: MessageFns<RegisterHosterLoginRequest> = {
+  encode(message: RegisterHosterLoginRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.inviteCode !== "") {
+      writer.uint32(18).string(message.inviteCode);
+    }
+    if (message.email !== "") {
+      writer.uint32(26).string(message.email);
+    }
+    if (message.password !== "") {
+      writer.uint32(34).string(message.password);
+    }
+    if (message.clientIp !== "") {
+      writer.uint32(42).string(message.clientIp);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RegisterHosterLoginRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRegisterHosterLoginRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.inviteCode = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.password = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.clientIp = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RegisterHosterLoginRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      inviteCode: isSet(object.inviteCode)
+        ? globalThis.String(object.inviteCode)
+        : isSet(object.invite_code)
+        ? globalThis.String(object.invite_code)
+        : "",
+      email: isSet(object.email) ? globalThis.String(object.email) : "",
+      password: isSet(object.password) ? globalThis.String(object.password) : "",
+      clientIp: isSet(object.clientIp)
+        ? globalThis.String(object.clientIp)
+        : isSet(object.client_ip)
+        ? globalThis.String(object.client_ip)
+        : "",
+    };
+  },
+
+  toJSON(message: RegisterHosterLoginRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.inviteCode !== "") {
+      obj.inviteCode = message.inviteCode;
+    }
+    if (message.email !== "") {
+      obj.email = message.email;
+    }
+    if (message.password !== "") {
+      obj.password = message.password;
+    }
+    if (message.clientIp !== "") {
+      obj.clientIp = message.clientIp;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RegisterHosterLoginRequest>, I>>(base?: I): RegisterHosterLoginRequest {
+    return RegisterHosterLoginRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RegisterHosterLoginRequest>, I>>(object: I): RegisterHosterLoginRequest {
+    const message = createBaseRegisterHosterLoginRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.inviteCode = object.inviteCode ?? "";
+    message.email = object.email ?? "";
+    message.password = object.password ?? "";
+    message.clientIp = object.clientIp ?? "";
+    return message;
+  },
+};
+
+function createBaseRegisterHosterLoginResponse(): RegisterHosterLoginResponse {
+  return { hosterId: "", email: "", portalPassword: "" };
+}
+
+export const RegisterHosterLoginResponse: MessageFns<RegisterHosterLoginResponse> = {
+  encode(message: RegisterHosterLoginResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.email !== "") {
+      writer.uint32(18).string(message.email);
+    }
+    if (message.portalPassword !== "") {
+      writer.uint32(26).string(message.portalPassword);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RegisterHosterLoginResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRegisterHosterLoginResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.portalPassword = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RegisterHosterLoginResponse {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      email: isSet(object.email) ? globalThis.String(object.email) : "",
+      portalPassword: isSet(object.portalPassword)
+        ? globalThis.String(object.portalPassword)
+        : isSet(object.portal_password)
+        ? globalThis.String(object.portal_password)
+        : "",
+    };
+  },
+
+  toJSON(message: RegisterHosterLoginResponse): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.email !== "") {
+      obj.email = message.email;
+    }
+    if (message.portalPassword !== "") {
+      obj.portalPassword = message.portalPassword;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RegisterHosterLoginResponse>, I>>(base?: I): RegisterHosterLoginResponse {
+    return RegisterHosterLoginResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RegisterHosterLoginResponse>, I>>(object: I): RegisterHosterLoginResponse {
+    const message = createBaseRegisterHosterLoginResponse();
+    message.hosterId = object.hosterId ?? "";
+    message.email = object.email ?? "";
+    message.portalPassword = object.portalPassword ?? "";
+    return message;
+  },
+};
+
+function createBaseSession(): Session {
+  return { kind: "", subjectId: "", email: "", expiresAt: "" };
+}
+
+export const Session: MessageFns<Session> = {
+  encode(message: Session, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== "") {
+      writer.uint32(10).string(message.kind);
+    }
+    if (message.subjectId !== "") {
+      writer.uint32(18).string(message.subjectId);
+    }
+    if (message.email !== "") {
+      writer.uint32(26).string(message.email);
+    }
+    if (message.expiresAt !== "") {
+      writer.uint32(34).string(message.expiresAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Session {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSession();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.subjectId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.expiresAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Session {
+    return {
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      subjectId: isSet(object.subjectId)
+        ? globalThis.String(object.subjectId)
+        : isSet(object.subject_id)
+        ? globalThis.String(object.subject_id)
+        : "",
+      email: isSet(object.email) ? globalThis.String(object.email) : "",
+      expiresAt: isSet(object.expiresAt)
+        ? globalThis.String(object.expiresAt)
+        : isSet(object.expires_at)
+        ? globalThis.String(object.expires_at)
+        : "",
+    };
+  },
+
+  toJSON(message: Session): unknown {
+    const obj: any = {};
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
+    if (message.subjectId !== "") {
+      obj.subjectId = message.subjectId;
+    }
+    if (message.email !== "") {
+      obj.email = message.email;
+    }
+    if (message.expiresAt !== "") {
+      obj.expiresAt = message.expiresAt;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Session>, I>>(base?: I): Session {
+    return Session.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Session>, I>>(object: I): Session {
+    const message = createBaseSession();
+    message.kind = object.kind ?? "";
+    message.subjectId = object.subjectId ?? "";
+    message.email = object.email ?? "";
+    message.expiresAt = object.expiresAt ?? "";
+    return message;
+  },
+};
+
+function createBaseLoginRequest(): LoginRequest {
+  return { email: "", password: "", kind: "", clientIp: "" };
+}
+
+export const LoginRequest: MessageFns<LoginRequest> = {
+  encode(message: LoginRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.email !== "") {
+      writer.uint32(10).string(message.email);
+    }
+    if (message.password !== "") {
+      writer.uint32(18).string(message.password);
+    }
+    if (message.kind !== "") {
+      writer.uint32(26).string(message.kind);
+    }
+    if (message.clientIp !== "") {
+      writer.uint32(34).string(message.clientIp);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LoginRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLoginRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.password = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.clientIp = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LoginRequest {
+    return {
+      email: isSet(object.email) ? globalThis.String(object.email) : "",
+      password: isSet(object.password) ? globalThis.String(object.password) : "",
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      clientIp: isSet(object.clientIp)
+        ? globalThis.String(object.clientIp)
+        : isSet(object.client_ip)
+        ? globalThis.String(object.client_ip)
+        : "",
+    };
+  },
+
+  toJSON(message: LoginRequest): unknown {
+    const obj: any = {};
+    if (message.email !== "") {
+      obj.email = message.email;
+    }
+    if (message.password !== "") {
+      obj.password = message.password;
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
+    if (message.clientIp !== "") {
+      obj.clientIp = message.clientIp;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LoginRequest>, I>>(base?: I): LoginRequest {
+    return LoginRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LoginRequest>, I>>(object: I): LoginRequest {
+    const message = createBaseLoginRequest();
+    message.email = object.email ?? "";
+    message.password = object.password ?? "";
+    message.kind = object.kind ?? "";
+    message.clientIp = object.clientIp ?? "";
+    return message;
+  },
+};
+
+function createBaseLoginResponse(): LoginResponse {
+  return { sessionToken: "", session: undefined };
+}
+
+export const LoginResponse: MessageFns<LoginResponse> = {
+  encode(message: LoginResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionToken !== "") {
+      writer.uint32(10).string(message.sessionToken);
+    }
+    if (message.session !== undefined) {
+      Session.encode(message.session, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LoginResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLoginResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionToken = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.session = Session.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LoginResponse {
+    return {
+      sessionToken: isSet(object.sessionToken)
+        ? globalThis.String(object.sessionToken)
+        : isSet(object.session_token)
+        ? globalThis.String(object.session_token)
+        : "",
+      session: isSet(object.session) ? Session.fromJSON(object.session) : undefined,
+    };
+  },
+
+  toJSON(message: LoginResponse): unknown {
+    const obj: any = {};
+    if (message.sessionToken !== "") {
+      obj.sessionToken = message.sessionToken;
+    }
+    if (message.session !== undefined) {
+      obj.session = Session.toJSON(message.session);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LoginResponse>, I>>(base?: I): LoginResponse {
+    return LoginResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LoginResponse>, I>>(object: I): LoginResponse {
+    const message = createBaseLoginResponse();
+    message.sessionToken = object.sessionToken ?? "";
+    message.session = (object.session !== undefined && object.session !== null)
+      ? Session.fromPartial(object.session)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseLogoutRequest(): LogoutRequest {
+  return { sessionToken: "" };
+}
+
+export const LogoutRequest: MessageFns<LogoutRequest> = {
+  encode(message: LogoutRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionToken !== "") {
+      writer.uint32(10).string(message.sessionToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LogoutRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLogoutRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LogoutRequest {
+    return {
+      sessionToken: isSet(object.sessionToken)
+        ? globalThis.String(object.sessionToken)
+        : isSet(object.session_token)
+        ? globalThis.String(object.session_token)
+        : "",
+    };
+  },
+
+  toJSON(message: LogoutRequest): unknown {
+    const obj: any = {};
+    if (message.sessionToken !== "") {
+      obj.sessionToken = message.sessionToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LogoutRequest>, I>>(base?: I): LogoutRequest {
+    return LogoutRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LogoutRequest>, I>>(object: I): LogoutRequest {
+    const message = createBaseLogoutRequest();
+    message.sessionToken = object.sessionToken ?? "";
+    return message;
+  },
+};
+
+function createBaseLogoutResponse(): LogoutResponse {
+  return {};
+}
+
+export const LogoutResponse: MessageFns<LogoutResponse> = {
+  encode(_: LogoutResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LogoutResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLogoutResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): LogoutResponse {
+    return {};
+  },
+
+  toJSON(_: LogoutResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LogoutResponse>, I>>(base?: I): LogoutResponse {
+    return LogoutResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LogoutResponse>, I>>(_: I): LogoutResponse {
+    const message = createBaseLogoutResponse();
+    return message;
+  },
+};
+
+function createBaseResolveSessionRequest(): ResolveSessionRequest {
+  return { sessionToken: "" };
+}
+
+export const ResolveSessionRequest: MessageFns<ResolveSessionRequest> = {
+  encode(message: ResolveSessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionToken !== "") {
+      writer.uint32(10).string(message.sessionToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolveSessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolveSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolveSessionRequest {
+    return {
+      sessionToken: isSet(object.sessionToken)
+        ? globalThis.String(object.sessionToken)
+        : isSet(object.session_token)
+        ? globalThis.String(object.session_token)
+        : "",
+    };
+  },
+
+  toJSON(message: ResolveSessionRequest): unknown {
+    const obj: any = {};
+    if (message.sessionToken !== "") {
+      obj.sessionToken = message.sessionToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ResolveSessionRequest>, I>>(base?: I): ResolveSessionRequest {
+    return ResolveSessionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ResolveSessionRequest>, I>>(object: I): ResolveSessionRequest {
+    const message = createBaseResolveSessionRequest();
+    message.sessionToken = object.sessionToken ?? "";
+    return message;
+  },
+};
+
+function createBaseResolveSessionResponse(): ResolveSessionResponse {
+  return { session: undefined };
+}
+
+export const ResolveSessionResponse: MessageFns<ResolveSessionResponse> = {
+  encode(message: ResolveSessionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.session !== undefined) {
+      Session.encode(message.session, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolveSessionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolveSessionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.session = Session.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolveSessionResponse {
+    return { session: isSet(object.session) ? Session.fromJSON(object.session) : undefined };
+  },
+
+  toJSON(message: ResolveSessionResponse): unknown {
+    const obj: any = {};
+    if (message.session !== undefined) {
+      obj.session = Session.toJSON(message.session);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ResolveSessionResponse>, I>>(base?: I): ResolveSessionResponse {
+    return ResolveSessionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ResolveSessionResponse>, I>>(object: I): ResolveSessionResponse {
+    const message = createBaseResolveSessionResponse();
+    message.session = (object.session !== undefined && object.session !== null)
+      ? Session.fromPartial(object.session)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * Accounts owns identities (customers and, later, hosters), their API keys and logins.
  * Secrets (passwords, API keys) cross this API only in the request or response that creates them.
@@ -1550,6 +2920,92 @@ export const AccountsServiceService = {
       Buffer.from(RevokeApiKeyResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RevokeApiKeyResponse => RevokeApiKeyResponse.decode(value),
   },
+  /** One account by id (admin operations check the account exists). Error: not_found. */
+  getAccount: {
+    path: "/marketplace.accounts.v1.AccountsService/GetAccount" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetAccountRequest): Buffer => Buffer.from(GetAccountRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetAccountRequest => GetAccountRequest.decode(value),
+    responseSerialize: (value: GetAccountResponse): Buffer => Buffer.from(GetAccountResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetAccountResponse => GetAccountResponse.decode(value),
+  },
+  /** Creates a single-use hoster invite code (the code is returned only here; a hash is stored). */
+  createInvite: {
+    path: "/marketplace.accounts.v1.AccountsService/CreateInvite" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateInviteRequest): Buffer => Buffer.from(CreateInviteRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateInviteRequest => CreateInviteRequest.decode(value),
+    responseSerialize: (value: CreateInviteResponse): Buffer =>
+      Buffer.from(CreateInviteResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateInviteResponse => CreateInviteResponse.decode(value),
+  },
+  /**
+   * Checks an invite code before registration does any work, counting a failed attempt against
+   * the client IP. Errors: invalid_request (param invite_code) for an unknown or used code,
+   * rate_limit_exceeded after too many failed attempts from the IP.
+   */
+  checkInvite: {
+    path: "/marketplace.accounts.v1.AccountsService/CheckInvite" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CheckInviteRequest): Buffer => Buffer.from(CheckInviteRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CheckInviteRequest => CheckInviteRequest.decode(value),
+    responseSerialize: (value: CheckInviteResponse): Buffer => Buffer.from(CheckInviteResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CheckInviteResponse => CheckInviteResponse.decode(value),
+  },
+  /**
+   * Consumes the invite and creates the hoster's login, in one transaction (exactly one of many
+   * concurrent registrations with one code succeeds). Called by registry once the hoster's server
+   * passed its checks. Errors: invalid_request (invite_code, email, password), email_taken.
+   */
+  registerHosterLogin: {
+    path: "/marketplace.accounts.v1.AccountsService/RegisterHosterLogin" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RegisterHosterLoginRequest): Buffer =>
+      Buffer.from(RegisterHosterLoginRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RegisterHosterLoginRequest => RegisterHosterLoginRequest.decode(value),
+    responseSerialize: (value: RegisterHosterLoginResponse): Buffer =>
+      Buffer.from(RegisterHosterLoginResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RegisterHosterLoginResponse => RegisterHosterLoginResponse.decode(value),
+  },
+  /**
+   * E-mail + password → a new session (customer or hoster). Errors: invalid_credentials,
+   * rate_limit_exceeded (too many failed logins from the client IP).
+   */
+  login: {
+    path: "/marketplace.accounts.v1.AccountsService/Login" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: LoginRequest): Buffer => Buffer.from(LoginRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): LoginRequest => LoginRequest.decode(value),
+    responseSerialize: (value: LoginResponse): Buffer => Buffer.from(LoginResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): LoginResponse => LoginResponse.decode(value),
+  },
+  /** Ends a session; idempotent. */
+  logout: {
+    path: "/marketplace.accounts.v1.AccountsService/Logout" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: LogoutRequest): Buffer => Buffer.from(LogoutRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): LogoutRequest => LogoutRequest.decode(value),
+    responseSerialize: (value: LogoutResponse): Buffer => Buffer.from(LogoutResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): LogoutResponse => LogoutResponse.decode(value),
+  },
+  /** The session a cookie token stands for. Error: unauthenticated (unknown, expired, logged out). */
+  resolveSession: {
+    path: "/marketplace.accounts.v1.AccountsService/ResolveSession" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResolveSessionRequest): Buffer =>
+      Buffer.from(ResolveSessionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResolveSessionRequest => ResolveSessionRequest.decode(value),
+    responseSerialize: (value: ResolveSessionResponse): Buffer =>
+      Buffer.from(ResolveSessionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ResolveSessionResponse => ResolveSessionResponse.decode(value),
+  },
 } as const;
 
 export interface AccountsServiceServer extends UntypedServiceImplementation {
@@ -1569,6 +3025,31 @@ export interface AccountsServiceServer extends UntypedServiceImplementation {
    * Error: not_found when the key is not the account's.
    */
   revokeApiKey: handleUnaryCall<RevokeApiKeyRequest, RevokeApiKeyResponse>;
+  /** One account by id (admin operations check the account exists). Error: not_found. */
+  getAccount: handleUnaryCall<GetAccountRequest, GetAccountResponse>;
+  /** Creates a single-use hoster invite code (the code is returned only here; a hash is stored). */
+  createInvite: handleUnaryCall<CreateInviteRequest, CreateInviteResponse>;
+  /**
+   * Checks an invite code before registration does any work, counting a failed attempt against
+   * the client IP. Errors: invalid_request (param invite_code) for an unknown or used code,
+   * rate_limit_exceeded after too many failed attempts from the IP.
+   */
+  checkInvite: handleUnaryCall<CheckInviteRequest, CheckInviteResponse>;
+  /**
+   * Consumes the invite and creates the hoster's login, in one transaction (exactly one of many
+   * concurrent registrations with one code succeeds). Called by registry once the hoster's server
+   * passed its checks. Errors: invalid_request (invite_code, email, password), email_taken.
+   */
+  registerHosterLogin: handleUnaryCall<RegisterHosterLoginRequest, RegisterHosterLoginResponse>;
+  /**
+   * E-mail + password → a new session (customer or hoster). Errors: invalid_credentials,
+   * rate_limit_exceeded (too many failed logins from the client IP).
+   */
+  login: handleUnaryCall<LoginRequest, LoginResponse>;
+  /** Ends a session; idempotent. */
+  logout: handleUnaryCall<LogoutRequest, LogoutResponse>;
+  /** The session a cookie token stands for. Error: unauthenticated (unknown, expired, logged out). */
+  resolveSession: handleUnaryCall<ResolveSessionRequest, ResolveSessionResponse>;
 }
 
 export interface AccountsServiceClient extends Client {
@@ -1657,6 +3138,129 @@ export interface AccountsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RevokeApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  /** One account by id (admin operations check the account exists). Error: not_found. */
+  getAccount(
+    request: GetAccountRequest,
+    callback: (error: ServiceError | null, response: GetAccountResponse) => void,
+  ): ClientUnaryCall;
+  getAccount(
+    request: GetAccountRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetAccountResponse) => void,
+  ): ClientUnaryCall;
+  getAccount(
+    request: GetAccountRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetAccountResponse) => void,
+  ): ClientUnaryCall;
+  /** Creates a single-use hoster invite code (the code is returned only here; a hash is stored). */
+  createInvite(
+    request: CreateInviteRequest,
+    callback: (error: ServiceError | null, response: CreateInviteResponse) => void,
+  ): ClientUnaryCall;
+  createInvite(
+    request: CreateInviteRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateInviteResponse) => void,
+  ): ClientUnaryCall;
+  createInvite(
+    request: CreateInviteRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateInviteResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Checks an invite code before registration does any work, counting a failed attempt against
+   * the client IP. Errors: invalid_request (param invite_code) for an unknown or used code,
+   * rate_limit_exceeded after too many failed attempts from the IP.
+   */
+  checkInvite(
+    request: CheckInviteRequest,
+    callback: (error: ServiceError | null, response: CheckInviteResponse) => void,
+  ): ClientUnaryCall;
+  checkInvite(
+    request: CheckInviteRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CheckInviteResponse) => void,
+  ): ClientUnaryCall;
+  checkInvite(
+    request: CheckInviteRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CheckInviteResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Consumes the invite and creates the hoster's login, in one transaction (exactly one of many
+   * concurrent registrations with one code succeeds). Called by registry once the hoster's server
+   * passed its checks. Errors: invalid_request (invite_code, email, password), email_taken.
+   */
+  registerHosterLogin(
+    request: RegisterHosterLoginRequest,
+    callback: (error: ServiceError | null, response: RegisterHosterLoginResponse) => void,
+  ): ClientUnaryCall;
+  registerHosterLogin(
+    request: RegisterHosterLoginRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RegisterHosterLoginResponse) => void,
+  ): ClientUnaryCall;
+  registerHosterLogin(
+    request: RegisterHosterLoginRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RegisterHosterLoginResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * E-mail + password → a new session (customer or hoster). Errors: invalid_credentials,
+   * rate_limit_exceeded (too many failed logins from the client IP).
+   */
+  login(
+    request: LoginRequest,
+    callback: (error: ServiceError | null, response: LoginResponse) => void,
+  ): ClientUnaryCall;
+  login(
+    request: LoginRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: LoginResponse) => void,
+  ): ClientUnaryCall;
+  login(
+    request: LoginRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: LoginResponse) => void,
+  ): ClientUnaryCall;
+  /** Ends a session; idempotent. */
+  logout(
+    request: LogoutRequest,
+    callback: (error: ServiceError | null, response: LogoutResponse) => void,
+  ): ClientUnaryCall;
+  logout(
+    request: LogoutRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: LogoutResponse) => void,
+  ): ClientUnaryCall;
+  logout(
+    request: LogoutRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: LogoutResponse) => void,
+  ): ClientUnaryCall;
+  /** The session a cookie token stands for. Error: unauthenticated (unknown, expired, logged out). */
+  resolveSession(
+    request: ResolveSessionRequest,
+    callback: (error: ServiceError | null, response: ResolveSessionResponse) => void,
+  ): ClientUnaryCall;
+  resolveSession(
+    request: ResolveSessionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ResolveSessionResponse) => void,
+  ): ClientUnaryCall;
+  resolveSession(
+    request: ResolveSessionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ResolveSessionResponse) => void,
   ): ClientUnaryCall;
 }
 

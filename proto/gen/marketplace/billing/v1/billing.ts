@@ -11,7 +11,9 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -95,12 +97,115 @@ export interface Usage30d {
   avgLatencyMs: number;
 }
 
+export interface GetUsageTokensRequest {
+  accountId: string;
+  /** 1..365. */
+  days: number;
+  /** hour, day, week or month. */
+  interval: string;
+}
+
+export interface GetUsageTokensResponse {
+  /** Sums over every bucket of `timeseries`. */
+  totals?: UsageFigures | undefined;
+  timeseries: UsageBucket[];
+}
+
+/** Usage figures of a set of requests; failed requests count in `requests` and the latency sum. */
+export interface UsageFigures {
+  requests: bigint;
+  inputTokens: bigint;
+  outputTokens: bigint;
+  costMicros: bigint;
+  latencyMsSum: bigint;
+}
+
+export interface UsageBucket {
+  /** Start of the bucket, RFC 3339 in UTC with an explicit offset: 2026-11-22T00:00:00+00:00. */
+  period: string;
+  figures?:
+    | UsageFigures
+    | undefined;
+  /** Requests by serving kind (the route's provider). */
+  localRequests: bigint;
+  hosterRequests: bigint;
+  cloudRequests: bigint;
+}
+
+export interface GetUsageBreakdownRequest {
+  accountId: string;
+  /** 1..365. */
+  days: number;
+}
+
+export interface GetUsageBreakdownResponse {
+  /** Most expensive first. */
+  byModel: ModelUsage[];
+  /** One entry per UTC day of the window, zero-filled, oldest first. */
+  daily: DailyUsage[];
+}
+
+export interface ModelUsage {
+  modelId: string;
+  /** local, hoster or cloud. */
+  provider: string;
+  figures?:
+    | UsageFigures
+    | undefined;
+  /** Sums of the posted shares: platform_fee_micros + hoster_earned_micros = figures.cost_micros. */
+  platformFeeMicros: bigint;
+  hosterEarnedMicros: bigint;
+}
+
+export interface DailyUsage {
+  /** YYYY-MM-DD (UTC). */
+  date: string;
+  figures?: UsageFigures | undefined;
+}
+
+export interface ExportUsageRequest {
+  accountId: string;
+  /** 1..365. */
+  days: number;
+}
+
+export interface ExportUsageResponse {
+  /** The next records, ordered by (time, request id). */
+  rows: UsageExportRow[];
+}
+
+export interface UsageExportRow {
+  /** When the request was made, ISO 8601 UTC with milliseconds: 2026-11-22T10:15:00.123Z. */
+  timestamp: string;
+  modelId: string;
+  provider: string;
+  inputTokens: bigint;
+  outputTokens: bigint;
+  costMicros: bigint;
+  latencyMs: bigint;
+  success: boolean;
+}
+
 export interface GetBalanceRequest {
   accountId: string;
 }
 
 export interface GetBalanceResponse {
   creditBalanceMicros: bigint;
+}
+
+export interface AddCreditsRequest {
+  accountId: string;
+  amountMicros: bigint;
+  /** The client's Idempotency-Key; empty means every call credits. */
+  idempotencyKey: string;
+}
+
+export interface AddCreditsResponse {
+  /** Spendable balance after the top-up. */
+  creditBalanceMicros: bigint;
+  /** True when this call was a retry of an earlier one with the same key (nothing was credited). */
+  replayed: boolean;
 }
 
 function createBaseAuthorizeRequest(): AuthorizeRequest {
@@ -1447,6 +1552,1342 @@ export const Usage30d: MessageFns<Usage30d> = {
   },
 };
 
+function createBaseGetUsageTokensRequest(): GetUsageTokensRequest {
+  return { accountId: "", days: 0, interval: "" };
+}
+
+export const GetUsageTokensRequest: MessageFns<GetUsageTokensRequest> = {
+  encode(message: GetUsageTokensRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.days !== 0) {
+      writer.uint32(16).int32(message.days);
+    }
+    if (message.interval !== "") {
+      writer.uint32(26).string(message.interval);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUsageTokensRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUsageTokensRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.days = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.interval = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUsageTokensRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      days: isSet(object.days) ? globalThis.Number(object.days) : 0,
+      interval: isSet(object.interval) ? globalThis.String(object.interval) : "",
+    };
+  },
+
+  toJSON(message: GetUsageTokensRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.days !== 0) {
+      obj.days = Math.round(message.days);
+    }
+    if (message.interval !== "") {
+      obj.interval = message.interval;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetUsageTokensRequest>, I>>(base?: I): GetUsageTokensRequest {
+    return GetUsageTokensRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetUsageTokensRequest>, I>>(object: I): GetUsageTokensRequest {
+    const message = createBaseGetUsageTokensRequest();
+    message.accountId = object.accountId ?? "";
+    message.days = object.days ?? 0;
+    message.interval = object.interval ?? "";
+    return message;
+  },
+};
+
+function createBaseGetUsageTokensResponse(): GetUsageTokensResponse {
+  return { totals: undefined, timeseries: [] };
+}
+
+export const GetUsageTokensResponse: MessageFns<GetUsageTokensResponse> = {
+  encode(message: GetUsageTokensResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.totals !== undefined) {
+      UsageFigures.encode(message.totals, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.timeseries) {
+      UsageBucket.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUsageTokensResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUsageTokensResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.totals = UsageFigures.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.timeseries.push(UsageBucket.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUsageTokensResponse {
+    return {
+      totals: isSet(object.totals) ? UsageFigures.fromJSON(object.totals) : undefined,
+      timeseries: globalThis.Array.isArray(object?.timeseries)
+        ? object.timeseries.map((e: any) => UsageBucket.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: GetUsageTokensResponse): unknown {
+    const obj: any = {};
+    if (message.totals !== undefined) {
+      obj.totals = UsageFigures.toJSON(message.totals);
+    }
+    if (message.timeseries?.length) {
+      obj.timeseries = message.timeseries.map((e) => UsageBucket.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetUsageTokensResponse>, I>>(base?: I): GetUsageTokensResponse {
+    return GetUsageTokensResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetUsageTokensResponse>, I>>(object: I): GetUsageTokensResponse {
+    const message = createBaseGetUsageTokensResponse();
+    message.totals = (object.totals !== undefined && object.totals !== null)
+      ? UsageFigures.fromPartial(object.totals)
+      : undefined;
+    message.timeseries = object.timeseries?.map((e) => UsageBucket.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseUsageFigures(): UsageFigures {
+  return { requests: 0n, inputTokens: 0n, outputTokens: 0n, costMicros: 0n, latencyMsSum: 0n };
+}
+
+export const UsageFigures: MessageFns<UsageFigures> = {
+  encode(message: UsageFigures, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requests !== 0n) {
+      if (BigInt.asIntN(64, message.requests) !== message.requests) {
+        throw new globalThis.Error("value provided for field message.requests of type int64 too large");
+      }
+      writer.uint32(8).int64(message.requests);
+    }
+    if (message.inputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.inputTokens) !== message.inputTokens) {
+        throw new globalThis.Error("value provided for field message.inputTokens of type int64 too large");
+      }
+      writer.uint32(16).int64(message.inputTokens);
+    }
+    if (message.outputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.outputTokens) !== message.outputTokens) {
+        throw new globalThis.Error("value provided for field message.outputTokens of type int64 too large");
+      }
+      writer.uint32(24).int64(message.outputTokens);
+    }
+    if (message.costMicros !== 0n) {
+      if (BigInt.asIntN(64, message.costMicros) !== message.costMicros) {
+        throw new globalThis.Error("value provided for field message.costMicros of type int64 too large");
+      }
+      writer.uint32(32).int64(message.costMicros);
+    }
+    if (message.latencyMsSum !== 0n) {
+      if (BigInt.asIntN(64, message.latencyMsSum) !== message.latencyMsSum) {
+        throw new globalThis.Error("value provided for field message.latencyMsSum of type int64 too large");
+      }
+      writer.uint32(40).int64(message.latencyMsSum);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UsageFigures {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsageFigures();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.requests = reader.int64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.inputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.outputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.costMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.latencyMsSum = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UsageFigures {
+    return {
+      requests: isSet(object.requests) ? BigInt(object.requests) : 0n,
+      inputTokens: isSet(object.inputTokens)
+        ? BigInt(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? BigInt(object.input_tokens)
+        : 0n,
+      outputTokens: isSet(object.outputTokens)
+        ? BigInt(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? BigInt(object.output_tokens)
+        : 0n,
+      costMicros: isSet(object.costMicros)
+        ? BigInt(object.costMicros)
+        : isSet(object.cost_micros)
+        ? BigInt(object.cost_micros)
+        : 0n,
+      latencyMsSum: isSet(object.latencyMsSum)
+        ? BigInt(object.latencyMsSum)
+        : isSet(object.latency_ms_sum)
+        ? BigInt(object.latency_ms_sum)
+        : 0n,
+    };
+  },
+
+  toJSON(message: UsageFigures): unknown {
+    const obj: any = {};
+    if (message.requests !== 0n) {
+      obj.requests = message.requests.toString();
+    }
+    if (message.inputTokens !== 0n) {
+      obj.inputTokens = message.inputTokens.toString();
+    }
+    if (message.outputTokens !== 0n) {
+      obj.outputTokens = message.outputTokens.toString();
+    }
+    if (message.costMicros !== 0n) {
+      obj.costMicros = message.costMicros.toString();
+    }
+    if (message.latencyMsSum !== 0n) {
+      obj.latencyMsSum = message.latencyMsSum.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UsageFigures>, I>>(base?: I): UsageFigures {
+    return UsageFigures.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UsageFigures>, I>>(object: I): UsageFigures {
+    const message = createBaseUsageFigures();
+    message.requests = (object.requests !== undefined && object.requests !== null) ? BigInt(object.requests) : 0n;
+    message.inputTokens = (object.inputTokens !== undefined && object.inputTokens !== null)
+      ? BigInt(object.inputTokens)
+      : 0n;
+    message.outputTokens = (object.outputTokens !== undefined && object.outputTokens !== null)
+      ? BigInt(object.outputTokens)
+      : 0n;
+    message.costMicros = (object.costMicros !== undefined && object.costMicros !== null)
+      ? BigInt(object.costMicros)
+      : 0n;
+    message.latencyMsSum = (object.latencyMsSum !== undefined && object.latencyMsSum !== null)
+      ? BigInt(object.latencyMsSum)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseUsageBucket(): UsageBucket {
+  return { period: "", figures: undefined, localRequests: 0n, hosterRequests: 0n, cloudRequests: 0n };
+}
+
+export const UsageBucket: MessageFns<UsageBucket> = {
+  encode(message: UsageBucket, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.period !== "") {
+      writer.uint32(10).string(message.period);
+    }
+    if (message.figures !== undefined) {
+      UsageFigures.encode(message.figures, writer.uint32(18).fork()).join();
+    }
+    if (message.localRequests !== 0n) {
+      if (BigInt.asIntN(64, message.localRequests) !== message.localRequests) {
+        throw new globalThis.Error("value provided for field message.localRequests of type int64 too large");
+      }
+      writer.uint32(24).int64(message.localRequests);
+    }
+    if (message.hosterRequests !== 0n) {
+      if (BigInt.asIntN(64, message.hosterRequests) !== message.hosterRequests) {
+        throw new globalThis.Error("value provided for field message.hosterRequests of type int64 too large");
+      }
+      writer.uint32(32).int64(message.hosterRequests);
+    }
+    if (message.cloudRequests !== 0n) {
+      if (BigInt.asIntN(64, message.cloudRequests) !== message.cloudRequests) {
+        throw new globalThis.Error("value provided for field message.cloudRequests of type int64 too large");
+      }
+      writer.uint32(40).int64(message.cloudRequests);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UsageBucket {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsageBucket();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.period = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.figures = UsageFigures.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.localRequests = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.hosterRequests = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.cloudRequests = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UsageBucket {
+    return {
+      period: isSet(object.period) ? globalThis.String(object.period) : "",
+      figures: isSet(object.figures) ? UsageFigures.fromJSON(object.figures) : undefined,
+      localRequests: isSet(object.localRequests)
+        ? BigInt(object.localRequests)
+        : isSet(object.local_requests)
+        ? BigInt(object.local_requests)
+        : 0n,
+      hosterRequests: isSet(object.hosterRequests)
+        ? BigInt(object.hosterRequests)
+        : isSet(object.hoster_requests)
+        ? BigInt(object.hoster_requests)
+        : 0n,
+      cloudRequests: isSet(object.cloudRequests)
+        ? BigInt(object.cloudRequests)
+        : isSet(object.cloud_requests)
+        ? BigInt(object.cloud_requests)
+        : 0n,
+    };
+  },
+
+  toJSON(message: UsageBucket): unknown {
+    const obj: any = {};
+    if (message.period !== "") {
+      obj.period = message.period;
+    }
+    if (message.figures !== undefined) {
+      obj.figures = UsageFigures.toJSON(message.figures);
+    }
+    if (message.localRequests !== 0n) {
+      obj.localRequests = message.localRequests.toString();
+    }
+    if (message.hosterRequests !== 0n) {
+      obj.hosterRequests = message.hosterRequests.toString();
+    }
+    if (message.cloudRequests !== 0n) {
+      obj.cloudRequests = message.cloudRequests.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UsageBucket>, I>>(base?: I): UsageBucket {
+    return UsageBucket.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UsageBucket>, I>>(object: I): UsageBucket {
+    const message = createBaseUsageBucket();
+    message.period = object.period ?? "";
+    message.figures = (object.figures !== undefined && object.figures !== null)
+      ? UsageFigures.fromPartial(object.figures)
+      : undefined;
+    message.localRequests = (object.localRequests !== undefined && object.localRequests !== null)
+      ? BigInt(object.localRequests)
+      : 0n;
+    message.hosterRequests = (object.hosterRequests !== undefined && object.hosterRequests !== null)
+      ? BigInt(object.hosterRequests)
+      : 0n;
+    message.cloudRequests = (object.cloudRequests !== undefined && object.cloudRequests !== null)
+      ? BigInt(object.cloudRequests)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseGetUsageBreakdownRequest(): GetUsageBreakdownRequest {
+  return { accountId: "", days: 0 };
+}
+
+export const GetUsageBreakdownRequest: MessageFns<GetUsageBreakdownRequest> = {
+  encode(message: GetUsageBreakdownRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.days !== 0) {
+      writer.uint32(16).int32(message.days);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUsageBreakdownRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUsageBreakdownRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.days = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUsageBreakdownRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      days: isSet(object.days) ? globalThis.Number(object.days) : 0,
+    };
+  },
+
+  toJSON(message: GetUsageBreakdownRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.days !== 0) {
+      obj.days = Math.round(message.days);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetUsageBreakdownRequest>, I>>(base?: I): GetUsageBreakdownRequest {
+    return GetUsageBreakdownRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetUsageBreakdownRequest>, I>>(object: I): GetUsageBreakdownRequest {
+    const message = createBaseGetUsageBreakdownRequest();
+    message.accountId = object.accountId ?? "";
+    message.days = object.days ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetUsageBreakdownResponse(): GetUsageBreakdownResponse {
+  return { byModel: [], daily: [] };
+}
+
+export const GetUsageBreakdownResponse: MessageFns<GetUsageBreakdownResponse> = {
+  encode(message: GetUsageBreakdownResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.byModel) {
+      ModelUsage.encode(v!, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.daily) {
+      DailyUsage.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUsageBreakdownResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUsageBreakdownResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.byModel.push(ModelUsage.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.daily.push(DailyUsage.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUsageBreakdownResponse {
+    return {
+      byModel: globalThis.Array.isArray(object?.byModel)
+        ? object.byModel.map((e: any) => ModelUsage.fromJSON(e))
+        : globalThis.Array.isArray(object?.by_model)
+        ? object.by_model.map((e: any) => ModelUsage.fromJSON(e))
+        : [],
+      daily: globalThis.Array.isArray(object?.daily) ? object.daily.map((e: any) => DailyUsage.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: GetUsageBreakdownResponse): unknown {
+    const obj: any = {};
+    if (message.byModel?.length) {
+      obj.byModel = message.byModel.map((e) => ModelUsage.toJSON(e));
+    }
+    if (message.daily?.length) {
+      obj.daily = message.daily.map((e) => DailyUsage.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetUsageBreakdownResponse>, I>>(base?: I): GetUsageBreakdownResponse {
+    return GetUsageBreakdownResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetUsageBreakdownResponse>, I>>(object: I): GetUsageBreakdownResponse {
+    const message = createBaseGetUsageBreakdownResponse();
+    message.byModel = object.byModel?.map((e) => ModelUsage.fromPartial(e)) || [];
+    message.daily = object.daily?.map((e) => DailyUsage.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseModelUsage(): ModelUsage {
+  return { modelId: "", provider: "", figures: undefined, platformFeeMicros: 0n, hosterEarnedMicros: 0n };
+}
+
+export const ModelUsage: MessageFns<ModelUsage> = {
+  encode(message: ModelUsage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.modelId !== "") {
+      writer.uint32(10).string(message.modelId);
+    }
+    if (message.provider !== "") {
+      writer.uint32(18).string(message.provider);
+    }
+    if (message.figures !== undefined) {
+      UsageFigures.encode(message.figures, writer.uint32(26).fork()).join();
+    }
+    if (message.platformFeeMicros !== 0n) {
+      if (BigInt.asIntN(64, message.platformFeeMicros) !== message.platformFeeMicros) {
+        throw new globalThis.Error("value provided for field message.platformFeeMicros of type int64 too large");
+      }
+      writer.uint32(32).int64(message.platformFeeMicros);
+    }
+    if (message.hosterEarnedMicros !== 0n) {
+      if (BigInt.asIntN(64, message.hosterEarnedMicros) !== message.hosterEarnedMicros) {
+        throw new globalThis.Error("value provided for field message.hosterEarnedMicros of type int64 too large");
+      }
+      writer.uint32(40).int64(message.hosterEarnedMicros);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ModelUsage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseModelUsage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.modelId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.figures = UsageFigures.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.platformFeeMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.hosterEarnedMicros = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ModelUsage {
+    return {
+      modelId: isSet(object.modelId)
+        ? globalThis.String(object.modelId)
+        : isSet(object.model_id)
+        ? globalThis.String(object.model_id)
+        : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      figures: isSet(object.figures) ? UsageFigures.fromJSON(object.figures) : undefined,
+      platformFeeMicros: isSet(object.platformFeeMicros)
+        ? BigInt(object.platformFeeMicros)
+        : isSet(object.platform_fee_micros)
+        ? BigInt(object.platform_fee_micros)
+        : 0n,
+      hosterEarnedMicros: isSet(object.hosterEarnedMicros)
+        ? BigInt(object.hosterEarnedMicros)
+        : isSet(object.hoster_earned_micros)
+        ? BigInt(object.hoster_earned_micros)
+        : 0n,
+    };
+  },
+
+  toJSON(message: ModelUsage): unknown {
+    const obj: any = {};
+    if (message.modelId !== "") {
+      obj.modelId = message.modelId;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.figures !== undefined) {
+      obj.figures = UsageFigures.toJSON(message.figures);
+    }
+    if (message.platformFeeMicros !== 0n) {
+      obj.platformFeeMicros = message.platformFeeMicros.toString();
+    }
+    if (message.hosterEarnedMicros !== 0n) {
+      obj.hosterEarnedMicros = message.hosterEarnedMicros.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ModelUsage>, I>>(base?: I): ModelUsage {
+    return ModelUsage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ModelUsage>, I>>(object: I): ModelUsage {
+    const message = createBaseModelUsage();
+    message.modelId = object.modelId ?? "";
+    message.provider = object.provider ?? "";
+    message.figures = (object.figures !== undefined && object.figures !== null)
+      ? UsageFigures.fromPartial(object.figures)
+      : undefined;
+    message.platformFeeMicros = (object.platformFeeMicros !== undefined && object.platformFeeMicros !== null)
+      ? BigInt(object.platformFeeMicros)
+      : 0n;
+    message.hosterEarnedMicros = (object.hosterEarnedMicros !== undefined && object.hosterEarnedMicros !== null)
+      ? BigInt(object.hosterEarnedMicros)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseDailyUsage(): DailyUsage {
+  return { date: "", figures: undefined };
+}
+
+export const DailyUsage: MessageFns<DailyUsage> = {
+  encode(message: DailyUsage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.date !== "") {
+      writer.uint32(10).string(message.date);
+    }
+    if (message.figures !== undefined) {
+      UsageFigures.encode(message.figures, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DailyUsage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDailyUsage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.date = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.figures = UsageFigures.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DailyUsage {
+    return {
+      date: isSet(object.date) ? globalThis.String(object.date) : "",
+      figures: isSet(object.figures) ? UsageFigures.fromJSON(object.figures) : undefined,
+    };
+  },
+
+  toJSON(message: DailyUsage): unknown {
+    const obj: any = {};
+    if (message.date !== "") {
+      obj.date = message.date;
+    }
+    if (message.figures !== undefined) {
+      obj.figures = UsageFigures.toJSON(message.figures);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DailyUsage>, I>>(base?: I): DailyUsage {
+    return DailyUsage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DailyUsage>, I>>(object: I): DailyUsage {
+    const message = createBaseDailyUsage();
+    message.date = object.date ?? "";
+    message.figures = (object.figures !== undefined && object.figures !== null)
+      ? UsageFigures.fromPartial(object.figures)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseExportUsageRequest(): ExportUsageRequest {
+  return { accountId: "", days: 0 };
+}
+
+export const ExportUsageRequest: MessageFns<ExportUsageRequest> = {
+  encode(message: ExportUsageRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.days !== 0) {
+      writer.uint32(16).int32(message.days);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExportUsageRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExportUsageRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.days = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExportUsageRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      days: isSet(object.days) ? globalThis.Number(object.days) : 0,
+    };
+  },
+
+  toJSON(message: ExportUsageRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.days !== 0) {
+      obj.days = Math.round(message.days);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ExportUsageRequest>, I>>(base?: I): ExportUsageRequest {
+    return ExportUsageRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ExportUsageRequest>, I>>(object: I): ExportUsageRequest {
+    const message = createBaseExportUsageRequest();
+    message.accountId = object.accountId ?? "";
+    message.days = object.days ?? 0;
+    return message;
+  },
+};
+
+function createBaseExportUsageResponse(): ExportUsageResponse {
+  return { rows: [] };
+}
+
+export const ExportUsageResponse: MessageFns<ExportUsageResponse> = {
+  encode(message: ExportUsageResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.rows) {
+      UsageExportRow.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExportUsageResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExportUsageResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.rows.push(UsageExportRow.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExportUsageResponse {
+    return {
+      rows: globalThis.Array.isArray(object?.rows) ? object.rows.map((e: any) => UsageExportRow.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ExportUsageResponse): unknown {
+    const obj: any = {};
+    if (message.rows?.length) {
+      obj.rows = message.rows.map((e) => UsageExportRow.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ExportUsageResponse>, I>>(base?: I): ExportUsageResponse {
+    return ExportUsageResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ExportUsageResponse>, I>>(object: I): ExportUsageResponse {
+    const message = createBaseExportUsageResponse();
+    message.rows = object.rows?.map((e) => UsageExportRow.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseUsageExportRow(): UsageExportRow {
+  return {
+    timestamp: "",
+    modelId: "",
+    provider: "",
+    inputTokens: 0n,
+    outputTokens: 0n,
+    costMicros: 0n,
+    latencyMs: 0n,
+    success: false,
+  };
+}
+
+export const UsageExportRow: MessageFns<UsageExportRow> = {
+  encode(message: UsageExportRow, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.timestamp !== "") {
+      writer.uint32(10).string(message.timestamp);
+    }
+    if (message.modelId !== "") {
+      writer.uint32(18).string(message.modelId);
+    }
+    if (message.provider !== "") {
+      writer.uint32(26).string(message.provider);
+    }
+    if (message.inputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.inputTokens) !== message.inputTokens) {
+        throw new globalThis.Error("value provided for field message.inputTokens of type int64 too large");
+      }
+      writer.uint32(32).int64(message.inputTokens);
+    }
+    if (message.outputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.outputTokens) !== message.outputTokens) {
+        throw new globalThis.Error("value provided for field message.outputTokens of type int64 too large");
+      }
+      writer.uint32(40).int64(message.outputTokens);
+    }
+    if (message.costMicros !== 0n) {
+      if (BigInt.asIntN(64, message.costMicros) !== message.costMicros) {
+        throw new globalThis.Error("value provided for field message.costMicros of type int64 too large");
+      }
+      writer.uint32(48).int64(message.costMicros);
+    }
+    if (message.latencyMs !== 0n) {
+      if (BigInt.asIntN(64, message.latencyMs) !== message.latencyMs) {
+        throw new globalThis.Error("value provided for field message.latencyMs of type int64 too large");
+      }
+      writer.uint32(56).int64(message.latencyMs);
+    }
+    if (message.success !== false) {
+      writer.uint32(64).bool(message.success);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UsageExportRow {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsageExportRow();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.timestamp = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.modelId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.inputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.outputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.costMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.latencyMs = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.success = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UsageExportRow {
+    return {
+      timestamp: isSet(object.timestamp) ? globalThis.String(object.timestamp) : "",
+      modelId: isSet(object.modelId)
+        ? globalThis.String(object.modelId)
+        : isSet(object.model_id)
+        ? globalThis.String(object.model_id)
+        : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      inputTokens: isSet(object.inputTokens)
+        ? BigInt(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? BigInt(object.input_tokens)
+        : 0n,
+      outputTokens: isSet(object.outputTokens)
+        ? BigInt(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? BigInt(object.output_tokens)
+        : 0n,
+      costMicros: isSet(object.costMicros)
+        ? BigInt(object.costMicros)
+        : isSet(object.cost_micros)
+        ? BigInt(object.cost_micros)
+        : 0n,
+      latencyMs: isSet(object.latencyMs)
+        ? BigInt(object.latencyMs)
+        : isSet(object.latency_ms)
+        ? BigInt(object.latency_ms)
+        : 0n,
+      success: isSet(object.success) ? globalThis.Boolean(object.success) : false,
+    };
+  },
+
+  toJSON(message: UsageExportRow): unknown {
+    const obj: any = {};
+    if (message.timestamp !== "") {
+      obj.timestamp = message.timestamp;
+    }
+    if (message.modelId !== "") {
+      obj.modelId = message.modelId;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.inputTokens !== 0n) {
+      obj.inputTokens = message.inputTokens.toString();
+    }
+    if (message.outputTokens !== 0n) {
+      obj.outputTokens = message.outputTokens.toString();
+    }
+    if (message.costMicros !== 0n) {
+      obj.costMicros = message.costMicros.toString();
+    }
+    if (message.latencyMs !== 0n) {
+      obj.latencyMs = message.latencyMs.toString();
+    }
+    if (message.success !== false) {
+      obj.success = message.success;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UsageExportRow>, I>>(base?: I): UsageExportRow {
+    return UsageExportRow.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UsageExportRow>, I>>(object: I): UsageExportRow {
+    const message = createBaseUsageExportRow();
+    message.timestamp = object.timestamp ?? "";
+    message.modelId = object.modelId ?? "";
+    message.provider = object.provider ?? "";
+    message.inputTokens = (object.inputTokens !== undefined && object.inputTokens !== null)
+      ? BigInt(object.inputTokens)
+      : 0n;
+    message.outputTokens = (object.outputTokens !== undefined && object.outputTokens !== null)
+      ? BigInt(object.outputTokens)
+      : 0n;
+    message.costMicros = (object.costMicros !== undefined && object.costMicros !== null)
+      ? BigInt(object.costMicros)
+      : 0n;
+    message.latencyMs = (object.latencyMs !== undefined && object.latencyMs !== null) ? BigInt(object.latencyMs) : 0n;
+    message.success = object.success ?? false;
+    return message;
+  },
+};
+
 function createBaseGetBalanceRequest(): GetBalanceRequest {
   return { accountId: "" };
 }
@@ -1598,6 +3039,218 @@ export const GetBalanceResponse: MessageFns<GetBalanceResponse> = {
   },
 };
 
+function createBaseAddCreditsRequest(): AddCreditsRequest {
+  return { accountId: "", amountMicros: 0n, idempotencyKey: "" };
+}
+
+export const AddCreditsRequest: MessageFns<AddCreditsRequest> = {
+  encode(message: AddCreditsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.amountMicros !== 0n) {
+      if (BigInt.asIntN(64, message.amountMicros) !== message.amountMicros) {
+        throw new globalThis.Error("value provided for field message.amountMicros of type int64 too large");
+      }
+      writer.uint32(16).int64(message.amountMicros);
+    }
+    if (message.idempotencyKey !== "") {
+      writer.uint32(26).string(message.idempotencyKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AddCreditsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAddCreditsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.amountMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.idempotencyKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AddCreditsRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      amountMicros: isSet(object.amountMicros)
+        ? BigInt(object.amountMicros)
+        : isSet(object.amount_micros)
+        ? BigInt(object.amount_micros)
+        : 0n,
+      idempotencyKey: isSet(object.idempotencyKey)
+        ? globalThis.String(object.idempotencyKey)
+        : isSet(object.idempotency_key)
+        ? globalThis.String(object.idempotency_key)
+        : "",
+    };
+  },
+
+  toJSON(message: AddCreditsRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.amountMicros !== 0n) {
+      obj.amountMicros = message.amountMicros.toString();
+    }
+    if (message.idempotencyKey !== "") {
+      obj.idempotencyKey = message.idempotencyKey;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AddCreditsRequest>, I>>(base?: I): AddCreditsRequest {
+    return AddCreditsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AddCreditsRequest>, I>>(object: I): AddCreditsRequest {
+    const message = createBaseAddCreditsRequest();
+    message.accountId = object.accountId ?? "";
+    message.amountMicros = (object.amountMicros !== undefined && object.amountMicros !== null)
+      ? BigInt(object.amountMicros)
+      : 0n;
+    message.idempotencyKey = object.idempotencyKey ?? "";
+    return message;
+  },
+};
+
+function createBaseAddCreditsResponse(): AddCreditsResponse {
+  return { creditBalanceMicros: 0n, replayed: false };
+}
+
+export const AddCreditsResponse: MessageFns<AddCreditsResponse> = {
+  encode(message: AddCreditsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.creditBalanceMicros !== 0n) {
+      if (BigInt.asIntN(64, message.creditBalanceMicros) !== message.creditBalanceMicros) {
+        throw new globalThis.Error("value provided for field message.creditBalanceMicros of type int64 too large");
+      }
+      writer.uint32(8).int64(message.creditBalanceMicros);
+    }
+    if (message.replayed !== false) {
+      writer.uint32(16).bool(message.replayed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AddCreditsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAddCreditsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.creditBalanceMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.replayed = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AddCreditsResponse {
+    return {
+      creditBalanceMicros: isSet(object.creditBalanceMicros)
+        ? BigInt(object.creditBalanceMicros)
+        : isSet(object.credit_balance_micros)
+        ? BigInt(object.credit_balance_micros)
+        : 0n,
+      replayed: isSet(object.replayed) ? globalThis.Boolean(object.replayed) : false,
+    };
+  },
+
+  toJSON(message: AddCreditsResponse): unknown {
+    const obj: any = {};
+    if (message.creditBalanceMicros !== 0n) {
+      obj.creditBalanceMicros = message.creditBalanceMicros.toString();
+    }
+    if (message.replayed !== false) {
+      obj.replayed = message.replayed;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AddCreditsResponse>, I>>(base?: I): AddCreditsResponse {
+    return AddCreditsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AddCreditsResponse>, I>>(object: I): AddCreditsResponse {
+    const message = createBaseAddCreditsResponse();
+    message.creditBalanceMicros = (object.creditBalanceMicros !== undefined && object.creditBalanceMicros !== null)
+      ? BigInt(object.creditBalanceMicros)
+      : 0n;
+    message.replayed = object.replayed ?? false;
+    return message;
+  },
+};
+
 /**
  * Billing owns wallets, the micro-USD ledger, reservations, rate limits and usage.
  * All amounts are integer micro-USD (millionths of a dollar).
@@ -1641,6 +3294,51 @@ export const BillingServiceService = {
     responseDeserialize: (value: Buffer): GetUsageSummaryResponse => GetUsageSummaryResponse.decode(value),
   },
   /**
+   * The token usage series (GET /v1/usage/tokens), read from the hourly rollups: one zero-filled
+   * bucket per interval, from the bucket holding now - days through the current one (UTC, weeks
+   * start on Monday). Errors: invalid_request (days outside 1..365, unknown interval).
+   */
+  getUsageTokens: {
+    path: "/marketplace.billing.v1.BillingService/GetUsageTokens" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetUsageTokensRequest): Buffer =>
+      Buffer.from(GetUsageTokensRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetUsageTokensRequest => GetUsageTokensRequest.decode(value),
+    responseSerialize: (value: GetUsageTokensResponse): Buffer =>
+      Buffer.from(GetUsageTokensResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetUsageTokensResponse => GetUsageTokensResponse.decode(value),
+  },
+  /**
+   * The cost breakdown (GET /v1/usage/breakdown), read from the hourly rollups, over the UTC days
+   * from the one holding now - days through today. Errors: invalid_request (days outside 1..365).
+   */
+  getUsageBreakdown: {
+    path: "/marketplace.billing.v1.BillingService/GetUsageBreakdown" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetUsageBreakdownRequest): Buffer =>
+      Buffer.from(GetUsageBreakdownRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetUsageBreakdownRequest => GetUsageBreakdownRequest.decode(value),
+    responseSerialize: (value: GetUsageBreakdownResponse): Buffer =>
+      Buffer.from(GetUsageBreakdownResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetUsageBreakdownResponse => GetUsageBreakdownResponse.decode(value),
+  },
+  /**
+   * Every usage record of the breakdown's window (failed requests included), oldest first, in
+   * batches; the stream honours flow control and stops when the caller cancels.
+   * Errors: invalid_request (days outside 1..365).
+   */
+  exportUsage: {
+    path: "/marketplace.billing.v1.BillingService/ExportUsage" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: ExportUsageRequest): Buffer => Buffer.from(ExportUsageRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ExportUsageRequest => ExportUsageRequest.decode(value),
+    responseSerialize: (value: ExportUsageResponse): Buffer => Buffer.from(ExportUsageResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ExportUsageResponse => ExportUsageResponse.decode(value),
+  },
+  /**
    * Spendable balance: posted balance minus held reservations. Opens the wallet (and grants the
    * starting credit, exactly once) when the account has none yet.
    */
@@ -1652,6 +3350,20 @@ export const BillingServiceService = {
     requestDeserialize: (value: Buffer): GetBalanceRequest => GetBalanceRequest.decode(value),
     responseSerialize: (value: GetBalanceResponse): Buffer => Buffer.from(GetBalanceResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetBalanceResponse => GetBalanceResponse.decode(value),
+  },
+  /**
+   * Credits the account's wallet (an operator top-up), once per idempotency key: a retry with the
+   * same key and amount changes nothing and answers as the first call did. Errors:
+   * invalid_request (amount not positive), idempotency_conflict (key reused with another amount).
+   */
+  addCredits: {
+    path: "/marketplace.billing.v1.BillingService/AddCredits" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: AddCreditsRequest): Buffer => Buffer.from(AddCreditsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AddCreditsRequest => AddCreditsRequest.decode(value),
+    responseSerialize: (value: AddCreditsResponse): Buffer => Buffer.from(AddCreditsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AddCreditsResponse => AddCreditsResponse.decode(value),
   },
 } as const;
 
@@ -1667,10 +3379,33 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
   /** The spec's usage summary for one account (GET /v1/usage). */
   getUsageSummary: handleUnaryCall<GetUsageSummaryRequest, GetUsageSummaryResponse>;
   /**
+   * The token usage series (GET /v1/usage/tokens), read from the hourly rollups: one zero-filled
+   * bucket per interval, from the bucket holding now - days through the current one (UTC, weeks
+   * start on Monday). Errors: invalid_request (days outside 1..365, unknown interval).
+   */
+  getUsageTokens: handleUnaryCall<GetUsageTokensRequest, GetUsageTokensResponse>;
+  /**
+   * The cost breakdown (GET /v1/usage/breakdown), read from the hourly rollups, over the UTC days
+   * from the one holding now - days through today. Errors: invalid_request (days outside 1..365).
+   */
+  getUsageBreakdown: handleUnaryCall<GetUsageBreakdownRequest, GetUsageBreakdownResponse>;
+  /**
+   * Every usage record of the breakdown's window (failed requests included), oldest first, in
+   * batches; the stream honours flow control and stops when the caller cancels.
+   * Errors: invalid_request (days outside 1..365).
+   */
+  exportUsage: handleServerStreamingCall<ExportUsageRequest, ExportUsageResponse>;
+  /**
    * Spendable balance: posted balance minus held reservations. Opens the wallet (and grants the
    * starting credit, exactly once) when the account has none yet.
    */
   getBalance: handleUnaryCall<GetBalanceRequest, GetBalanceResponse>;
+  /**
+   * Credits the account's wallet (an operator top-up), once per idempotency key: a retry with the
+   * same key and amount changes nothing and answers as the first call did. Errors:
+   * invalid_request (amount not positive), idempotency_conflict (key reused with another amount).
+   */
+  addCredits: handleUnaryCall<AddCreditsRequest, AddCreditsResponse>;
 }
 
 export interface BillingServiceClient extends Client {
@@ -1727,6 +3462,56 @@ export interface BillingServiceClient extends Client {
     callback: (error: ServiceError | null, response: GetUsageSummaryResponse) => void,
   ): ClientUnaryCall;
   /**
+   * The token usage series (GET /v1/usage/tokens), read from the hourly rollups: one zero-filled
+   * bucket per interval, from the bucket holding now - days through the current one (UTC, weeks
+   * start on Monday). Errors: invalid_request (days outside 1..365, unknown interval).
+   */
+  getUsageTokens(
+    request: GetUsageTokensRequest,
+    callback: (error: ServiceError | null, response: GetUsageTokensResponse) => void,
+  ): ClientUnaryCall;
+  getUsageTokens(
+    request: GetUsageTokensRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetUsageTokensResponse) => void,
+  ): ClientUnaryCall;
+  getUsageTokens(
+    request: GetUsageTokensRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetUsageTokensResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The cost breakdown (GET /v1/usage/breakdown), read from the hourly rollups, over the UTC days
+   * from the one holding now - days through today. Errors: invalid_request (days outside 1..365).
+   */
+  getUsageBreakdown(
+    request: GetUsageBreakdownRequest,
+    callback: (error: ServiceError | null, response: GetUsageBreakdownResponse) => void,
+  ): ClientUnaryCall;
+  getUsageBreakdown(
+    request: GetUsageBreakdownRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetUsageBreakdownResponse) => void,
+  ): ClientUnaryCall;
+  getUsageBreakdown(
+    request: GetUsageBreakdownRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetUsageBreakdownResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Every usage record of the breakdown's window (failed requests included), oldest first, in
+   * batches; the stream honours flow control and stops when the caller cancels.
+   * Errors: invalid_request (days outside 1..365).
+   */
+  exportUsage(request: ExportUsageRequest, options?: Partial<CallOptions>): ClientReadableStream<ExportUsageResponse>;
+  exportUsage(
+    request: ExportUsageRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ExportUsageResponse>;
+  /**
    * Spendable balance: posted balance minus held reservations. Opens the wallet (and grants the
    * starting credit, exactly once) when the account has none yet.
    */
@@ -1744,6 +3529,26 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetBalanceResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Credits the account's wallet (an operator top-up), once per idempotency key: a retry with the
+   * same key and amount changes nothing and answers as the first call did. Errors:
+   * invalid_request (amount not positive), idempotency_conflict (key reused with another amount).
+   */
+  addCredits(
+    request: AddCreditsRequest,
+    callback: (error: ServiceError | null, response: AddCreditsResponse) => void,
+  ): ClientUnaryCall;
+  addCredits(
+    request: AddCreditsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: AddCreditsResponse) => void,
+  ): ClientUnaryCall;
+  addCredits(
+    request: AddCreditsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: AddCreditsResponse) => void,
   ): ClientUnaryCall;
 }
 

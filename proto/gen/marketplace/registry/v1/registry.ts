@@ -112,6 +112,77 @@ export interface StreamError {
   message: string;
 }
 
+/** A model a hoster's server serves. */
+export interface HosterModel {
+  /** The name the hoster's server knows it by (its model file name): ^[A-Za-z0-9._:/-]{1,128}$. */
+  modelId: string;
+  /** Display name; empty when the hoster gave none. */
+  modelAlias: string;
+  /** Tokens, 1 to 10,000,000. */
+  contextWindow: bigint;
+}
+
+export interface RegisterHosterRequest {
+  /** 1 to 100 characters. */
+  name: string;
+  /** The hoster's login e-mail (validated by accounts). */
+  email: string;
+  /**
+   * Base address of the hoster's server (http or https, no credentials); /health, /v1/models and
+   * /v1/chat/completions are appended to it.
+   */
+  endpointUrl: string;
+  /** The bearer token the server requires (8 to 512 printable characters). Stored encrypted. */
+  apiKey: string;
+  inviteCode: string;
+  /** Portal password; empty: accounts generates one and it is returned once. */
+  password: string;
+  /** Client IP as seen by the edge; failed invite codes are limited per IP. */
+  clientIp: string;
+  /** 1 to 50 models, unique model_ids. */
+  models: HosterModel[];
+}
+
+export interface RegisterHosterResponse {
+  hoster?:
+    | Hoster
+    | undefined;
+  /** Set only when the request gave no password; shown once. */
+  portalPassword: string;
+}
+
+/** A hoster as the service knows it. The token is never part of it. */
+export interface Hoster {
+  hosterId: string;
+  name: string;
+  /** For the hoster's own view (/hosters/me); the public hoster list does not show it. */
+  endpointUrl: string;
+  /** healthy | unhealthy (a hoster being registered is not listed). */
+  status: string;
+  models: HosterModel[];
+  /** ISO 8601 UTC; empty before the first check. */
+  lastCheckedAt: string;
+  /** Health checks failed in a row since the last success. */
+  consecutiveFailures: number;
+  /** ISO 8601 UTC. */
+  createdAt: string;
+}
+
+export interface GetHosterRequest {
+  hosterId: string;
+}
+
+export interface GetHosterResponse {
+  hoster?: Hoster | undefined;
+}
+
+export interface ListHostersRequest {
+}
+
+export interface ListHostersResponse {
+  hosters: Hoster[];
+}
+
 function createBaseRouteScope(): RouteScope {
   return { subscriptionId: "", productId: "", hosterId: "" };
 }
@@ -1406,9 +1477,890 @@ export const StreamError: MessageFns<StreamError> = {
   },
 };
 
+function createBaseHosterModel(): HosterModel {
+  return { modelId: "", modelAlias: "", contextWindow: 0n };
+}
+
+export const HosterModel: MessageFns<HosterModel> = {
+  encode(message: HosterModel, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.modelId !== "") {
+      writer.uint32(10).string(message.modelId);
+    }
+    if (message.modelAlias !== "") {
+      writer.uint32(18).string(message.modelAlias);
+    }
+    if (message.contextWindow !== 0n) {
+      if (BigInt.asIntN(64, message.contextWindow) !== message.contextWindow) {
+        throw new globalThis.Error("value provided for field message.contextWindow of type int64 too large");
+      }
+      writer.uint32(24).int64(message.contextWindow);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HosterModel {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHosterModel();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.modelId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.modelAlias = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.contextWindow = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HosterModel {
+    return {
+      modelId: isSet(object.modelId)
+        ? globalThis.String(object.modelId)
+        : isSet(object.model_id)
+        ? globalThis.String(object.model_id)
+        : "",
+      modelAlias: isSet(object.modelAlias)
+        ? globalThis.String(object.modelAlias)
+        : isSet(object.model_alias)
+        ? globalThis.String(object.model_alias)
+        : "",
+      contextWindow: isSet(object.contextWindow)
+        ? BigInt(object.contextWindow)
+        : isSet(object.context_window)
+        ? BigInt(object.context_window)
+        : 0n,
+    };
+  },
+
+  toJSON(message: HosterModel): unknown {
+    const obj: any = {};
+    if (message.modelId !== "") {
+      obj.modelId = message.modelId;
+    }
+    if (message.modelAlias !== "") {
+      obj.modelAlias = message.modelAlias;
+    }
+    if (message.contextWindow !== 0n) {
+      obj.contextWindow = message.contextWindow.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HosterModel>, I>>(base?: I): HosterModel {
+    return HosterModel.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HosterModel>, I>>(object: I): HosterModel {
+    const message = createBaseHosterModel();
+    message.modelId = object.modelId ?? "";
+    message.modelAlias = object.modelAlias ?? "";
+    message.contextWindow = (object.contextWindow !== undefined && object.contextWindow !== null)
+      ? BigInt(object.contextWindow)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseRegisterHosterRequest(): RegisterHosterRequest {
+  return { name: "", email: "", endpointUrl: "", apiKey: "", inviteCode: "", password: "", clientIp: "", models: [] };
+}
+
+export const RegisterHosterRequest: MessageFns<RegisterHosterRequest> = {
+  encode(message: RegisterHosterRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.email !== "") {
+      writer.uint32(18).string(message.email);
+    }
+    if (message.endpointUrl !== "") {
+      writer.uint32(26).string(message.endpointUrl);
+    }
+    if (message.apiKey !== "") {
+      writer.uint32(34).string(message.apiKey);
+    }
+    if (message.inviteCode !== "") {
+      writer.uint32(42).string(message.inviteCode);
+    }
+    if (message.password !== "") {
+      writer.uint32(50).string(message.password);
+    }
+    if (message.clientIp !== "") {
+      writer.uint32(58).string(message.clientIp);
+    }
+    for (const v of message.models) {
+      HosterModel.encode(v!, writer.uint32(66).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RegisterHosterRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRegisterHosterRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.endpointUrl = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.inviteCode = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.password = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.clientIp = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.models.push(HosterModel.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RegisterHosterRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      email: isSet(object.email) ? globalThis.String(object.email) : "",
+      endpointUrl: isSet(object.endpointUrl)
+        ? globalThis.String(object.endpointUrl)
+        : isSet(object.endpoint_url)
+        ? globalThis.String(object.endpoint_url)
+        : "",
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : "",
+      inviteCode: isSet(object.inviteCode)
+        ? globalThis.String(object.inviteCode)
+        : isSet(object.invite_code)
+        ? globalThis.String(object.invite_code)
+        : "",
+      password: isSet(object.password) ? globalThis.String(object.password) : "",
+      clientIp: isSet(object.clientIp)
+        ? globalThis.String(object.clientIp)
+        : isSet(object.client_ip)
+        ? globalThis.String(object.client_ip)
+        : "",
+      models: globalThis.Array.isArray(object?.models)
+        ? object.models.map((e: any) => HosterModel.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: RegisterHosterRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.email !== "") {
+      obj.email = message.email;
+    }
+    if (message.endpointUrl !== "") {
+      obj.endpointUrl = message.endpointUrl;
+    }
+    if (message.apiKey !== "") {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.inviteCode !== "") {
+      obj.inviteCode = message.inviteCode;
+    }
+    if (message.password !== "") {
+      obj.password = message.password;
+    }
+    if (message.clientIp !== "") {
+      obj.clientIp = message.clientIp;
+    }
+    if (message.models?.length) {
+      obj.models = message.models.map((e) => HosterModel.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RegisterHosterRequest>, I>>(base?: I): RegisterHosterRequest {
+    return RegisterHosterRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RegisterHosterRequest>, I>>(object: I): RegisterHosterRequest {
+    const message = createBaseRegisterHosterRequest();
+    message.name = object.name ?? "";
+    message.email = object.email ?? "";
+    message.endpointUrl = object.endpointUrl ?? "";
+    message.apiKey = object.apiKey ?? "";
+    message.inviteCode = object.inviteCode ?? "";
+    message.password = object.password ?? "";
+    message.clientIp = object.clientIp ?? "";
+    message.models = object.models?.map((e) => HosterModel.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseRegisterHosterResponse(): RegisterHosterResponse {
+  return { hoster: undefined, portalPassword: "" };
+}
+
+export const RegisterHosterResponse: MessageFns<RegisterHosterResponse> = {
+  encode(message: RegisterHosterResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hoster !== undefined) {
+      Hoster.encode(message.hoster, writer.uint32(10).fork()).join();
+    }
+    if (message.portalPassword !== "") {
+      writer.uint32(18).string(message.portalPassword);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RegisterHosterResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRegisterHosterResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hoster = Hoster.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.portalPassword = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RegisterHosterResponse {
+    return {
+      hoster: isSet(object.hoster) ? Hoster.fromJSON(object.hoster) : undefined,
+      portalPassword: isSet(object.portalPassword)
+        ? globalThis.String(object.portalPassword)
+        : isSet(object.portal_password)
+        ? globalThis.String(object.portal_password)
+        : "",
+    };
+  },
+
+  toJSON(message: RegisterHosterResponse): unknown {
+    const obj: any = {};
+    if (message.hoster !== undefined) {
+      obj.hoster = Hoster.toJSON(message.hoster);
+    }
+    if (message.portalPassword !== "") {
+      obj.portalPassword = message.portalPassword;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RegisterHosterResponse>, I>>(base?: I): RegisterHosterResponse {
+    return RegisterHosterResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RegisterHosterResponse>, I>>(object: I): RegisterHosterResponse {
+    const message = createBaseRegisterHosterResponse();
+    message.hoster = (object.hoster !== undefined && object.hoster !== null)
+      ? Hoster.fromPartial(object.hoster)
+      : undefined;
+    message.portalPassword = object.portalPassword ?? "";
+    return message;
+  },
+};
+
+function createBaseHoster(): Hoster {
+  return {
+    hosterId: "",
+    name: "",
+    endpointUrl: "",
+    status: "",
+    models: [],
+    lastCheckedAt: "",
+    consecutiveFailures: 0,
+    createdAt: "",
+  };
+}
+
+export const Hoster: MessageFns<Hoster> = {
+  encode(message: Hoster, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.endpointUrl !== "") {
+      writer.uint32(26).string(message.endpointUrl);
+    }
+    if (message.status !== "") {
+      writer.uint32(34).string(message.status);
+    }
+    for (const v of message.models) {
+      HosterModel.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.lastCheckedAt !== "") {
+      writer.uint32(50).string(message.lastCheckedAt);
+    }
+    if (message.consecutiveFailures !== 0) {
+      writer.uint32(56).int32(message.consecutiveFailures);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(66).string(message.createdAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Hoster {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHoster();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.endpointUrl = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.models.push(HosterModel.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.lastCheckedAt = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.consecutiveFailures = reader.int32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Hoster {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      endpointUrl: isSet(object.endpointUrl)
+        ? globalThis.String(object.endpointUrl)
+        : isSet(object.endpoint_url)
+        ? globalThis.String(object.endpoint_url)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      models: globalThis.Array.isArray(object?.models) ? object.models.map((e: any) => HosterModel.fromJSON(e)) : [],
+      lastCheckedAt: isSet(object.lastCheckedAt)
+        ? globalThis.String(object.lastCheckedAt)
+        : isSet(object.last_checked_at)
+        ? globalThis.String(object.last_checked_at)
+        : "",
+      consecutiveFailures: isSet(object.consecutiveFailures)
+        ? globalThis.Number(object.consecutiveFailures)
+        : isSet(object.consecutive_failures)
+        ? globalThis.Number(object.consecutive_failures)
+        : 0,
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+    };
+  },
+
+  toJSON(message: Hoster): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.endpointUrl !== "") {
+      obj.endpointUrl = message.endpointUrl;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.models?.length) {
+      obj.models = message.models.map((e) => HosterModel.toJSON(e));
+    }
+    if (message.lastCheckedAt !== "") {
+      obj.lastCheckedAt = message.lastCheckedAt;
+    }
+    if (message.consecutiveFailures !== 0) {
+      obj.consecutiveFailures = Math.round(message.consecutiveFailures);
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Hoster>, I>>(base?: I): Hoster {
+    return Hoster.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Hoster>, I>>(object: I): Hoster {
+    const message = createBaseHoster();
+    message.hosterId = object.hosterId ?? "";
+    message.name = object.name ?? "";
+    message.endpointUrl = object.endpointUrl ?? "";
+    message.status = object.status ?? "";
+    message.models = object.models?.map((e) => HosterModel.fromPartial(e)) || [];
+    message.lastCheckedAt = object.lastCheckedAt ?? "";
+    message.consecutiveFailures = object.consecutiveFailures ?? 0;
+    message.createdAt = object.createdAt ?? "";
+    return message;
+  },
+};
+
+function createBaseGetHosterRequest(): GetHosterRequest {
+  return { hosterId: "" };
+}
+
+export const GetHosterRequest: MessageFns<GetHosterRequest> = {
+  encode(message: GetHosterRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHosterRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHosterRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHosterRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+    };
+  },
+
+  toJSON(message: GetHosterRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetHosterRequest>, I>>(base?: I): GetHosterRequest {
+    return GetHosterRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHosterRequest>, I>>(object: I): GetHosterRequest {
+    const message = createBaseGetHosterRequest();
+    message.hosterId = object.hosterId ?? "";
+    return message;
+  },
+};
+
+function createBaseGetHosterResponse(): GetHosterResponse {
+  return { hoster: undefined };
+}
+
+export const GetHosterResponse: MessageFns<GetHosterResponse> = {
+  encode(message: GetHosterResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hoster !== undefined) {
+      Hoster.encode(message.hoster, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHosterResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHosterResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hoster = Hoster.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHosterResponse {
+    return { hoster: isSet(object.hoster) ? Hoster.fromJSON(object.hoster) : undefined };
+  },
+
+  toJSON(message: GetHosterResponse): unknown {
+    const obj: any = {};
+    if (message.hoster !== undefined) {
+      obj.hoster = Hoster.toJSON(message.hoster);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetHosterResponse>, I>>(base?: I): GetHosterResponse {
+    return GetHosterResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHosterResponse>, I>>(object: I): GetHosterResponse {
+    const message = createBaseGetHosterResponse();
+    message.hoster = (object.hoster !== undefined && object.hoster !== null)
+      ? Hoster.fromPartial(object.hoster)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListHostersRequest(): ListHostersRequest {
+  return {};
+}
+
+export const ListHostersRequest: MessageFns<ListHostersRequest> = {
+  encode(_: ListHostersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListHostersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListHostersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListHostersRequest {
+    return {};
+  },
+
+  toJSON(_: ListHostersRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListHostersRequest>, I>>(base?: I): ListHostersRequest {
+    return ListHostersRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListHostersRequest>, I>>(_: I): ListHostersRequest {
+    const message = createBaseListHostersRequest();
+    return message;
+  },
+};
+
+function createBaseListHostersResponse(): ListHostersResponse {
+  return { hosters: [] };
+}
+
+export const ListHostersResponse: MessageFns<ListHostersResponse> = {
+  encode(message: ListHostersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.hosters) {
+      Hoster.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListHostersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListHostersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosters.push(Hoster.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListHostersResponse {
+    return {
+      hosters: globalThis.Array.isArray(object?.hosters) ? object.hosters.map((e: any) => Hoster.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ListHostersResponse): unknown {
+    const obj: any = {};
+    if (message.hosters?.length) {
+      obj.hosters = message.hosters.map((e) => Hoster.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListHostersResponse>, I>>(base?: I): ListHostersResponse {
+    return ListHostersResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListHostersResponse>, I>>(object: I): ListHostersResponse {
+    const message = createBaseListHostersResponse();
+    message.hosters = object.hosters?.map((e) => Hoster.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
- * Registry owns the model catalog (local, hoster and cloud models), routing and the inference
- * proxy to upstream servers.
+ * Registry owns the model catalog (local, hoster and cloud models), the hosters and their health
+ * checks, routing and the inference proxy to upstream servers.
  */
 export type RegistryServiceService = typeof RegistryServiceService;
 export const RegistryServiceService = {
@@ -1449,6 +2401,46 @@ export const RegistryServiceService = {
       Buffer.from(ChatCompletionResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ChatCompletionResponse => ChatCompletionResponse.decode(value),
   },
+  /**
+   * Registers a hoster (POST /hosters/register): checks the invite with accounts, checks the
+   * endpoint is a public address and that the server answers /health, lists every model on
+   * /v1/models with the token and refuses /v1/models without it; then stores the hoster (token
+   * encrypted) and has accounts consume the invite and create the hoster's login. Errors:
+   * invalid_request (param names the field: name, email, endpoint_url, api_key, invite_code,
+   * models[i].model_id, ...), rate_limit_exceeded (failed invite codes from client_ip),
+   * email_taken.
+   */
+  registerHoster: {
+    path: "/marketplace.registry.v1.RegistryService/RegisterHoster" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RegisterHosterRequest): Buffer =>
+      Buffer.from(RegisterHosterRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RegisterHosterRequest => RegisterHosterRequest.decode(value),
+    responseSerialize: (value: RegisterHosterResponse): Buffer =>
+      Buffer.from(RegisterHosterResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RegisterHosterResponse => RegisterHosterResponse.decode(value),
+  },
+  /** One registered hoster (GET /hosters/me). Never carries the hoster's token. Error: not_found. */
+  getHoster: {
+    path: "/marketplace.registry.v1.RegistryService/GetHoster" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetHosterRequest): Buffer => Buffer.from(GetHosterRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetHosterRequest => GetHosterRequest.decode(value),
+    responseSerialize: (value: GetHosterResponse): Buffer => Buffer.from(GetHosterResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetHosterResponse => GetHosterResponse.decode(value),
+  },
+  /** Every registered hoster, healthy or not (GET /v1/hosters), oldest first. */
+  listHosters: {
+    path: "/marketplace.registry.v1.RegistryService/ListHosters" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListHostersRequest): Buffer => Buffer.from(ListHostersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListHostersRequest => ListHostersRequest.decode(value),
+    responseSerialize: (value: ListHostersResponse): Buffer => Buffer.from(ListHostersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListHostersResponse => ListHostersResponse.decode(value),
+  },
 } as const;
 
 export interface RegistryServiceServer extends UntypedServiceImplementation {
@@ -1462,6 +2454,20 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
    * it, a final `error` event. Exactly one usage.completed event is published per call.
    */
   chatCompletion: handleServerStreamingCall<ChatCompletionRequest, ChatCompletionResponse>;
+  /**
+   * Registers a hoster (POST /hosters/register): checks the invite with accounts, checks the
+   * endpoint is a public address and that the server answers /health, lists every model on
+   * /v1/models with the token and refuses /v1/models without it; then stores the hoster (token
+   * encrypted) and has accounts consume the invite and create the hoster's login. Errors:
+   * invalid_request (param names the field: name, email, endpoint_url, api_key, invite_code,
+   * models[i].model_id, ...), rate_limit_exceeded (failed invite codes from client_ip),
+   * email_taken.
+   */
+  registerHoster: handleUnaryCall<RegisterHosterRequest, RegisterHosterResponse>;
+  /** One registered hoster (GET /hosters/me). Never carries the hoster's token. Error: not_found. */
+  getHoster: handleUnaryCall<GetHosterRequest, GetHosterResponse>;
+  /** Every registered hoster, healthy or not (GET /v1/hosters), oldest first. */
+  listHosters: handleUnaryCall<ListHostersRequest, ListHostersResponse>;
 }
 
 export interface RegistryServiceClient extends Client {
@@ -1511,6 +2517,62 @@ export interface RegistryServiceClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<ChatCompletionResponse>;
+  /**
+   * Registers a hoster (POST /hosters/register): checks the invite with accounts, checks the
+   * endpoint is a public address and that the server answers /health, lists every model on
+   * /v1/models with the token and refuses /v1/models without it; then stores the hoster (token
+   * encrypted) and has accounts consume the invite and create the hoster's login. Errors:
+   * invalid_request (param names the field: name, email, endpoint_url, api_key, invite_code,
+   * models[i].model_id, ...), rate_limit_exceeded (failed invite codes from client_ip),
+   * email_taken.
+   */
+  registerHoster(
+    request: RegisterHosterRequest,
+    callback: (error: ServiceError | null, response: RegisterHosterResponse) => void,
+  ): ClientUnaryCall;
+  registerHoster(
+    request: RegisterHosterRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RegisterHosterResponse) => void,
+  ): ClientUnaryCall;
+  registerHoster(
+    request: RegisterHosterRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RegisterHosterResponse) => void,
+  ): ClientUnaryCall;
+  /** One registered hoster (GET /hosters/me). Never carries the hoster's token. Error: not_found. */
+  getHoster(
+    request: GetHosterRequest,
+    callback: (error: ServiceError | null, response: GetHosterResponse) => void,
+  ): ClientUnaryCall;
+  getHoster(
+    request: GetHosterRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetHosterResponse) => void,
+  ): ClientUnaryCall;
+  getHoster(
+    request: GetHosterRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetHosterResponse) => void,
+  ): ClientUnaryCall;
+  /** Every registered hoster, healthy or not (GET /v1/hosters), oldest first. */
+  listHosters(
+    request: ListHostersRequest,
+    callback: (error: ServiceError | null, response: ListHostersResponse) => void,
+  ): ClientUnaryCall;
+  listHosters(
+    request: ListHostersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListHostersResponse) => void,
+  ): ClientUnaryCall;
+  listHosters(
+    request: ListHostersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListHostersResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const RegistryServiceClient = makeGenericClientConstructor(
