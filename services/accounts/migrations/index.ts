@@ -1,0 +1,9 @@
+import type { MigrationObject } from "@mikro-orm/core";
+import { Migration20261123000000Initial } from "./Migration20261123000000Initial.ts";
+import { Migration20261123120000HostersAndSessions } from "./Migration20261123120000HostersAndSessions.ts";
+
+/** Accounts' committed migrations, in order. */
+export const migrations: MigrationObject[] = [
+  { name: "Migration20261123000000Initial", class: Migration20261123000000Initial },
+  { name: "Migration20261123120000HostersAndSessions", class: Migration20261123120000HostersAndSessions },
+];

@@ -1,0 +1,38 @@
+import { unary } from "@mkt/runtime/grpc-server";
+import type { AccountsServiceServer } from "@mkt/proto/accounts/v1/accounts";
+import type { AccountsContext } from "./context.ts";
+import { createAccount } from "./accounts/create-account.ts";
+import { getAccount } from "./accounts/get-account.ts";
+import { authenticate } from "./keys/authenticate.ts";
+import { createApiKey, listApiKeys } from "./keys/api-keys.ts";
+import { revokeApiKey } from "./keys/revoke-api-key.ts";
+import { registerHosterLogin } from "./hosters/register-hoster-login.ts";
+import { checkInvite, createInvite } from "./invites/invites.ts";
+import { ipAttempts } from "./ip-attempts.ts";
+import { login, logout, resolveSession } from "./sessions/sessions.ts";
+
+/** The AccountsService gRPC handlers. Errors other than AppError answer INTERNAL, generically. */
+export function accountsService(ctx: AccountsContext): AccountsServiceServer {
+  const attempts = ipAttempts(ctx);
+  const log = ctx.log;
+  return {
+    createAccount: unary(log, "CreateAccount", (req) => createAccount(ctx, attempts, req)),
+    authenticate: unary(log, "Authenticate", async (req) => ({ principal: await authenticate(ctx, req.apiKey) })),
+    createApiKey: unary(log, "CreateApiKey", (req) => createApiKey(ctx, req)),
+    listApiKeys: unary(log, "ListApiKeys", (req) => listApiKeys(ctx, req.accountId)),
+    revokeApiKey: unary(log, "RevokeApiKey", (req) => revokeApiKey(ctx, req)),
+    getAccount: unary(log, "GetAccount", (req) => getAccount(ctx, req.accountId)),
+    createInvite: unary(log, "CreateInvite", () => createInvite(ctx)),
+    checkInvite: unary(log, "CheckInvite", async (req) => {
+      await checkInvite(ctx, attempts, req);
+      return {};
+    }),
+    registerHosterLogin: unary(log, "RegisterHosterLogin", (req) => registerHosterLogin(ctx, req)),
+    login: unary(log, "Login", (req) => login(ctx, attempts, req)),
+    logout: unary(log, "Logout", async (req) => {
+      await logout(ctx, req.sessionToken);
+      return {};
+    }),
+    resolveSession: unary(log, "ResolveSession", (req) => resolveSession(ctx, req.sessionToken)),
+  };
+}

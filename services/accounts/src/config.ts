@@ -1,0 +1,25 @@
+import { commonSpecs, loadConfig, host, str, intBetween, listenPort } from "@mkt/runtime/config";
+
+export function loadAccountsConfig(env: NodeJS.ProcessEnv = process.env) {
+  return loadConfig(
+    {
+      ...commonSpecs,
+      GRPC_HOST: host({ default: "127.0.0.1" }),
+      // 0 picks a free port (tests).
+      GRPC_PORT: listenPort({ default: 50051 }),
+      /** The tier new accounts start on; billing maps tiers to their limits. */
+      DEFAULT_TIER: str({ default: "free" }),
+      /** Sign-up attempts allowed per client IP per UTC hour; 0 turns the limit off. */
+      SIGNUP_LIMIT_PER_IP_PER_HOUR: intBetween(0, 1_000_000)({ default: 20 }),
+      /** Wrong invite codes allowed per client IP per UTC hour; 0 turns the limit off. */
+      INVITE_FAILURES_PER_IP_PER_HOUR: intBetween(0, 1_000_000)({ default: 10 }),
+      /** Failed logins allowed per client IP per UTC hour; 0 turns the limit off. */
+      LOGIN_FAILURES_PER_IP_PER_HOUR: intBetween(0, 1_000_000)({ default: 20 }),
+      /** How long a login session lasts. */
+      SESSION_TTL_HOURS: intBetween(1, 24 * 90)({ default: 24 * 7 }),
+    },
+    env,
+  );
+}
+
+export type AccountsConfig = ReturnType<typeof loadAccountsConfig>;
