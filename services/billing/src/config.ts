@@ -57,7 +57,9 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
       TIERS: tiers({ default: { free: { limitPerMinute: 60n, limitPerDay: 1000n } } }),
       STARTING_CREDIT_USD: usdAmount({ default: 5_000_000n }),
       RESERVATION_TTL_SECONDS: intBetween(1, 7 * 24 * 3600)({ default: 900 }),
-      SETTLE_BATCH_SIZE: intBetween(1, 10_000)({ default: 200 }),
+      SETTLE_BATCH_SIZE: intBetween(1, 10_000)({ default: 500 }),
+      // Usage records per message of an ExportUsage stream (one keyset-paginated query each).
+      USAGE_EXPORT_BATCH_SIZE: intBetween(1, 50_000)({ default: 5_000 }),
     },
     env,
   );

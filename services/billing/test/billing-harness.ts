@@ -58,6 +58,7 @@ export async function startTestBilling(env: Record<string, string> = {}, options
 
   return {
     billing,
+    config,
     client,
     db,
     names,
@@ -127,7 +128,7 @@ export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boo
  * Ledger invariants: every journal entry sums to zero (so all postings do), and each wallet's
  * posted balance equals the sum of its customer postings.
  */
-export async function ledgerInvariants(t: TestBilling) {
+export async function ledgerInvariants(t: Pick<TestBilling, "query">) {
   const [total] = await t.query<{ sum: string | null }>(`select sum(amount_micros)::text as sum from ledger_postings`);
   const unbalanced = await t.query(
     `select entry_id from ledger_postings group by entry_id having sum(amount_micros) <> 0`,

@@ -2,7 +2,7 @@ import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } fro
 import { ensureUsageStream, type EventNames, type NatsConnection } from "@mkt/runtime/nats";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { BillingContext } from "../context.ts";
-import { settleUsageEvent } from "./settle-usage.ts";
+import { settleUsageBatch } from "./settle-batch.ts";
 
 /** An event that failed to settle this many times is dropped (logged) so it cannot block others. */
 const MAX_ATTEMPTS = 10;
@@ -113,11 +113,14 @@ export async function startSettlementConsumer(
     const key = (item: Decoded) => `${item.event.accountId}/${item.event.requestId}`;
     const ordered = [...items].sort((a, b) => (key(a) < key(b) ? -1 : 1));
     const now = ctx.clock();
-    const outcomes = await ctx.orm.em.fork().transactional(async (em) => {
-      const results: string[] = [];
-      for (const { event } of ordered) results.push(await settleUsageEvent(em, event, log, now));
-      return results;
-    });
+    const outcomes = await ctx.orm.em.fork().transactional((em) =>
+      settleUsageBatch(
+        em,
+        ordered.map((item) => item.event),
+        log,
+        now,
+      ),
+    );
     for (const { msg } of items) msg.ack();
     log.debug({ events: items.length, outcomes }, "usage settled");
   }

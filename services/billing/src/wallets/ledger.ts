@@ -2,15 +2,17 @@ import { newId } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
 import type { Em } from "../context.ts";
 
-/** Ledger account names (DESIGN.md §3): one per customer and hoster, two for the platform. */
+/** Ledger account names (DESIGN.md §3): one per customer and hoster, and the platform's own. */
 export const ledgerAccounts = {
   customer: (accountId: string) => `customer:${accountId}`,
   hoster: (hosterId: string) => `hoster:${hosterId}`,
   grants: "platform:grants",
+  /** Where operator top-ups come from (payments received outside the platform). */
+  topUps: "platform:top_ups",
   revenue: "platform:revenue",
 } as const;
 
-export type EntryKind = "grant" | "usage";
+export type EntryKind = "grant" | "usage" | "top_up";
 
 /**
  * Writes one balanced journal entry, exactly once per (kind, reference): returns false, writing

@@ -1,0 +1,230 @@
+import { newId } from "@mkt/runtime/ids";
+import { costMicros, splitRevenue, type Micros } from "@mkt/runtime/money";
+import type { Logger } from "@mkt/runtime/logger";
+import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { int8, type Em } from "../context.ts";
+import { ledgerAccounts } from "../wallets/ledger.ts";
+import { settleUsageEvent, type SettleOutcome } from "./settle-usage.ts";
+
+/** One event of the common case: its reservation is still held and it has no usage record yet. */
+interface Charge {
+  event: UsageCompleted;
+  reservation: Record<string, unknown>;
+  accountId: string;
+  inputTokens: bigint;
+  outputTokens: bigint;
+  latencyMs: bigint;
+  cost: Micros;
+  platformFee: Micros;
+  hosterEarned: Micros;
+  reserved: Micros;
+}
+
+const clampTokens = (n: bigint) => (n < 0n ? 0n : n);
+const placeholders = (count: number, row: string) => Array.from({ length: count }, () => row).join(", ");
+
+/**
+ * Settles a batch of usage.completed events inside the caller's transaction with a fixed number
+ * of statements, whatever the batch size: one round trip per table instead of ~9 per event,
+ * which is what lets one consumer keep up with thousands of events a second (bench/settlement.ts).
+ *
+ * Only the common case is settled here: a held reservation with no usage record. Everything
+ * else (duplicates, late events after expiry, events without a reservation) goes through
+ * settleUsageEvent, one by one, with the same rules as before; its outcomes are the reference.
+ */
+export async function settleUsageBatch(
+  em: Em,
+  events: readonly UsageCompleted[],
+  log: Logger,
+  now: Date,
+): Promise<SettleOutcome[]> {
+  if (events.length === 0) return [];
+  const requestIds = [...new Set(events.map((e) => e.requestId))];
+  // Row locks in one stable order (reservations, then wallets, each sorted), so concurrent
+  // settlers and the sweeper wait for each other instead of deadlocking.
+  const reservations = await em.execute(
+    `select * from reservations where request_id in (${placeholders(requestIds.length, "?")}) order by id for update`,
+    requestIds,
+  );
+  const recorded = await em.execute(
+    `select request_id from usage_records where request_id in (${placeholders(requestIds.length, "?")})`,
+    requestIds,
+  );
+  const reservationOf = new Map(reservations.map((r) => [r.request_id as string, r]));
+  const hasRecord = new Set(recorded.map((r) => r.request_id as string));
+
+  const outcomes: Array<SettleOutcome | undefined> = new Array(events.length);
+  const charges: Charge[] = [];
+  const oneByOne: number[] = [];
+  const seen = new Set<string>();
+  events.forEach((event, i) => {
+    const reservation = reservationOf.get(event.requestId);
+    if (seen.has(event.requestId)) {
+      outcomes[i] = "duplicate"; // the same request twice in one batch (replayed under another msg id)
+    } else if (reservation?.status !== "held" || hasRecord.has(event.requestId)) {
+      oneByOne.push(i);
+    } else {
+      charges.push(priced(event, reservation, log));
+      outcomes[i] = "settled";
+    }
+    seen.add(event.requestId);
+  });
+
+  if (charges.length > 0) await writeCharges(em, charges, now);
+  for (const i of oneByOne) outcomes[i] = await settleUsageEvent(em, events[i]!, log, now);
+  return outcomes as SettleOutcome[];
+}
+
+/** The charge for one event, from its reservation's price snapshot (as settleUsageEvent does). */
+function priced(event: UsageCompleted, reservation: Record<string, unknown>, log: Logger): Charge {
+  const accountId = reservation.account_id as string;
+  if (event.accountId && event.accountId !== accountId) {
+    log.warn(
+      { requestId: event.requestId },
+      "usage event account differs from its reservation; the reservation's is charged",
+    );
+  }
+  const inputTokens = clampTokens(event.inputTokens);
+  const outputTokens = clampTokens(event.outputTokens);
+  const reserved = int8(reservation.reserved_micros);
+  const full = costMicros(
+    inputTokens,
+    outputTokens,
+    int8(reservation.input_price_per_1m_micros),
+    int8(reservation.output_price_per_1m_micros),
+  );
+  // Never charge beyond the hold: the balance can then never go below zero (DESIGN.md §3).
+  const cost = full > reserved ? reserved : full;
+  const { platformFee, hosterEarned } = splitRevenue(cost, reservation.provider === "hoster");
+  return {
+    event,
+    reservation,
+    accountId,
+    inputTokens,
+    outputTokens,
+    latencyMs: clampTokens(event.latencyMs),
+    cost,
+    platformFee,
+    hosterEarned,
+    reserved,
+  };
+}
+
+async function writeCharges(em: Em, charges: Charge[], now: Date): Promise<void> {
+  await postCharges(
+    em,
+    charges.filter((c) => c.cost > 0n),
+  );
+  await moveWallets(em, charges);
+  const ids = charges.map((c) => c.reservation.id as string);
+  await em.execute(
+    `update reservations set status = 'settled', slot_released_at = coalesce(slot_released_at, ?)
+     where id in (${placeholders(ids.length, "?")})`,
+    [now, ...ids],
+  );
+  await insertUsageWithRollups(em, charges);
+}
+
+/** One balanced journal entry per charge (customer debit = platform fee + hoster earning). */
+async function postCharges(em: Em, charges: Charge[]): Promise<void> {
+  if (charges.length === 0) return;
+  const entryIds = charges.map(() => newId());
+  const inserted = await em.execute(
+    `insert into journal_entries (id, kind, reference) values ${placeholders(charges.length, "(?, 'usage', ?)")}
+     on conflict (kind, reference) do nothing returning id`,
+    charges.flatMap((c, i) => [entryIds[i], c.event.requestId]),
+  );
+  // A charge without its usage record would be corruption: fail the batch, which the consumer
+  // then retries event by event (settleUsageEvent reports the culprit).
+  if (inserted.length !== charges.length) throw new Error("usage charge exists for a request without a usage record");
+  const legs = charges.flatMap((c, i) =>
+    (
+      [
+        [ledgerAccounts.customer(c.accountId), -c.cost],
+        [ledgerAccounts.revenue, c.platformFee],
+        [ledgerAccounts.hoster(c.reservation.hoster_id as string), c.hosterEarned],
+      ] as const
+    )
+      .filter(([, amount]) => amount !== 0n)
+      .map(([account, amount]) => [newId(), entryIds[i], account, amount]),
+  );
+  await em.execute(
+    `insert into ledger_postings (id, entry_id, ledger_account, amount_micros) values ${placeholders(legs.length, "(?, ?, ?, ?)")}`,
+    legs.flat(),
+  );
+}
+
+/** Charges and releases holds, one row per wallet, locked in account order. */
+async function moveWallets(em: Em, charges: Charge[]): Promise<void> {
+  const byAccount = new Map<string, { cost: Micros; held: Micros }>();
+  for (const c of charges) {
+    const totals = byAccount.get(c.accountId) ?? { cost: 0n, held: 0n };
+    totals.cost += c.cost;
+    totals.held += c.reserved;
+    byAccount.set(c.accountId, totals);
+  }
+  const accounts = [...byAccount.keys()].sort();
+  await em.execute(
+    `select 1 from wallets where account_id in (${placeholders(accounts.length, "?")}) order by account_id for update`,
+    accounts,
+  );
+  await em.execute(
+    `update wallets w set posted_micros = w.posted_micros - v.cost, held_micros = w.held_micros - v.held
+     from (values ${placeholders(accounts.length, "(?::uuid, ?::bigint, ?::bigint)")}) as v (account_id, cost, held)
+     where w.account_id = v.account_id`,
+    accounts.flatMap((a) => [a, byAccount.get(a)!.cost, byAccount.get(a)!.held]),
+  );
+}
+
+/**
+ * The usage records and their hourly rollups in one statement: the rollup is summed from the
+ * rows just inserted, bucketed by the reservation's time (as insertUsageRecord does).
+ */
+async function insertUsageWithRollups(em: Em, charges: Charge[]): Promise<void> {
+  const rows = charges.map((c) => {
+    const r = c.reservation;
+    return [
+      c.event.requestId,
+      r.id,
+      c.accountId,
+      r.key_id,
+      r.model_id,
+      r.provider,
+      r.hoster_id,
+      c.inputTokens,
+      c.outputTokens,
+      c.cost,
+      c.platformFee,
+      c.hosterEarned,
+      c.latencyMs,
+      c.event.success,
+      c.event.success ? "" : c.event.errorCode,
+      r.created_at,
+    ];
+  });
+  await em.execute(
+    `with inserted as (
+       insert into usage_records (request_id, reservation_id, account_id, key_id, model_id, provider, hoster_id,
+         input_tokens, output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success,
+         error_code, created_at)
+       values ${placeholders(rows.length, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz)")}
+       returning *
+     )
+     insert into usage_hourly (account_id, hour, model_id, provider, requests, input_tokens, output_tokens,
+       cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)
+     select account_id, date_trunc('hour', created_at, 'UTC'), model_id, provider, count(*), sum(input_tokens),
+       sum(output_tokens), sum(cost_micros), sum(platform_fee_micros), sum(hoster_earned_micros), sum(latency_ms),
+       count(*) filter (where not success)
+     from inserted group by 1, 2, 3, 4
+     on conflict (account_id, hour, model_id, provider) do update set
+       requests = usage_hourly.requests + excluded.requests,
+       input_tokens = usage_hourly.input_tokens + excluded.input_tokens,
+       output_tokens = usage_hourly.output_tokens + excluded.output_tokens,
+       cost_micros = usage_hourly.cost_micros + excluded.cost_micros,
+       platform_fee_micros = usage_hourly.platform_fee_micros + excluded.platform_fee_micros,
+       hoster_earned_micros = usage_hourly.hoster_earned_micros + excluded.hoster_earned_micros,
+       latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum,
+       failed = usage_hourly.failed + excluded.failed`,
+    rows.flat(),
+  );
+}

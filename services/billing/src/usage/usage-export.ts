@@ -1,0 +1,89 @@
+import type { ServerWritableStream } from "@grpc/grpc-js";
+import { writeWithBackpressure } from "@mkt/runtime/grpc-server";
+import type { ExportUsageRequest, ExportUsageResponse, UsageExportRow } from "@mkt/proto/billing/v1/billing";
+import { int8, type BillingContext, type Em } from "../context.ts";
+import { requireAccount } from "./usage-summary.ts";
+import { reportWindow, requireDays, type ReportWindow } from "./usage-window.ts";
+
+type ExportCall = ServerWritableStream<ExportUsageRequest, ExportUsageResponse>;
+
+/**
+ * Where the previous page ended: the request id of its last record. The page after it starts
+ * after that record's (created_at, request_id), read back by primary key, so no timestamp makes a
+ * lossy round trip through JavaScript (a record keeps its time even when a late event replaces it).
+ */
+type Cursor = string;
+
+interface Batch {
+  rows: UsageExportRow[];
+  next: Cursor | undefined;
+}
+
+const SELECT = `select to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as ts,
+    request_id, model_id, provider, input_tokens, output_tokens, cost_micros,
+    latency_ms, success
+  from usage_records`;
+
+/**
+ * One page of the export, by keyset: (created_at, request_id) after the cursor, in the order of
+ * the index usage_records_account_time_idx, so every page is an index range scan however deep the
+ * export is (an OFFSET would rescan what was already sent).
+ */
+async function readBatch(em: Em, accountId: string, window: ReportWindow, after: Cursor | undefined, limit: number) {
+  const rows = after
+    ? await em.execute(
+        `${SELECT} where account_id = ?
+           and (created_at, request_id) > ((select created_at from usage_records where request_id = ?), ?)
+           and created_at < ?::timestamptz
+         order by created_at, request_id limit ?`,
+        [accountId, after, after, window.to, limit],
+      )
+    : await em.execute(
+        `${SELECT} where account_id = ? and created_at >= ?::timestamptz and created_at < ?::timestamptz
+         order by created_at, request_id limit ?`,
+        [accountId, window.from, window.to, limit],
+      );
+  const last = rows.at(-1);
+  return {
+    rows: rows.map((row) => ({
+      timestamp: row.ts as string,
+      modelId: row.model_id as string,
+      provider: row.provider as string,
+      inputTokens: int8(row.input_tokens),
+      outputTokens: int8(row.output_tokens),
+      costMicros: int8(row.cost_micros),
+      latencyMs: int8(row.latency_ms),
+      success: row.success as boolean,
+    })),
+    // A short page is the last one.
+    next: last && rows.length === limit ? (last.request_id as string) : undefined,
+  } satisfies Batch;
+}
+
+/**
+ * ExportUsage: streams every usage record of the window (failed requests included), oldest
+ * first, one keyset page per message. The next page is read while the current one is being sent,
+ * and a full transport buffer pauses the reading, so memory stays at about two pages whatever the
+ * export's size. Pages are separate statements, not one long transaction: a record settled during
+ * the export may or may not appear, but none appears twice or is skipped among those already there.
+ */
+export async function exportUsage(ctx: BillingContext, call: ExportCall): Promise<void> {
+  const { accountId } = call.request;
+  requireAccount(accountId);
+  const days = requireDays(call.request.days);
+  const limit = ctx.config.USAGE_EXPORT_BATCH_SIZE;
+  const em = ctx.orm.em.fork();
+  const window = await reportWindow(em, ctx.clock(), days, "day");
+
+  let pending: Promise<Batch> | undefined = readBatch(em, accountId, window, undefined, limit);
+  while (pending) {
+    const batch: Batch = await pending;
+    pending = batch.next ? readBatch(em, accountId, window, batch.next, limit) : undefined;
+    if (batch.rows.length === 0) break;
+    if (!(await writeWithBackpressure(call, { rows: batch.rows }))) {
+      // The caller left; the page being read is not wanted, and must not surface as unhandled.
+      pending?.catch(() => undefined);
+      return;
+    }
+  }
+}

@@ -1,0 +1,95 @@
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openDatabase, type Orm } from "@mkt/runtime/db";
+import { createLogger } from "@mkt/runtime/logger";
+import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
+import { entities } from "../src/entities.ts";
+import { settleUsageBatch } from "../src/settlement/settle-batch.ts";
+import { authorizeRequest, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
+
+// The consumer decides how events group into batches; to test one batch with every kind of
+// event in it, this file calls the batch settlement directly on billing's real database.
+let t: TestBilling;
+let orm: Orm;
+const log = createLogger("settle-batch-test", "silent");
+beforeAll(async () => {
+  t = await startTestBilling();
+  orm = await openDatabase({
+    url: t.config.DATABASE_URL,
+    schema: "billing",
+    entities,
+    migrations: [],
+    migrate: false,
+    log,
+  });
+});
+afterAll(async () => {
+  await orm?.close();
+  await t?.close();
+});
+
+async function authorized(overrides: Partial<AuthorizeRequest>) {
+  const req = authorizeRequest({ requestedMaxOutputTokens: 200n, ...overrides });
+  const res = await t.client.authorize(req);
+  return (tokens: { inputTokens: bigint; outputTokens: bigint }) =>
+    UsageCompleted.fromPartial({
+      requestId: req.requestId,
+      reservationId: res.reservationId,
+      accountId: req.accountId,
+      modelId: req.modelId,
+      provider: req.provider,
+      hosterId: req.hosterId,
+      success: true,
+      latencyMs: 100n,
+      ...tokens,
+    });
+}
+
+const settle = (events: UsageCompleted[]) =>
+  orm.em.fork().transactional((em) => settleUsageBatch(em, events, log, new Date()));
+
+describe("batch settlement", () => {
+  it("settles a mixed batch like event-by-event settlement would, and a replay of it changes nothing", async () => {
+    const accountId = randomUUID();
+    const plain = await authorized({ accountId });
+    const greedy = await authorized({ accountId });
+    const hosted = await authorized({
+      accountId,
+      provider: "hoster",
+      hosterId: "hoster-7",
+      inputPricePer1mMicros: 1_000_000n,
+      outputPricePer1mMicros: 2_000_000n,
+    });
+    const tokens = { inputTokens: 100n, outputTokens: 150n };
+    const batch = [
+      plain(tokens),
+      plain(tokens), // the same request again, under another message id
+      greedy({ inputTokens: 100n, outputTokens: 1_000_000n }), // reports more than was reserved
+      hosted(tokens),
+      UsageCompleted.fromPartial({ requestId: `req_${randomUUID()}`, accountId, success: true, ...tokens }),
+    ];
+
+    expect(await settle(batch)).toEqual(["settled", "duplicate", "settled", "settled", "no_reservation"]);
+    const costs = await t.query(
+      `select cost_micros, platform_fee_micros, hoster_earned_micros from usage_records
+       where account_id = $1 order by created_at, cost_micros`,
+      [accountId],
+    );
+    // 275 = ceil(100 × 0.5 + 150 × 1.5); the greedy one is clamped to its 350 hold; the hosted
+    // one costs ceil(100 × 1 + 150 × 2) = 400, split 80 / 320.
+    expect(costs.map((c) => Object.values(c).join("/")).sort()).toEqual(
+      ["0/0/0", "275/275/0", "350/350/0", "400/80/320"].sort(),
+    );
+    const [hourly] = await t.query(
+      `select sum(requests)::text as requests, sum(cost_micros)::text as cost from usage_hourly where account_id = $1`,
+      [accountId],
+    );
+    expect(hourly).toEqual({ requests: "4", cost: String(275 + 350 + 400) });
+
+    expect(await settle(batch)).toEqual(["duplicate", "duplicate", "duplicate", "duplicate", "duplicate"]);
+    const [wallet] = await t.query(`select posted_micros, held_micros from wallets where account_id = $1`, [accountId]);
+    expect(wallet).toEqual({ posted_micros: String(5_000_000 - 275 - 350 - 400), held_micros: "0" });
+    expect(await ledgerInvariants(t)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
+  });
+});
