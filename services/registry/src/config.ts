@@ -1,4 +1,16 @@
-import { commonSpecs, host, listenPort, loadConfig, makeValidator, secret, str, url } from "@mkt/runtime/config";
+import {
+  bool,
+  commonSpecs,
+  host,
+  intBetween,
+  listenPort,
+  loadConfig,
+  makeValidator,
+  secret,
+  secretsKey,
+  str,
+  url,
+} from "@mkt/runtime/config";
 import { parseLocalModels, type LocalModel } from "./catalog/local-models.ts";
 
 const DEFAULT_LOCAL_MODELS = JSON.stringify([
@@ -27,6 +39,14 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       GRPC_HOST: host({ default: "127.0.0.1" }),
       GRPC_PORT: listenPort({ default: 50053 }),
       BILLING_ADDR: str({ default: "127.0.0.1:50052" }),
+      ACCOUNTS_ADDR: str({ default: "127.0.0.1:50051" }),
+      // Seals hosters' tokens at rest (AES-256-GCM). A secret: no default, never logged.
+      SECRETS_KEY: secretsKey(),
+      // Lets hoster endpoints be loopback or private addresses: tests and local demos only.
+      ALLOW_PRIVATE_UPSTREAMS: bool({ default: false }),
+      HOSTER_CHECK_TIMEOUT_MS: millis({ default: 5_000 }),
+      HOSTER_PROBE_INTERVAL_MS: millis({ default: 30_000 }),
+      HOSTER_UNHEALTHY_AFTER: intBetween(1, 1_000)({ default: 2 }),
       LOCAL_MODEL_URL: url({ default: "http://127.0.0.1:8090" }),
       // A secret: no default, never logged.
       LOCAL_MODEL_TOKEN: secret(),

@@ -8,9 +8,12 @@ import {
 } from "@mkt/proto/registry/v1/registry";
 import { resolveModel } from "./catalog/resolve-route.ts";
 import { chatCompletion, type ChatDeps } from "./chat/chat-completion.ts";
+import { getHoster, listHosters } from "./hosters/hoster-handlers.ts";
+import type { HostersContext } from "./hosters/hosters-context.ts";
+import { registerHoster } from "./hosters/register-hoster.ts";
 
 /** The RegistryService gRPC handlers. */
-export function registryService(deps: ChatDeps, log: Logger): RegistryServiceServer {
+export function registryService(deps: ChatDeps, hosters: HostersContext, log: Logger): RegistryServiceServer {
   return {
     resolveRoute: unary(log, "ResolveRoute", async (request) => {
       const model = await resolveModel(deps.catalog, request.model.trim(), request.scope);
@@ -32,5 +35,8 @@ export function registryService(deps: ChatDeps, log: Logger): RegistryServiceSer
       });
     }),
     chatCompletion: serverStream(log, "ChatCompletion", chatCompletion(deps)),
+    registerHoster: unary(log, "RegisterHoster", (request) => registerHoster(hosters, request)),
+    getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
+    listHosters: unary(log, "ListHosters", () => listHosters(hosters)),
   };
 }

@@ -1,28 +1,74 @@
+import { openDatabase } from "@mkt/runtime/db";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { startGrpcServer } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
 import { connectNats, ensureUsageStream, eventNames } from "@mkt/runtime/nats";
+import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
+import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { RegistryServiceService } from "@mkt/proto/registry/v1/registry";
+import { migrations } from "../migrations/index.ts";
 import { localCatalog } from "./catalog/local-catalog.ts";
-import type { ChatDeps, SlotReleaser } from "./chat/chat-completion.ts";
+import type { ChatDeps } from "./chat/chat-completion.ts";
 import { UsagePublisher } from "./chat/usage-publisher.ts";
 import type { RegistryConfig } from "./config.ts";
+import { entities } from "./entities.ts";
+import { startHealthProber } from "./hosters/health-prober.ts";
+import { HosterStore } from "./hosters/hoster-store.ts";
+import type { HostersContext } from "./hosters/hosters-context.ts";
 import { registryService } from "./registry-service.ts";
+import { hosterAgent } from "./upstream/hoster-agent.ts";
 import { UpstreamPools } from "./upstream/upstream-pools.ts";
+
+export interface RegistryOptions {
+  /** The clock of hosters' check times; tests may set it. */
+  clock?: () => Date;
+}
 
 export interface RegistryHandle {
   port: number;
-  /** Stop accepting → let running streams finish (grace) → close upstream pools → nats.drain(). */
+  /**
+   * Stop accepting → let running streams finish (grace) → stop the prober → close upstream pools
+   * → nats.drain() → orm.close().
+   */
   close(graceMs?: number): Promise<void>;
 }
 
-/** Opens registry's dependencies and starts its gRPC server. */
-export async function startRegistry(config: RegistryConfig, log: Logger): Promise<RegistryHandle> {
-  const nc = await connectNats(config.NATS_URL, "registry", log);
+/** Opens registry's dependencies and starts its gRPC server and the hoster health prober. */
+export async function startRegistry(
+  config: RegistryConfig,
+  log: Logger,
+  options: RegistryOptions = {},
+): Promise<RegistryHandle> {
+  const orm = await openDatabase({
+    url: config.DATABASE_URL,
+    schema: "registry",
+    entities,
+    migrations,
+    migrate: config.MIGRATE_ON_START,
+    log,
+  });
+  const nc = await connectNats(config.NATS_URL, "registry", log).catch(async (err: unknown) => {
+    await orm.close();
+    throw err;
+  });
   const names = eventNames(config.EVENTS_PREFIX);
   const billingClient = createClient(BillingServiceClient, config.BILLING_ADDR);
+  const accountsClient = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR);
   const pools = new UpstreamPools(config.UPSTREAM_CONNECT_TIMEOUT_MS);
+  const agent = hosterAgent({
+    allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
+    connectTimeoutMs: Math.min(config.UPSTREAM_CONNECT_TIMEOUT_MS, config.HOSTER_CHECK_TIMEOUT_MS),
+  });
+  const hosters: HostersContext = {
+    store: new HosterStore(orm),
+    box: new SecretBox(parseSecretsKey(config.SECRETS_KEY)),
+    accounts: promiseClient(accountsClient),
+    checks: { agent, timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS },
+    allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
+    log,
+    clock: options.clock ?? (() => new Date()),
+  };
   const deps: ChatDeps = {
     catalog: localCatalog(
       config.LOCAL_MODELS,
@@ -35,15 +81,18 @@ export async function startRegistry(config: RegistryConfig, log: Logger): Promis
       idleMs: config.UPSTREAM_IDLE_TIMEOUT_MS,
       totalMs: config.UPSTREAM_TOTAL_TIMEOUT_MS,
     },
-    billing: promiseClient(billingClient) as unknown as SlotReleaser,
+    billing: promiseClient(billingClient),
     inflight: new Set(),
     usage: new UsagePublisher(nc, names.usageCompleted, log),
     log,
   };
   const cleanup = async () => {
     billingClient.close();
+    accountsClient.close();
     await pools.close();
+    await agent.close();
     await nc.drain();
+    await orm.close();
   };
   try {
     await ensureUsageStream(nc, names);
@@ -52,10 +101,14 @@ export async function startRegistry(config: RegistryConfig, log: Logger): Promis
     throw err;
   }
   const grpc = await startGrpcServer(config.GRPC_HOST, config.GRPC_PORT, [
-    [RegistryServiceService, registryService(deps, log)],
+    [RegistryServiceService, registryService(deps, hosters, log)],
   ]).catch(async (err: unknown) => {
     await cleanup();
     throw err;
+  });
+  const stopProber = startHealthProber(hosters, {
+    intervalMs: config.HOSTER_PROBE_INTERVAL_MS,
+    unhealthyAfter: config.HOSTER_UNHEALTHY_AFTER,
   });
   log.info({ port: grpc.port, models: config.LOCAL_MODELS.map((m) => m.modelId) }, "registry listening");
 
@@ -65,12 +118,16 @@ export async function startRegistry(config: RegistryConfig, log: Logger): Promis
     close(graceMs = 10_000) {
       closing ??= (async () => {
         await grpc.close(graceMs);
+        await stopProber();
         // Streams still running after the grace period are cut here; each handler then releases
         // its slot and publishes its usage event, which must happen before NATS drains.
         await pools.close();
+        await agent.close();
         await Promise.allSettled([...deps.inflight]);
         billingClient.close();
+        accountsClient.close();
         await nc.drain();
+        await orm.close();
       })();
       return closing;
     },

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { loadRegistryConfig } from "../src/config.ts";
 
-const base = { LOCAL_MODEL_TOKEN: "t0ken" };
+const base = { LOCAL_MODEL_TOKEN: "t0ken", SECRETS_KEY: "ab".repeat(32) };
 
 describe("registry configuration", () => {
   it("defaults to the one demo model with exact micro-USD prices", () => {
@@ -23,6 +23,17 @@ describe("registry configuration", () => {
   it("requires LOCAL_MODEL_TOKEN and never supplies a default", () => {
     expect(() => loadRegistryConfig({})).toThrow(/LOCAL_MODEL_TOKEN/);
     expect(() => loadRegistryConfig({ LOCAL_MODEL_TOKEN: " " })).toThrow(/LOCAL_MODEL_TOKEN/);
+  });
+
+  it("requires SECRETS_KEY as 64 hex characters, and keeps hoster endpoints public by default", () => {
+    expect(() => loadRegistryConfig({ LOCAL_MODEL_TOKEN: "t0ken" })).toThrow(/SECRETS_KEY/);
+    expect(() => loadRegistryConfig({ ...base, SECRETS_KEY: "short" })).toThrow(/SECRETS_KEY: must be 32 bytes/);
+    const config = loadRegistryConfig(base);
+    expect(config.ALLOW_PRIVATE_UPSTREAMS).toBe(false);
+    expect(config.ACCOUNTS_ADDR).toBe("127.0.0.1:50051");
+    expect(config.HOSTER_PROBE_INTERVAL_MS).toBe(30_000);
+    expect(config.HOSTER_UNHEALTHY_AFTER).toBe(2);
+    expect(config.HOSTER_CHECK_TIMEOUT_MS).toBe(5_000);
   });
 
   it.each([

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { Writable } from "node:stream";
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { pino } from "pino";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection, type Subscription } from "@nats-io/transport-node";
@@ -10,20 +10,26 @@ import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { startGrpcServer, unary, type GrpcServerHandle } from "@mkt/runtime/grpc-server";
 import { eventNames } from "@mkt/runtime/nats";
 import { REDACTED_PATHS, type Logger } from "@mkt/runtime/logger";
-import { freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { BillingServiceService, ReleaseSlotResponse, type ReleaseSlotRequest } from "@mkt/proto/billing/v1/billing";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import {
   ChatCompletionRequest,
   RegistryServiceClient,
   type ChatCompletionResponse,
+  type GetHosterRequest,
+  type GetHosterResponse,
+  type ListHostersResponse,
   type ListModelsResponse,
+  type RegisterHosterRequest,
+  type RegisterHosterResponse,
   type ResolveRouteRequest,
   type ResolveRouteResponse,
   type Route,
 } from "@mkt/proto/registry/v1/registry";
 import { loadRegistryConfig } from "../src/config.ts";
 import { startRegistry } from "../src/server.ts";
+import { startAccountsDouble } from "./accounts-double.ts";
 
 export const UPSTREAM_TOKEN = "sk-upstream-SECRET-7f3a9c";
 export const CONTENT = ["Hello", " there", ", friend", "!"];
@@ -179,9 +185,17 @@ export async function startHarness(env: Record<string, string> = {}) {
   const log = pino({ level: "debug", redact: { paths: REDACTED_PATHS, censor: "[redacted]" } }, sink);
   const upstream = await startFakeUpstream();
   const billing = await startBillingDouble(log);
+  const accounts = await startAccountsDouble(log);
+  const databaseUrl = await freshDatabaseUrl();
+  const secretsKey = randomBytes(32).toString("hex");
   const prefix = freshEventsPrefix();
   const names = eventNames(prefix);
   const config = loadRegistryConfig({
+    DATABASE_URL: databaseUrl,
+    SECRETS_KEY: secretsKey,
+    ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
+    // Test hoster servers listen on loopback.
+    ALLOW_PRIVATE_UPSTREAMS: "true",
     NATS_URL: TEST_NATS_URL,
     EVENTS_PREFIX: prefix,
     GRPC_PORT: "0",
@@ -198,6 +212,9 @@ export async function startHarness(env: Record<string, string> = {}) {
   const client = promiseClient(grpcClient) as unknown as {
     resolveRoute(request: ResolveRouteRequest): Promise<ResolveRouteResponse>;
     listModels(request: object): Promise<ListModelsResponse>;
+    registerHoster(request: RegisterHosterRequest): Promise<RegisterHosterResponse>;
+    getHoster(request: GetHosterRequest): Promise<GetHosterResponse>;
+    listHosters(request: object): Promise<ListHostersResponse>;
   };
   const nc: NatsConnection = await connect({ servers: TEST_NATS_URL });
   const jsm: JetStreamManager = await jetstreamManager(nc);
@@ -217,6 +234,9 @@ export async function startHarness(env: Record<string, string> = {}) {
   return {
     upstream,
     billing,
+    accounts,
+    databaseUrl,
+    secretsKey,
     registry,
     client,
     logLines,
@@ -274,6 +294,7 @@ export async function startHarness(env: Record<string, string> = {}) {
       grpcClient.close();
       await registry.close(1_000);
       await billing.close(1_000);
+      await accounts.close(1_000);
       await upstream.close();
       sub.unsubscribe();
       await jsm.streams.delete(names.usageStream).catch(() => undefined);

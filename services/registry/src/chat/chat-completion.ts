@@ -1,8 +1,8 @@
 import type { ServerWritableStream } from "@grpc/grpc-js";
 import { AppError } from "@mkt/runtime/errors";
-import type { CallSettings } from "@mkt/runtime/grpc-client";
+import type { PromiseClient } from "@mkt/runtime/grpc-client";
 import type { Logger } from "@mkt/runtime/logger";
-import { ReleaseSlotRequest, type ReleaseSlotResponse } from "@mkt/proto/billing/v1/billing";
+import { ReleaseSlotRequest, type BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { ChatCompletionResponse, type ChatCompletionRequest, type Route } from "@mkt/proto/registry/v1/registry";
 import type { ModelCatalog } from "../catalog/model-catalog.ts";
@@ -13,14 +13,8 @@ import { ChunkAccumulator } from "./chunk-accumulator.ts";
 import { upstreamBody } from "./request-body.ts";
 import type { UsagePublisher } from "./usage-publisher.ts";
 
-/**
- * The one billing call registry makes. Spelled out because runtime's `PromiseClient<C>` type maps
- * generated clients to `{}` (its method filter matches no ts-proto method); the object is still
- * `promiseClient(new BillingServiceClient(...))`.
- */
-export interface SlotReleaser {
-  releaseSlot(request: ReleaseSlotRequest, settings?: CallSettings): Promise<ReleaseSlotResponse>;
-}
+/** The one billing call registry makes (a narrow view of the billing client, easy to fake). */
+export type SlotReleaser = Pick<PromiseClient<BillingServiceClient>, "releaseSlot">;
 
 export interface ChatDeps {
   catalog: ModelCatalog;

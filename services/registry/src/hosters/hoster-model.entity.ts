@@ -1,0 +1,13 @@
+import { defineEntity, p } from "@mikro-orm/core";
+
+/** A model a hoster's server serves, as registered; unique per hoster. */
+export const HosterModel = defineEntity({
+  name: "HosterModel",
+  tableName: "hoster_models",
+  properties: {
+    hosterId: p.uuid().primary(),
+    modelId: p.text().primary(),
+    modelAlias: p.text(),
+    contextWindow: p.bigint("bigint"),
+  },
+});

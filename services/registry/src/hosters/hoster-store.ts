@@ -1,0 +1,179 @@
+import type { Orm } from "@mkt/runtime/db";
+import type { HosterStatus } from "./hoster.entity.ts";
+
+export interface StoredModel {
+  modelId: string;
+  modelAlias: string;
+  contextWindow: bigint;
+}
+
+/** A hoster row with its models; the sealed token stays out of what handlers see. */
+export interface StoredHoster {
+  id: string;
+  name: string;
+  endpointUrl: string;
+  status: HosterStatus;
+  lastCheckedAt: Date | null;
+  consecutiveFailures: number;
+  createdAt: Date;
+  models: StoredModel[];
+}
+
+/** What a health probe needs: where to call and the sealed token. */
+export interface ProbeTarget {
+  id: string;
+  endpointUrl: string;
+  apiKeySealed: string;
+  modelIds: string[];
+}
+
+interface HosterRow {
+  id: string;
+  name: string;
+  endpoint_url: string;
+  status: HosterStatus;
+  last_checked_at: Date | null;
+  consecutive_failures: number;
+  created_at: Date;
+}
+
+interface ModelRow {
+  hoster_id: string;
+  model_id: string;
+  model_alias: string;
+  context_window: string | number | bigint;
+}
+
+/**
+ * The hosters and hoster_models tables. Reads name their columns explicitly so the sealed token
+ * is only ever read by the prober, which needs it.
+ */
+export class HosterStore {
+  readonly #orm: Orm;
+
+  constructor(orm: Orm) {
+    this.#orm = orm;
+  }
+
+  /** Inserts a hoster as `registering` (not listed, probed or routable) with its models. */
+  async insertRegistering(hoster: {
+    id: string;
+    name: string;
+    endpointUrl: string;
+    apiKeySealed: string;
+    models: StoredModel[];
+  }): Promise<void> {
+    await this.#orm.em.fork().transactional(async (em) => {
+      await em.execute(
+        `insert into hosters (id, name, endpoint_url, api_key_sealed, status, consecutive_failures)
+         values (?, ?, ?, ?, 'registering', 0)`,
+        [hoster.id, hoster.name, hoster.endpointUrl, hoster.apiKeySealed],
+      );
+      for (const m of hoster.models) {
+        await em.execute(
+          `insert into hoster_models (hoster_id, model_id, model_alias, context_window) values (?, ?, ?, ?)`,
+          [hoster.id, m.modelId, m.modelAlias, m.contextWindow.toString()],
+        );
+      }
+    });
+  }
+
+  /** Removes a hoster whose registration did not complete (its models go with it). */
+  async deleteRegistering(id: string): Promise<void> {
+    await this.#orm.em.fork().execute(`delete from hosters where id = ? and status = 'registering'`, [id]);
+  }
+
+  /** Registration completed: the server just passed every check. */
+  async markRegistered(id: string, checkedAt: Date): Promise<void> {
+    await this.#orm.em.fork().execute(
+      `update hosters set status = 'healthy', last_checked_at = ?, last_error = null, consecutive_failures = 0
+         where id = ? and status = 'registering'`,
+      [checkedAt, id],
+    );
+  }
+
+  async get(id: string): Promise<StoredHoster | undefined> {
+    const rows = await this.#select(`where hosters.id = ? and hosters.status <> 'registering'`, [id]);
+    return rows[0];
+  }
+
+  /** Every registered hoster, oldest first. */
+  list(): Promise<StoredHoster[]> {
+    return this.#select(`where hosters.status <> 'registering'`, []);
+  }
+
+  /** The hosters the prober checks: every registered one. */
+  async probeTargets(): Promise<ProbeTarget[]> {
+    const em = this.#orm.em.fork();
+    const hosters = (await em.execute(
+      `select id, endpoint_url, api_key_sealed from hosters where status <> 'registering' order by created_at`,
+    )) as Array<{ id: string; endpoint_url: string; api_key_sealed: string }>;
+    const models = await this.#models(`where hosters.status <> 'registering'`, []);
+    return hosters.map((h) => ({
+      id: h.id,
+      endpointUrl: h.endpoint_url,
+      apiKeySealed: h.api_key_sealed,
+      modelIds: (models.get(h.id) ?? []).map((m) => m.modelId),
+    }));
+  }
+
+  /**
+   * Records one probe in a single UPDATE: a success makes the hoster healthy and resets the
+   * count; a failure counts, and makes it unhealthy at `unhealthyAfter` failures in a row. Being
+   * one statement on current values, concurrent probes from several replicas stay consistent.
+   */
+  async recordProbe(id: string, at: Date, error: string | undefined, unhealthyAfter: number): Promise<void> {
+    const em = this.#orm.em.fork();
+    if (error === undefined) {
+      await em.execute(
+        `update hosters set status = 'healthy', last_checked_at = ?, last_error = null, consecutive_failures = 0
+         where id = ? and status <> 'registering'`,
+        [at, id],
+      );
+      return;
+    }
+    await em.execute(
+      `update hosters set last_checked_at = ?, last_error = ?, consecutive_failures = consecutive_failures + 1,
+         status = case when consecutive_failures + 1 >= ? then 'unhealthy' else status end
+       where id = ? and status <> 'registering'`,
+      [at, error, unhealthyAfter, id],
+    );
+  }
+
+  async #select(where: string, params: unknown[]): Promise<StoredHoster[]> {
+    const em = this.#orm.em.fork();
+    const rows = (await em.execute(
+      `select id, name, endpoint_url, status, last_checked_at, consecutive_failures, created_at
+       from hosters ${where} order by created_at, id`,
+      params,
+    )) as HosterRow[];
+    const models = await this.#models(where, params);
+    return rows.map((r) => ({
+      id: r.id,
+      name: r.name,
+      endpointUrl: r.endpoint_url,
+      status: r.status,
+      lastCheckedAt: r.last_checked_at ? new Date(r.last_checked_at) : null,
+      consecutiveFailures: Number(r.consecutive_failures),
+      createdAt: new Date(r.created_at),
+      models: models.get(r.id) ?? [],
+    }));
+  }
+
+  /** The models of the hosters `where` (written on the hosters table) selects. */
+  async #models(where: string, params: unknown[]): Promise<Map<string, StoredModel[]>> {
+    const rows = (await this.#orm.em.fork().execute(
+      `select m.hoster_id, m.model_id, m.model_alias, m.context_window
+       from hoster_models m join hosters on hosters.id = m.hoster_id ${where}
+       order by m.hoster_id, m.model_id`,
+      params,
+    )) as ModelRow[];
+    const byHoster = new Map<string, StoredModel[]>();
+    for (const row of rows) {
+      const list = byHoster.get(row.hoster_id) ?? [];
+      list.push({ modelId: row.model_id, modelAlias: row.model_alias, contextWindow: BigInt(row.context_window) });
+      byHoster.set(row.hoster_id, list);
+    }
+    return byHoster;
+  }
+}

@@ -1,0 +1,19 @@
+import type { Logger } from "@mkt/runtime/logger";
+import type { PromiseClient } from "@mkt/runtime/grpc-client";
+import type { SecretBox } from "@mkt/runtime/secret-box";
+import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
+import type { ServerCheckSettings } from "./server-checks.ts";
+import type { HosterStore } from "./hoster-store.ts";
+
+/** What the hoster handlers and the prober share. */
+export interface HostersContext {
+  store: HosterStore;
+  /** Seals and opens hosters' tokens (SECRETS_KEY). */
+  box: SecretBox;
+  accounts: PromiseClient<AccountsServiceClient>;
+  checks: ServerCheckSettings;
+  /** ALLOW_PRIVATE_UPSTREAMS. */
+  allowPrivate: boolean;
+  log: Logger;
+  clock: () => Date;
+}

@@ -1,0 +1,77 @@
+import { AppError } from "@mkt/runtime/errors";
+import type { RegisterHosterRequest } from "@mkt/proto/registry/v1/registry";
+import { parseEndpointUrl } from "../upstream/endpoint-guard.ts";
+
+export const MAX_NAME_CHARS = 100;
+export const MAX_MODELS = 50;
+export const MAX_ALIAS_CHARS = 100;
+export const MAX_CONTEXT_WINDOW = 10_000_000n;
+const MODEL_ID_RE = /^[A-Za-z0-9._:/-]{1,128}$/;
+// Printable ASCII without spaces: the token goes into an HTTP header as it is.
+const API_KEY_RE = /^[\x21-\x7e]{8,512}$/;
+const MAX_EMAIL_CHARS = 254;
+
+/** A registration request whose fields passed validation. */
+export interface ValidRegistration {
+  name: string;
+  email: string;
+  endpoint: URL;
+  apiKey: string;
+  inviteCode: string;
+  password: string;
+  clientIp: string;
+  models: Array<{ modelId: string; modelAlias: string; contextWindow: bigint }>;
+}
+
+const invalid = (param: string, message: string) => new AppError("invalid_request", message, { param });
+
+/**
+ * Validates every field before anything else happens, so a malformed request costs no call to
+ * accounts or the hoster's server. The e-mail gets only a shape check here; accounts, which owns
+ * logins, applies the full rule (and the password rules) when it creates the login.
+ */
+export function validateRegistration(req: RegisterHosterRequest): ValidRegistration {
+  const name = req.name.trim();
+  if (name.length < 1 || name.length > MAX_NAME_CHARS) {
+    throw invalid("name", `name must be 1 to ${MAX_NAME_CHARS} characters.`);
+  }
+  const email = req.email.trim();
+  if (email.length > MAX_EMAIL_CHARS || !/^[^\s@]+@[^\s@]+$/.test(email)) {
+    throw invalid("email", "email must be a valid e-mail address.");
+  }
+  const endpoint = parseEndpointUrl(req.endpointUrl);
+  if (!API_KEY_RE.test(req.apiKey)) {
+    throw invalid("api_key", "api_key must be 8 to 512 printable characters without spaces.");
+  }
+  if (req.inviteCode.trim() === "") throw invalid("invite_code", "invite_code is required.");
+  if (req.models.length < 1 || req.models.length > MAX_MODELS) {
+    throw invalid("models", `models must list 1 to ${MAX_MODELS} models.`);
+  }
+  const seen = new Set<string>();
+  const models = req.models.map((model, i) => {
+    const modelId = model.modelId.trim();
+    if (!MODEL_ID_RE.test(modelId)) {
+      throw invalid(`models[${i}].model_id`, "model_id must be 1 to 128 characters: letters, digits and . _ : / -");
+    }
+    if (seen.has(modelId)) throw invalid(`models[${i}].model_id`, `model_id "${modelId}" is listed twice.`);
+    seen.add(modelId);
+    const modelAlias = model.modelAlias.trim();
+    if (modelAlias.length > MAX_ALIAS_CHARS) {
+      throw invalid(`models[${i}].model_alias`, `model_alias must be at most ${MAX_ALIAS_CHARS} characters.`);
+    }
+    if (model.contextWindow < 1n || model.contextWindow > MAX_CONTEXT_WINDOW) {
+      throw invalid(`models[${i}].context_window`, "context_window must be an integer from 1 to 10000000.");
+    }
+    return { modelId, modelAlias, contextWindow: model.contextWindow };
+  });
+  return {
+    name,
+    email,
+    endpoint,
+    apiKey: req.apiKey,
+    inviteCode: req.inviteCode.trim(),
+    password: req.password,
+    clientIp: req.clientIp,
+    models,
+  };
+}
