@@ -1,0 +1,92 @@
+import { randomUUID } from "node:crypto";
+import cookie from "@fastify/cookie";
+import Fastify, { LogController, type FastifyInstance } from "fastify";
+import type { Logger } from "@mkt/runtime/logger";
+import type { Backends } from "./backends.ts";
+import type { PromptTokenCounter } from "./chat/prompt-tokens.ts";
+import type { EdgeConfig } from "./config.ts";
+import type { PrincipalCache } from "./principal-cache.ts";
+import { adminAuth } from "./plugins/admin-auth.ts";
+import { apiKeyAuth } from "./plugins/api-key-auth.ts";
+import { sessionAuth } from "./plugins/session-auth.ts";
+import { installErrorHandler } from "./plugins/error-handler.ts";
+import { installJsonBodyParser } from "./plugins/json-body.ts";
+import { registerOpenApi } from "./plugins/openapi.ts";
+import { installValidation } from "./plugins/validation.ts";
+import { accountRoutes } from "./routes/accounts.ts";
+import { adminRoutes } from "./routes/admin.ts";
+import { chatCompletionRoutes } from "./routes/chat-completions.ts";
+import { healthRoutes, type Readiness } from "./routes/health.ts";
+import { hosterRoutes } from "./routes/hosters.ts";
+import { keyRoutes } from "./routes/keys.ts";
+import { modelRoutes } from "./routes/models.ts";
+import type { RouteDeps } from "./routes/route-deps.ts";
+import { sessionRoutes } from "./routes/sessions.ts";
+import { usageRoutes } from "./routes/usage.ts";
+import { usageExportRoutes } from "./routes/usage-export.ts";
+import { usageReportRoutes } from "./routes/usage-reports.ts";
+
+export interface AppDeps {
+  config: EdgeConfig;
+  log: Logger;
+  backends: Backends;
+  principals: PrincipalCache;
+  promptTokens: PromptTokenCounter;
+  readiness: Readiness;
+}
+
+/**
+ * The edge's HTTP surface: the public REST and OpenAI-compatible API, translated into gRPC calls.
+ * It holds no business rules and no database. Builds the app only; nothing listens yet.
+ */
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.log,
+    bodyLimit: deps.config.BODY_LIMIT_BYTES,
+    // request.ip honours X-Forwarded-For only from these hops (per-IP sign-up limits).
+    trustProxy: deps.config.TRUSTED_PROXIES.length > 0 ? deps.config.TRUSTED_PROXIES : false,
+    // Our own id for every request: it keys the reservation and the usage record, so a
+    // client-supplied one is never trusted.
+    genReqId: () => randomUUID(),
+    // One access-log line per request comes from the onResponse hook below, not Fastify's pair.
+    logController: new LogController({ requestIdLogLabel: "requestId", disableRequestLogging: true }),
+    // A streamed answer can run for minutes; Node's default request timeout would cut it.
+    requestTimeout: 0,
+  }) as unknown as FastifyInstance;
+
+  app.decorateRequest("principal", null);
+  app.decorateRequest("session", null);
+  await app.register(cookie);
+  installJsonBodyParser(app);
+  installValidation(app);
+  installErrorHandler(app);
+  app.addHook("onRequest", async (request, reply) => {
+    reply.header("x-request-id", request.id);
+  });
+  app.addHook("onResponse", async (request, reply) => {
+    request.log.info(
+      { method: request.method, url: request.routeOptions.url, status: reply.statusCode, ms: reply.elapsedTime },
+      "request",
+    );
+  });
+  await registerOpenApi(app);
+
+  const routeDeps: RouteDeps = {
+    backends: deps.backends,
+    promptTokens: deps.promptTokens,
+    auth: apiKeyAuth(deps.backends, deps.principals),
+    session: sessionAuth(deps.backends),
+  };
+  healthRoutes(app, deps.readiness);
+  accountRoutes(app, routeDeps);
+  keyRoutes(app, routeDeps);
+  modelRoutes(app, routeDeps);
+  usageRoutes(app, routeDeps);
+  usageReportRoutes(app, routeDeps);
+  usageExportRoutes(app, routeDeps);
+  chatCompletionRoutes(app, routeDeps);
+  sessionRoutes(app, routeDeps);
+  hosterRoutes(app, routeDeps);
+  adminRoutes(app, routeDeps, adminAuth(deps.config.ADMIN_TOKEN));
+  return app;
+}

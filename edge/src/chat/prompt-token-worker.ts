@@ -1,0 +1,7 @@
+import { countPromptTokens, type ChatMessageLike } from "@mkt/runtime/tokens";
+
+/** Runs in a worker thread: counts the prompt tokens of a serialized chat body. */
+export default function countBodyPromptTokens(body: Uint8Array): number {
+  const parsed = JSON.parse(Buffer.from(body).toString("utf8")) as { messages: ChatMessageLike[] };
+  return countPromptTokens(parsed.messages);
+}

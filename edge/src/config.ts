@@ -1,0 +1,36 @@
+import { commonSpecs, host, intBetween, listenPort, loadConfig, makeValidator, secret, str } from "@mkt/runtime/config";
+
+/** Comma-separated IPs or CIDRs (e.g. "10.0.0.0/8,127.0.0.1"); empty trusts no proxy. */
+const proxyList = makeValidator<string[]>((value) =>
+  value
+    .split(",")
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== ""),
+);
+
+/** The edge's settings: where the backends are, how it listens, and the admin secret. */
+export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
+  return loadConfig(
+    {
+      LOG_LEVEL: commonSpecs.LOG_LEVEL,
+      NATS_URL: commonSpecs.NATS_URL,
+      EVENTS_PREFIX: commonSpecs.EVENTS_PREFIX,
+      HOST: host({ default: "127.0.0.1" }),
+      PORT: listenPort({ default: 8080 }),
+      ACCOUNTS_ADDR: str({ default: "127.0.0.1:50051" }),
+      BILLING_ADDR: str({ default: "127.0.0.1:50052" }),
+      REGISTRY_ADDR: str({ default: "127.0.0.1:50053" }),
+      // A secret: no default, never logged.
+      ADMIN_TOKEN: secret(),
+      // Authenticated keys are re-checked after this; a revocation drops them at once (keys.revoked).
+      PRINCIPAL_CACHE_TTL_MS: intBetween(0, 3_600_000)({ default: 60_000 }),
+      // Hops whose X-Forwarded-For is believed (Envoy); everyone else is their socket address.
+      TRUSTED_PROXIES: proxyList({ default: [] }),
+      // Chat prompts can be long; Fastify's 1 MiB default would refuse big contexts.
+      BODY_LIMIT_BYTES: intBetween(1024, 64 * 1024 * 1024)({ default: 16 * 1024 * 1024 }),
+    },
+    env,
+  );
+}
+
+export type EdgeConfig = ReturnType<typeof loadEdgeConfig>;

@@ -1,0 +1,39 @@
+import { Ajv, type ErrorObject } from "ajv";
+import type { FastifyInstance, FastifySchemaValidationError } from "fastify";
+import { AppError } from "@mkt/runtime/errors";
+
+/**
+ * Route schemas validate input (and document it at /docs). Bodies are checked as sent: no type
+ * coercion, no removed fields, since a chat body is passed on to the model server; query strings
+ * and path parameters arrive as text and are coerced to the schema's types.
+ */
+const common = { removeAdditional: false, allErrors: false, allowUnionTypes: true } as const;
+const bodyAjv = new Ajv({ ...common, coerceTypes: false, useDefaults: false });
+const textAjv = new Ajv({ ...common, coerceTypes: true, useDefaults: true });
+for (const ajv of [bodyAjv, textAjv]) ajv.addKeyword("example");
+
+/** The field a validation error is about, as OpenAI names it in `param` (`messages[0].role`). */
+function paramOf(error: FastifySchemaValidationError | ErrorObject): string | undefined {
+  const path = (error.instancePath ?? "")
+    .split("/")
+    .filter((part) => part !== "")
+    .map((part) => (/^\d+$/.test(part) ? `[${part}]` : `.${part}`))
+    .join("")
+    .replace(/^\./, "");
+  const missing = (error.params as { missingProperty?: string } | undefined)?.missingProperty;
+  if (missing) return path ? `${path}.${missing}` : missing;
+  return path || undefined;
+}
+
+export function installValidation(app: FastifyInstance): void {
+  app.setValidatorCompiler(({ schema, httpPart }) =>
+    httpPart === "body" ? bodyAjv.compile(schema) : textAjv.compile(schema),
+  );
+  app.setSchemaErrorFormatter((errors, dataVar) => {
+    const first = errors[0];
+    const param = first ? paramOf(first) : undefined;
+    const where = param ?? dataVar;
+    const message = first?.message ? `Invalid \`${where}\`: ${first.message}.` : `Invalid ${dataVar}.`;
+    return new AppError("invalid_request", message, { param: param ?? (dataVar === "body" ? "body" : undefined) });
+  });
+}

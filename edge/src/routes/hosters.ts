@@ -1,0 +1,156 @@
+import type { FastifyInstance } from "fastify";
+import { LoginRequest } from "@mkt/proto/accounts/v1/accounts";
+import {
+  GetHosterRequest,
+  ListHostersRequest,
+  RegisterHosterRequest,
+  type Hoster,
+  type HosterModel,
+} from "@mkt/proto/registry/v1/registry";
+import { principalSession, setSessionCookie } from "../plugins/session-auth.ts";
+import type { RouteDeps } from "./route-deps.ts";
+
+interface RegisterBody {
+  name: string;
+  email: string;
+  endpoint_url: string;
+  api_key: string;
+  invite_code: string;
+  password?: string;
+  models: Array<{ model_id: string; model_alias?: string; context_window: number }>;
+}
+
+const renderModel = (m: HosterModel) => ({
+  model_id: m.modelId,
+  model_alias: m.modelAlias,
+  context_window: Number(m.contextWindow),
+});
+
+/** The public view of a hoster (GET /v1/hosters): no endpoint, never a token. */
+const renderPublic = (h: Hoster) => ({
+  hoster_id: h.hosterId,
+  name: h.name,
+  status: h.status,
+  models: h.models.map(renderModel),
+});
+
+/**
+ * Hoster registration and the hoster's own profile (DESIGN.md §4). Registration is checked and
+ * stored by registry (which asks accounts to spend the invite); the edge only translates, then
+ * logs the new hoster in.
+ */
+export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
+  app.post<{ Body: RegisterBody }>(
+    "/hosters/register",
+    {
+      schema: {
+        summary: "Register an inference server with an invite code (no Authorization header)",
+        tags: ["hosters"],
+        body: {
+          type: "object",
+          required: ["name", "email", "endpoint_url", "api_key", "invite_code", "models"],
+          additionalProperties: false,
+          properties: {
+            name: { type: "string", minLength: 1, maxLength: 100 },
+            email: { type: "string", maxLength: 254 },
+            endpoint_url: { type: "string", maxLength: 2048, example: "https://llm.example.com" },
+            api_key: { type: "string", minLength: 8, maxLength: 512 },
+            invite_code: { type: "string", maxLength: 200 },
+            password: { type: "string", maxLength: 256 },
+            models: {
+              type: "array",
+              minItems: 1,
+              maxItems: 50,
+              items: {
+                type: "object",
+                required: ["model_id", "context_window"],
+                additionalProperties: false,
+                properties: {
+                  model_id: { type: "string", minLength: 1, maxLength: 128 },
+                  model_alias: { type: "string", maxLength: 200 },
+                  context_window: { type: "integer", minimum: 1, maximum: 10_000_000 },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+    async (request, reply) => {
+      const body = request.body;
+      const { hoster, portalPassword } = await deps.backends.registry.registerHoster(
+        RegisterHosterRequest.fromPartial({
+          name: body.name,
+          email: body.email,
+          endpointUrl: body.endpoint_url,
+          apiKey: body.api_key,
+          inviteCode: body.invite_code,
+          password: body.password ?? "",
+          clientIp: request.ip,
+          models: body.models.map((m) => ({
+            modelId: m.model_id,
+            modelAlias: m.model_alias ?? "",
+            contextWindow: BigInt(m.context_window),
+          })),
+        }),
+      );
+      // The new hoster is logged in at once, as after any sign-up. The hoster exists already, so
+      // a failed login must not turn this into an error that loses a shown-once password.
+      try {
+        const { sessionToken, session } = await deps.backends.accounts.login(
+          LoginRequest.fromPartial({
+            email: body.email,
+            password: portalPassword || body.password,
+            kind: "hoster",
+            clientIp: request.ip,
+          }),
+        );
+        setSessionCookie(request, reply, sessionToken, session!.expiresAt);
+      } catch (err) {
+        request.log.warn({ err, hosterId: hoster!.hosterId }, "registered hoster not logged in");
+      }
+      return reply.code(201).send({
+        ...renderPublic(hoster!),
+        ...(portalPassword ? { portal_password: portalPassword } : {}),
+      });
+    },
+  );
+
+  app.get(
+    "/hosters/me",
+    {
+      onRequest: deps.session("hoster"),
+      schema: { summary: "The logged-in hoster: profile, endpoint, models and health", tags: ["hosters"] },
+    },
+    async (request) => {
+      const session = principalSession(request);
+      const { hoster } = await deps.backends.registry.getHoster(
+        GetHosterRequest.fromPartial({ hosterId: session.subjectId }),
+      );
+      return {
+        ...renderPublic(hoster!),
+        email: session.email,
+        endpoint_url: hoster!.endpointUrl,
+        last_checked_at: hoster!.lastCheckedAt || null,
+        consecutive_failures: hoster!.consecutiveFailures,
+        created_at: hoster!.createdAt,
+      };
+    },
+  );
+
+  app.get(
+    "/v1/hosters",
+    {
+      onRequest: deps.auth({ allowScoped: false }),
+      schema: {
+        summary: "Hosters with their status and models",
+        tags: ["hosters"],
+        security: [{ apiKey: [] }],
+      },
+    },
+    async () => {
+      const { hosters } = await deps.backends.registry.listHosters(ListHostersRequest.fromPartial({}));
+      return { object: "list", data: hosters.map(renderPublic) };
+    },
+  );
+}

@@ -1,0 +1,15 @@
+import type { onRequestAsyncHookHandler } from "fastify";
+import type { Backends } from "../backends.ts";
+import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
+import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
+import type { SessionKind } from "../plugins/session-auth.ts";
+
+/** What route modules are given by the app. */
+export interface RouteDeps {
+  backends: Backends;
+  promptTokens: PromptTokenCounter;
+  /** The API-key onRequest hook (`request.principal`). */
+  auth(options: ApiKeyAuthOptions): onRequestAsyncHookHandler;
+  /** The session-cookie onRequest hook (`request.session`) for one kind of login. */
+  session(kind: SessionKind): onRequestAsyncHookHandler;
+}

@@ -1,0 +1,84 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { LoginRequest, LogoutRequest } from "@mkt/proto/accounts/v1/accounts";
+import { clearSessionCookie, principalSession, SESSION_COOKIE, setSessionCookie } from "../plugins/session-auth.ts";
+import type { RouteDeps } from "./route-deps.ts";
+
+interface LoginBody {
+  email: string;
+  password: string;
+  kind?: "customer" | "hoster";
+}
+
+const credentials = {
+  type: "object",
+  required: ["email", "password"],
+  additionalProperties: false,
+  properties: {
+    email: { type: "string", maxLength: 254 },
+    password: { type: "string", maxLength: 1024 },
+  },
+} as const;
+
+/**
+ * Session logins for the portal and the hoster endpoints (DESIGN.md §4). Every login issues a
+ * new token (the session id rotates; a session presented with the login is ended), and logout
+ * ends the session server-side, so a copied cookie stops working too.
+ */
+export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
+  async function login(request: FastifyRequest, reply: FastifyReply, body: LoginBody) {
+    const kind = body.kind ?? "customer";
+    const { sessionToken, session } = await deps.backends.accounts.login(
+      LoginRequest.fromPartial({ email: body.email, password: body.password, kind, clientIp: request.ip }),
+    );
+    const previous = request.cookies[SESSION_COOKIE];
+    if (previous) await deps.backends.accounts.logout(LogoutRequest.fromPartial({ sessionToken: previous }));
+    setSessionCookie(request, reply, sessionToken, session!.expiresAt);
+    return {
+      kind,
+      ...(kind === "hoster" ? { hoster_id: session!.subjectId } : { account_id: session!.subjectId }),
+      email: session!.email,
+      expires_at: session!.expiresAt,
+    };
+  }
+
+  async function logout(request: FastifyRequest, reply: FastifyReply) {
+    const token = request.cookies[SESSION_COOKIE];
+    if (token) await deps.backends.accounts.logout(LogoutRequest.fromPartial({ sessionToken: token }));
+    clearSessionCookie(request, reply);
+    return { logged_out: true };
+  }
+
+  app.post<{ Body: LoginBody }>(
+    "/auth/login",
+    {
+      schema: {
+        summary: "Log in (customer by default, or `kind: hoster`); sets the mk_session cookie",
+        tags: ["sessions"],
+        body: {
+          ...credentials,
+          properties: { ...credentials.properties, kind: { type: "string", enum: ["customer", "hoster"] } },
+        },
+      },
+    },
+    (request, reply) => login(request, reply, request.body),
+  );
+  app.post<{ Body: LoginBody }>(
+    "/hosters/login",
+    { schema: { summary: "Hoster login; sets the mk_session cookie", tags: ["hosters"], body: credentials } },
+    (request, reply) => login(request, reply, { ...request.body, kind: "hoster" }),
+  );
+  app.get(
+    "/auth/session",
+    {
+      onRequest: deps.session("any"),
+      schema: { summary: "The current session (who is logged in)", tags: ["sessions"] },
+    },
+    async (request) => {
+      const session = principalSession(request);
+      return { kind: session.kind, subject_id: session.subjectId, email: session.email, expires_at: session.expiresAt };
+    },
+  );
+  for (const path of ["/auth/logout", "/hosters/logout"]) {
+    app.post(path, { schema: { summary: "End the session and clear its cookie", tags: ["sessions"] } }, logout);
+  }
+}

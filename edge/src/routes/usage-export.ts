@@ -1,0 +1,32 @@
+import type { FastifyInstance } from "fastify";
+import { ExportUsageRequest } from "@mkt/proto/billing/v1/billing";
+import { principalOf } from "../plugins/api-key-auth.ts";
+import { EXPORT_COLUMNS, sendUsageCsv } from "../usage/export-csv.ts";
+import { daysQuerySchema, type DaysQuery } from "../usage/usage-query.ts";
+import type { RouteDeps } from "./route-deps.ts";
+
+/** GET /v1/usage/export: every usage record of the window as a streamed CSV file. */
+export function usageExportRoutes(app: FastifyInstance, deps: RouteDeps): void {
+  app.get(
+    "/v1/usage/export",
+    {
+      onRequest: deps.auth({ allowScoped: true }),
+      schema: {
+        summary: "Usage records as CSV (failed requests included), oldest first",
+        description: `Columns: ${EXPORT_COLUMNS.join(", ")}. Timestamps are ISO 8601 UTC; cost_usd has six decimals.`,
+        tags: ["usage"],
+        security: [{ apiKey: [] }],
+        querystring: daysQuerySchema,
+        produces: ["text/csv"],
+      },
+    },
+    async (request, reply) => {
+      const { days } = request.query as DaysQuery;
+      // No deadline: a year of records takes a while; the client leaving cancels the call instead.
+      const call = deps.backends.billingStream.exportUsage(
+        ExportUsageRequest.fromPartial({ accountId: principalOf(request).accountId, days }),
+      );
+      return sendUsageCsv(call, reply, `usage-${days}d.csv`);
+    },
+  );
+}

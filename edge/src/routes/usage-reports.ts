@@ -1,0 +1,88 @@
+import type { FastifyInstance } from "fastify";
+import { GetUsageBreakdownRequest, GetUsageTokensRequest } from "@mkt/proto/billing/v1/billing";
+import { microsToUsd } from "@mkt/runtime/money";
+import { principalOf } from "../plugins/api-key-auth.ts";
+import { avgLatencyMs, renderFigures } from "../usage/render-usage.ts";
+import { daysQuerySchema, tokensQuerySchema, type DaysQuery, type TokensQuery } from "../usage/usage-query.ts";
+import type { RouteDeps } from "./route-deps.ts";
+
+/** GET /v1/usage/tokens and /v1/usage/breakdown: the spec's usage reports, from billing's rollups. */
+export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
+  app.get(
+    "/v1/usage/tokens",
+    {
+      onRequest: deps.auth({ allowScoped: true }),
+      schema: {
+        summary: "Token usage series: one zero-filled entry per hour, day, week or month (UTC)",
+        tags: ["usage"],
+        security: [{ apiKey: [] }],
+        querystring: tokensQuerySchema,
+      },
+    },
+    async (request) => {
+      const { days, interval } = request.query as TokensQuery;
+      const report = await deps.backends.billing.getUsageTokens(
+        GetUsageTokensRequest.fromPartial({ accountId: principalOf(request).accountId, days, interval }),
+      );
+      return {
+        period_days: days,
+        interval,
+        totals: renderFigures(report.totals),
+        timeseries: report.timeseries.map((bucket) => ({
+          period: bucket.period,
+          ...renderFigures(bucket.figures),
+          local_requests: Number(bucket.localRequests),
+          hoster_requests: Number(bucket.hosterRequests),
+          cloud_requests: Number(bucket.cloudRequests),
+          avg_latency_ms: avgLatencyMs(bucket.figures),
+        })),
+      };
+    },
+  );
+
+  app.get(
+    "/v1/usage/breakdown",
+    {
+      onRequest: deps.auth({ allowScoped: true }),
+      schema: {
+        summary: "Cost breakdown by model (with the platform fee and hoster share) and by UTC day",
+        tags: ["usage"],
+        security: [{ apiKey: [] }],
+        querystring: daysQuerySchema,
+      },
+    },
+    async (request) => {
+      const { days } = request.query as DaysQuery;
+      const report = await deps.backends.billing.getUsageBreakdown(
+        GetUsageBreakdownRequest.fromPartial({ accountId: principalOf(request).accountId, days }),
+      );
+      return {
+        period_days: days,
+        by_model: report.byModel.map((model) => {
+          const figures = renderFigures(model.figures);
+          return {
+            model_id: model.modelId,
+            provider: model.provider,
+            requests: figures.requests,
+            input_tokens: figures.input_tokens,
+            output_tokens: figures.output_tokens,
+            total_cost_usd: figures.cost_usd,
+            platform_fee_usd: microsToUsd(model.platformFeeMicros),
+            hoster_earned_usd: microsToUsd(model.hosterEarnedMicros),
+            avg_latency_ms: avgLatencyMs(model.figures),
+          };
+        }),
+        daily: report.daily.map((day) => {
+          const figures = renderFigures(day.figures);
+          return {
+            date: day.date,
+            requests: figures.requests,
+            input_tokens: figures.input_tokens,
+            output_tokens: figures.output_tokens,
+            total_cost_usd: figures.cost_usd,
+          };
+        }),
+      };
+    },
+  );
+}

@@ -1,0 +1,20 @@
+import type { UsageFigures } from "@mkt/proto/billing/v1/billing";
+import { microsToUsd } from "@mkt/runtime/money";
+
+const NONE: UsageFigures = { requests: 0n, inputTokens: 0n, outputTokens: 0n, costMicros: 0n, latencyMsSum: 0n };
+
+/** Every request counts in the average, failed ones included (DESIGN.md §4). */
+export function avgLatencyMs(figures: UsageFigures = NONE): number {
+  return figures.requests > 0n ? Number(figures.latencyMsSum) / Number(figures.requests) : 0;
+}
+
+/** The token and cost fields shared by totals and series entries. */
+export function renderFigures(figures: UsageFigures = NONE) {
+  return {
+    input_tokens: Number(figures.inputTokens),
+    output_tokens: Number(figures.outputTokens),
+    total_tokens: Number(figures.inputTokens + figures.outputTokens),
+    cost_usd: microsToUsd(figures.costMicros),
+    requests: Number(figures.requests),
+  };
+}
