@@ -1,0 +1,546 @@
+import { execFileSync } from "node:child_process";
+import { parse, parseAllDocuments } from "yaml";
+import { beforeAll, describe, expect, it } from "vitest";
+import {
+  compose,
+  composeEnv,
+  configMapLiterals,
+  containerEnv,
+  copyParts,
+  dockerStages,
+  exists,
+  interpolate,
+  isGrpcService,
+  isSecretName,
+  k8sObjects,
+  K8S_BASE,
+  kustomization,
+  launcherProcesses,
+  operatorVariables,
+  podSpec,
+  processConfig,
+  quantity,
+  read,
+  requiredComposeVariables,
+  workspaceDirs,
+  type Container,
+  type Env,
+  type K8sObject,
+  type ProcessConfig,
+} from "./manifests.ts";
+
+// docker-compose.yml, deploy/Dockerfile, deploy/envoy and deploy/k8s/base checked against the
+// code: the processes scripts/start.ts launches and the variables their config loaders require.
+// No Docker engine or cluster is needed; `kubectl kustomize` is used when it is installed.
+
+const processes = launcherProcesses();
+const configs = new Map<string, ProcessConfig>();
+beforeAll(async () => {
+  for (const process of processes) configs.set(process.name, await processConfig(process));
+});
+
+/** Which process an address variable points at. */
+const ADDRESS_TARGETS: Record<string, string> = {
+  ACCOUNTS_ADDR: "accounts",
+  BILLING_ADDR: "billing",
+  REGISTRY_ADDR: "registry",
+  LOCAL_MODEL_URL: "local-model",
+};
+
+/**
+ * Variables deliberately set on processes whose loader does not read them yet. SECRETS_KEY
+ * encrypts what the services store (DESIGN.md §3, §4): registry reads it (hosters' tokens);
+ * accounts and billing get it from the first deployment too, before their code reads it.
+ */
+const NOT_YET_READ: Record<string, string> = { SECRETS_KEY: "the services' encryption key" };
+
+/** The port a process listens on, from its environment. */
+const listenPort = (env: Env) => env.GRPC_PORT ?? env.PORT;
+
+function expectOnlyKnownVariables(processName: string, env: Env) {
+  const config = configs.get(processName)!;
+  const unknown = Object.keys(env).filter((name) => !config.known.has(name) && !(name in NOT_YET_READ));
+  expect(unknown, `${processName} sets variables ${config.source} does not read`).toEqual([]);
+}
+
+it("knows the processes the launcher starts", () => {
+  expect(processes.map((p) => p.name).sort()).toEqual(["accounts", "billing", "edge", "local-model", "registry"]);
+  for (const process of processes) expect(configs.get(process.name)).toBeDefined();
+});
+
+describe("docker-compose.yml", () => {
+  const file = compose();
+  const text = read("docker-compose.yml");
+  // The operator's environment: every ${VAR:?...} set, as docs/deploy.md tells them to.
+  const vars = operatorVariables();
+  const env = (service: string) => composeEnv(file.services[service]!, vars);
+
+  it("runs PostgreSQL 15, NATS 2.10 with JetStream and a data volume, and Envoy 1.31", () => {
+    expect(file.services.postgres!.image).toBe("postgres:15");
+    expect(file.services.postgres!.healthcheck!.test).toContain("pg_isready");
+    const nats = file.services.nats!;
+    expect(nats.image).toMatch(/^nats:2\.10(-alpine)?$/);
+    expect(nats.command).toContain("-js");
+    const storeDir = nats.command![nats.command!.indexOf("-sd") + 1];
+    const volume = nats.volumes!.find((v) => v.endsWith(`:${storeDir}`))!;
+    expect(volume, "JetStream's store directory is a named volume").toBeDefined();
+    expect(Object.keys(file.volumes ?? {})).toContain(volume.split(":")[0]);
+    expect(nats.healthcheck!.test.join(" ")).toContain("/healthz");
+    expect(file.services.envoy!.image).toMatch(/^envoyproxy\/envoy:v1\.31[.-]/);
+  });
+
+  it("runs every process the launcher starts, with the launcher's entry, from the one image", () => {
+    const build = file.services[processes[0]!.name]!.build!;
+    expect(exists(build.dockerfile)).toBe(true);
+    for (const process of processes) {
+      const service = file.services[process.name];
+      expect(service, `compose service ${process.name}`).toBeDefined();
+      expect(service!.command).toEqual(["node", process.entry]);
+      expect(service!.build).toEqual(build);
+      expect(service!.image).toBe(file.services[processes[0]!.name]!.image);
+      expect(service!.read_only).toBe(true);
+    }
+  });
+
+  it("requires only secrets from the environment, with no default", () => {
+    const required = requiredComposeVariables(text);
+    expect(required).toEqual(expect.arrayContaining(["ADMIN_TOKEN", "SECRETS_KEY", "LOCAL_MODEL_TOKEN"]));
+    expect(required.filter((name) => !isSecretName(name))).toEqual([]);
+    for (const name of required) {
+      expect(text).not.toMatch(new RegExp(`\\$\\{${name}:-`)); // never a fallback value
+    }
+  });
+
+  it("commits no secret value: secret variables are ${VAR:?...} and URLs carry no literal password", () => {
+    for (const [serviceName, service] of Object.entries(file.services)) {
+      for (const [name, raw] of Object.entries(service.environment ?? {})) {
+        const value = String(raw ?? "");
+        if (isSecretName(name)) {
+          expect(value, `${serviceName}.${name}`).toMatch(/^\$\{[A-Z_][A-Z0-9_]*:\?[^}]+\}$/);
+        }
+        const password = /^[a-z]+:\/\/[^:/@]+:([^@]*)@/.exec(value)?.[1];
+        if (password !== undefined) {
+          expect(password, `${serviceName}.${name}`).toMatch(/^\$\{[A-Z_][A-Z0-9_]*:\?[^}]+\}$/);
+        }
+      }
+    }
+  });
+
+  it("sets every variable each process requires, and each process starts with that environment", () => {
+    for (const process of processes) {
+      const config = configs.get(process.name)!;
+      const serviceEnv = env(process.name);
+      for (const name of config.required) {
+        expect(serviceEnv[name], `${process.name} requires ${name} (${config.source})`).toBeTruthy();
+      }
+      expect(() => config.validate(serviceEnv), `${process.name}'s config loader`).not.toThrow();
+      expectOnlyKnownVariables(process.name, serviceEnv);
+    }
+  });
+
+  it("listens on all interfaces inside the containers", () => {
+    for (const process of processes) {
+      const serviceEnv = env(process.name);
+      expect(isGrpcService(process) ? serviceEnv.GRPC_HOST : serviceEnv.HOST, process.name).toBe("0.0.0.0");
+      expect(listenPort(serviceEnv), `${process.name}'s port`).toMatch(/^[1-9][0-9]*$/);
+    }
+  });
+
+  it("addresses services by compose name and port, and waits for them to be healthy", () => {
+    for (const process of processes) {
+      const serviceEnv = env(process.name);
+      const dependsOn = file.services[process.name]!.depends_on ?? {};
+      const needs: string[] = [];
+      for (const [name, target] of Object.entries(ADDRESS_TARGETS)) {
+        if (!serviceEnv[name]) continue;
+        const url = new URL(serviceEnv[name].includes("://") ? serviceEnv[name] : `grpc://${serviceEnv[name]}`);
+        expect(url.hostname, `${process.name}.${name}`).toBe(target);
+        expect(url.port, `${process.name}.${name}`).toBe(listenPort(env(target)));
+        needs.push(target);
+      }
+      if (serviceEnv.DATABASE_URL) {
+        expect(new URL(serviceEnv.DATABASE_URL).hostname).toBe("postgres");
+        needs.push("postgres");
+      }
+      if (serviceEnv.NATS_URL) {
+        expect(new URL(serviceEnv.NATS_URL).hostname).toBe("nats");
+        needs.push("nats");
+      }
+      for (const target of needs) {
+        expect(dependsOn[target]?.condition, `${process.name} depends_on ${target}`).toBe("service_healthy");
+      }
+    }
+    for (const [name, service] of Object.entries(file.services)) {
+      for (const [target, { condition }] of Object.entries(service.depends_on ?? {})) {
+        expect(condition, `${name} → ${target}`).toBe("service_healthy");
+        expect(file.services[target]?.healthcheck, `${target} has a healthcheck`).toBeDefined();
+      }
+    }
+  });
+
+  it("gives the registry and the local model the same token", () => {
+    const raw = (service: string, name: string) => file.services[service]!.environment![name];
+    expect(raw("registry", "LOCAL_MODEL_TOKEN")).toBe(raw("local-model", "HOSTER_SERVER_TOKEN"));
+  });
+
+  it("puts Envoy in front of the edge on port 8080, the edge trusting only Envoy's X-Forwarded-For", () => {
+    const envoy = file.services.envoy!;
+    expect(envoy.depends_on?.edge?.condition).toBe("service_healthy");
+    const published = envoy.ports!.map((p) => interpolate(p, vars));
+    expect(published).toContain("8080:8080");
+    const [mount] = envoy.volumes!.filter((v) => v.startsWith("./deploy/envoy/envoy.yaml:"));
+    expect(mount).toBeDefined();
+    const configPath = mount!.split(":")[1];
+    expect(envoy.command).toEqual(expect.arrayContaining(["-c", configPath]));
+    // The edge is reachable only through Envoy.
+    expect(file.services.edge!.ports).toBeUndefined();
+    const envoyAddress = envoy.networks?.default?.ipv4_address;
+    expect(envoyAddress).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+    expect(
+      env("edge")
+        .TRUSTED_PROXIES!.split(",")
+        .map((s) => s.trim()),
+    ).toEqual([envoyAddress]);
+  });
+});
+
+describe("deploy/envoy/envoy.yaml", () => {
+  interface Route {
+    match: { path?: string; prefix?: string };
+    route: { cluster: string; timeout?: string };
+  }
+  const config = parse(read("deploy/envoy/envoy.yaml")) as {
+    static_resources: {
+      listeners: Array<{
+        address: { socket_address: { port_value: number } };
+        filter_chains: Array<{ filters: Array<{ name: string; typed_config: Record<string, unknown> }> }>;
+      }>;
+      clusters: Array<{
+        name: string;
+        load_assignment: {
+          endpoints: Array<{
+            lb_endpoints: Array<{ endpoint: { address: { socket_address: { address: string; port_value: number } } } }>;
+          }>;
+        };
+      }>;
+    };
+  };
+  const [listener] = config.static_resources.listeners;
+  const hcm = listener!.filter_chains[0]!.filters.find(
+    (f) => f.name === "envoy.filters.network.http_connection_manager",
+  )!.typed_config as {
+    use_remote_address: boolean;
+    stream_idle_timeout: string;
+    route_config: { virtual_hosts: Array<{ routes: Route[] }> };
+  };
+  const routes = hcm.route_config.virtual_hosts.flatMap((host) => host.routes);
+  const seconds = (duration: string) => Number(/^(\d+)s$/.exec(duration)![1]);
+
+  it("sends chat completions to the edge with no route timeout, ahead of the catch-all route", () => {
+    const chat = routes.findIndex((r) => r.match.path === "/v1/chat/completions");
+    expect(chat).toBeGreaterThanOrEqual(0);
+    expect(routes[chat]!.route).toEqual({ cluster: "edge", timeout: "0s" });
+    const catchAll = routes.findIndex((r) => r.match.prefix === "/");
+    expect(chat).toBeLessThan(catchAll);
+    for (const route of routes) expect(route.route.cluster).toBe("edge");
+  });
+
+  it("cuts idle streams instead, later than the registry's own first-byte and idle limits", () => {
+    // services/registry: UPSTREAM_FIRST_BYTE_TIMEOUT_MS and UPSTREAM_IDLE_TIMEOUT_MS, 30 s each.
+    expect(seconds(hcm.stream_idle_timeout)).toBeGreaterThan(30);
+  });
+
+  it("writes X-Forwarded-For from the peer address", () => {
+    expect(hcm.use_remote_address).toBe(true);
+  });
+
+  it("listens on 8080 and reaches the edge by its service name and port", () => {
+    expect(listener!.address.socket_address.port_value).toBe(8080);
+    const cluster = config.static_resources.clusters.find((c) => c.name === "edge")!;
+    const { address, port_value } =
+      cluster.load_assignment.endpoints[0]!.lb_endpoints[0]!.endpoint.address.socket_address;
+    expect(address).toBe("edge");
+    expect(String(port_value)).toBe(composeEnv(compose().services.edge!, operatorVariables()).PORT);
+  });
+
+  it("is the same file as the copy the Kubernetes base generates its ConfigMap from", () => {
+    expect(read(`${K8S_BASE}/config/envoy.yaml`)).toBe(read("deploy/envoy/envoy.yaml"));
+  });
+});
+
+describe("deploy/k8s/base", () => {
+  const objects = k8sObjects();
+  const deployments = objects.filter((o) => o.kind === "Deployment");
+  const services = objects.filter((o) => o.kind === "Service");
+  const deployment = (name: string) => deployments.find((d) => d.metadata.name === name);
+  const service = (name: string) => services.find((s) => s.metadata.name === name);
+  const container = (name: string): Container => podSpec(deployment(name)!).containers[0]!;
+  const servicePorts = (name: string) =>
+    (service(name)!.spec as { ports: Array<{ name: string; port: number; targetPort: string }> }).ports;
+
+  it("lists resource files that exist, one per process plus the namespace and Envoy", () => {
+    const { resources, namespace } = kustomization();
+    for (const file of resources) expect(exists(`${K8S_BASE}/${file}`), file).toBe(true);
+    expect(resources).toEqual(expect.arrayContaining([...processes.map((p) => `${p.name}.yaml`), "envoy.yaml"]));
+    const ns = objects.find((o) => o.kind === "Namespace")!;
+    expect(ns.metadata.name).toBe(namespace);
+  });
+
+  it("has a Deployment and a Service for every process the launcher starts, running its entry", () => {
+    for (const process of processes) {
+      expect(deployment(process.name), `Deployment ${process.name}`).toBeDefined();
+      expect(service(process.name), `Service ${process.name}`).toBeDefined();
+      expect(container(process.name).command).toEqual(["node", process.entry]);
+      const selector = (service(process.name)!.spec as { selector: Record<string, string> }).selector;
+      const labels = (deployment(process.name)!.spec as { template: { metadata: { labels: Record<string, string> } } })
+        .template.metadata.labels;
+      expect(labels).toMatchObject(selector);
+    }
+  });
+
+  it("exposes the gRPC services on a port named grpc, probed by TCP", () => {
+    for (const process of processes.filter(isGrpcService)) {
+      const c = container(process.name);
+      const port = c.ports!.find((p) => p.name === "grpc")!;
+      expect(String(port.containerPort)).toBe(containerEnv(c).GRPC_PORT);
+      expect(servicePorts(process.name)).toEqual([{ name: "grpc", port: port.containerPort, targetPort: "grpc" }]);
+      expect(c.readinessProbe?.tcpSocket?.port).toBe("grpc");
+      expect(c.livenessProbe?.tcpSocket?.port).toBe("grpc");
+    }
+  });
+
+  it("probes the edge on /readyz and /healthz and the local model on /health", () => {
+    expect(container("edge").readinessProbe?.httpGet).toEqual({ path: "/readyz", port: "http" });
+    expect(container("edge").livenessProbe?.httpGet).toEqual({ path: "/healthz", port: "http" });
+    expect(container("local-model").readinessProbe?.httpGet).toEqual({ path: "/health", port: "http" });
+    expect(container("local-model").livenessProbe?.httpGet).toEqual({ path: "/health", port: "http" });
+    for (const name of ["edge", "local-model"]) {
+      const port = container(name).ports!.find((p) => p.name === "http")!;
+      expect(String(port.containerPort)).toBe(containerEnv(container(name)).PORT);
+    }
+  });
+
+  it("runs every container as non-root on a read-only root filesystem, with requests and limits", () => {
+    expect(deployments.length).toBeGreaterThanOrEqual(processes.length + 1);
+    for (const d of deployments) {
+      const pod = podSpec(d);
+      for (const c of pod.containers) {
+        const where = `${d.metadata.name}/${c.name}`;
+        const security = { ...pod.securityContext, ...c.securityContext };
+        expect(security.runAsNonRoot, where).toBe(true);
+        expect(security.runAsUser, where).toBeGreaterThan(0);
+        expect(security.readOnlyRootFilesystem, where).toBe(true);
+        expect(security.allowPrivilegeEscalation, where).toBe(false);
+        expect(security.capabilities?.drop, where).toEqual(["ALL"]);
+        expect(security.seccompProfile?.type, where).toBe("RuntimeDefault");
+        for (const resource of ["cpu", "memory"]) {
+          const request = c.resources?.requests?.[resource];
+          const limit = c.resources?.limits?.[resource];
+          expect(request, `${where} ${resource} request`).toBeDefined();
+          expect(limit, `${where} ${resource} limit`).toBeDefined();
+          expect(quantity(limit!), `${where} ${resource}`).toBeGreaterThanOrEqual(quantity(request!));
+        }
+      }
+    }
+  });
+
+  it("sets every variable each process requires, and each process starts with that environment", () => {
+    for (const process of processes) {
+      const config = configs.get(process.name)!;
+      const env = containerEnv(container(process.name));
+      for (const name of config.required) {
+        expect(env[name], `${process.name} requires ${name} (${config.source})`).toBeTruthy();
+      }
+      expect(() => config.validate(env), `${process.name}'s config loader`).not.toThrow();
+      expectOnlyKnownVariables(process.name, env);
+      expect(isGrpcService(process) ? env.GRPC_HOST : env.HOST, process.name).toBe("0.0.0.0");
+      for (const [name, target] of Object.entries(ADDRESS_TARGETS)) {
+        if (!env[name]) continue;
+        const url = new URL(env[name].includes("://") ? env[name] : `grpc://${env[name]}`);
+        expect(url.hostname, `${process.name}.${name}`).toBe(target);
+        expect(url.port, `${process.name}.${name}`).toBe(listenPort(containerEnv(container(target))));
+      }
+    }
+  });
+
+  it("takes secrets only from the Secret marketplace-secrets, documented in docs/deploy.md", () => {
+    expect(objects.filter((o) => o.kind === "Secret")).toEqual([]);
+    for (const [generator, literals] of Object.entries(configMapLiterals())) {
+      const secretNames = Object.keys(literals).filter((name) => isSecretName(name) || name === "DATABASE_URL");
+      expect(secretNames, `ConfigMap ${generator}`).toEqual([]);
+    }
+    const docs = read("docs/deploy.md");
+    for (const d of deployments) {
+      for (const c of podSpec(d).containers) {
+        for (const entry of c.env ?? []) {
+          if (isSecretName(entry.name) || entry.name === "DATABASE_URL") {
+            expect(entry.value, `${d.metadata.name}.${entry.name}`).toBeUndefined();
+            expect(entry.valueFrom?.secretKeyRef?.name, `${d.metadata.name}.${entry.name}`).toBe("marketplace-secrets");
+          }
+          const key = entry.valueFrom?.secretKeyRef?.key;
+          if (key) expect(docs, `docs/deploy.md names the Secret key ${key}`).toContain(`--from-literal=${key}=`);
+        }
+      }
+    }
+  });
+
+  it("gives the registry and the local model the same token", () => {
+    const ref = (name: string, variable: string) =>
+      container(name).env!.find((e) => e.name === variable)!.valueFrom!.secretKeyRef;
+    expect(ref("registry", "LOCAL_MODEL_TOKEN")).toEqual(ref("local-model", "HOSTER_SERVER_TOKEN"));
+  });
+
+  it("runs Envoy from a ConfigMap generated from its config, in front of the edge", () => {
+    const generator = kustomization().configMapGenerator!.find((g) => g.name === "envoy-config")!;
+    expect(generator.files).toEqual(["envoy.yaml=config/envoy.yaml"]);
+    const envoy = container("envoy");
+    expect(envoy.image).toMatch(/^envoyproxy\/envoy:v1\.31[.-]/);
+    const configPath = envoy.args![envoy.args!.indexOf("-c") + 1]!;
+    const mount = envoy.volumeMounts!.find((m) => configPath.startsWith(`${m.mountPath}/`))!;
+    const volume = podSpec(deployment("envoy")!).volumes!.find((v) => v.name === mount.name)!;
+    expect(volume.configMap?.name).toBe("envoy-config");
+    expect(configPath.slice(mount.mountPath.length + 1)).toBe("envoy.yaml");
+    expect(String(envoy.ports!.find((p) => p.name === "http")!.containerPort)).toBe("8080");
+    expect(containerEnv(container("edge")).TRUSTED_PROXIES).toBeTruthy();
+  });
+
+  it("uses one application image, named in the kustomization so overlays can pin it", () => {
+    const images = kustomization().images!.map((i) => i.name);
+    for (const process of processes) expect(images).toContain(container(process.name).image);
+  });
+
+  const kubectl = (() => {
+    try {
+      execFileSync("kubectl", ["version", "--client"], { stdio: "ignore" });
+      return true;
+    } catch {
+      return false;
+    }
+  })();
+
+  it.skipIf(!kubectl)("renders with kustomize: every object namespaced, every ConfigMap reference generated", () => {
+    const rendered = parseAllDocuments(execFileSync("kubectl", ["kustomize", K8S_BASE], { encoding: "utf8" })).map(
+      (doc) => doc.toJS() as K8sObject,
+    );
+    const namespace = kustomization().namespace;
+    const configMaps = new Set(rendered.filter((o) => o.kind === "ConfigMap").map((o) => o.metadata.name));
+    for (const object of rendered.filter((o) => o.kind !== "Namespace")) {
+      expect(object.metadata.namespace, `${object.kind} ${object.metadata.name}`).toBe(namespace);
+    }
+    const referenced = rendered
+      .filter((o) => o.kind === "Deployment")
+      .flatMap((d) => [
+        ...podSpec(d).containers.flatMap((c) => (c.envFrom ?? []).map((f) => f.configMapRef?.name)),
+        ...(podSpec(d).volumes ?? []).map((v) => v.configMap?.name),
+      ])
+      .filter((name): name is string => name !== undefined);
+    expect(referenced.length).toBeGreaterThan(processes.length);
+    for (const name of referenced) expect(configMaps, name).toContain(name);
+    const envoyConfig = rendered.find((o) => o.kind === "ConfigMap" && o.metadata.name.startsWith("envoy-config-"))!;
+    expect(envoyConfig.data!["envoy.yaml"]).toBe(read("deploy/envoy/envoy.yaml"));
+  });
+});
+
+describe("deploy/Dockerfile", () => {
+  const stages = dockerStages(read("deploy/Dockerfile"));
+  const final = stages.at(-1)!;
+  const stageNames = new Set(stages.map((s) => s.name));
+  const instructions = (stage: { instructions: Array<{ keyword: string; args: string }> }, keyword: string) =>
+    stage.instructions.filter((i) => i.keyword === keyword).map((i) => i.args);
+
+  it("builds every stage on node:24-slim and runs the sources with plain node (type stripping is on)", () => {
+    for (const stage of stages) {
+      if (!stageNames.has(stage.base)) expect(stage.base).toBe("node:24-slim");
+    }
+    expect(read("deploy/Dockerfile")).not.toContain("--experimental-strip-types");
+    // The same holds for the Node the repository pins.
+    expect(process.features.typescript).toBe("strip");
+  });
+
+  it("runs as a numeric non-root user, by default the edge, whose file exists", () => {
+    const [user] = instructions(final, "USER");
+    expect(user).toMatch(/^[1-9][0-9]*(:[0-9]+)?$/);
+    const cmd = JSON.parse(instructions(final, "CMD")[0]!) as string[];
+    expect(cmd[0]).toBe("node");
+    expect(exists(cmd[1]!), cmd[1]).toBe(true);
+    expect(instructions(final, "ENTRYPOINT")).toEqual([]);
+  });
+
+  it("installs production dependencies with npm ci --omit=dev, seeing every workspace", () => {
+    const deps = stages.find((s) => instructions(s, "RUN").some((r) => /^npm ci\b.*--omit=dev/.test(r)))!;
+    expect(deps).toBeDefined();
+    const copiedFromDeps = instructions(final, "COPY").some((c) => copyParts(c).from === deps.name);
+    expect(copiedFromDeps).toBe(true);
+    const manifests = stages
+      .flatMap((s) => instructions(s, "COPY"))
+      .flatMap((c) => copyParts(c).sources)
+      .filter((source) => source.endsWith("package.json"));
+    for (const dir of workspaceDirs()) expect(manifests, dir).toContain(`${dir}/package.json`);
+    expect(manifests).toContain("package.json");
+  });
+
+  it("copies every workspace's sources and every process's entry into the final image", () => {
+    const sources = instructions(final, "COPY")
+      .map(copyParts)
+      .filter((c) => c.from === undefined)
+      .flatMap((c) => c.sources);
+    const covered = (path: string) => sources.some((s) => path === s || path.startsWith(s.endsWith("/") ? s : `${s}/`));
+    for (const dir of workspaceDirs()) expect(covered(`${dir}/package.json`), dir).toBe(true);
+    for (const process of processes) expect(covered(process.entry), process.entry).toBe(true);
+  });
+
+  it("generates the gRPC code in a build stage and copies it in", () => {
+    const proto = stages.find((s) => instructions(s, "RUN").includes("npm run proto"))!;
+    expect(proto).toBeDefined();
+    const fromProto = instructions(final, "COPY")
+      .map(copyParts)
+      .filter((c) => c.from === proto.name);
+    expect(fromProto.map((c) => c.dest)).toContain("proto/gen/");
+  });
+
+  it("copies only files that exist and that .dockerignore lets in", () => {
+    const ignored = read(".dockerignore")
+      .split("\n")
+      .map((line) => line.trim())
+      .filter((line) => line !== "" && !line.startsWith("#"));
+    for (const entry of ["**/node_modules", ".git", ".env.local", "logs", "coverage", "proto/gen"]) {
+      expect(ignored).toContain(entry);
+    }
+    for (const stage of stages) {
+      for (const copy of instructions(stage, "COPY").map(copyParts)) {
+        if (copy.from) continue;
+        for (const source of copy.sources) {
+          expect(exists(source), source).toBe(true);
+          expect(ignored, source).not.toContain(source.replace(/\/$/, ""));
+        }
+      }
+    }
+  });
+});
+
+describe("committed files", () => {
+  const files = [
+    "docker-compose.yml",
+    "deploy/Dockerfile",
+    "deploy/envoy/envoy.yaml",
+    "docs/deploy.md",
+    ...kustomization().resources.map((f) => `${K8S_BASE}/${f}`),
+    `${K8S_BASE}/kustomization.yaml`,
+  ];
+
+  it("hold nothing that looks like a generated secret", () => {
+    for (const file of files) {
+      const text = read(file);
+      expect(text, file).not.toMatch(/mk_admin_[A-Za-z0-9_-]{8,}/); // an admin token
+      expect(text, file).not.toMatch(/\bmk_[A-Za-z0-9]{20,}/); // an API key
+      expect(text, file).not.toMatch(/\b[0-9a-f]{40,}\b/i); // hex key material
+    }
+    expect(read(".gitignore").split("\n")).toContain(".env.local");
+  });
+
+  it("docs/deploy.md names every variable compose requires", () => {
+    const docs = read("docs/deploy.md");
+    for (const name of requiredComposeVariables(read("docker-compose.yml"))) expect(docs).toContain(name);
+    expect(read("README.md")).toContain("(docs/deploy.md)");
+  });
+});
