@@ -1,0 +1,80 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream, mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+export interface ProcessSpec {
+  name: string;
+  entry: string;
+  env: Record<string, string>;
+}
+
+export interface Supervisor {
+  children: Map<string, ChildProcess>;
+  /** Resolves when every child has exited, after SIGTERM. */
+  stopAll(): Promise<void>;
+}
+
+/**
+ * Starts each process with the same Node binary as the launcher (Node 24, pinned by the `node`
+ * dev dependency), its output appended to logs/<name>.log. When one exits unexpectedly the
+ * launcher reports it with the end of its log and stops the rest: a half-started system is
+ * worse than none.
+ */
+export function startProcesses(
+  root: string,
+  specs: ProcessSpec[],
+  onCrash: (name: string, tail: string) => void,
+): Supervisor {
+  const logDir = join(root, "logs");
+  mkdirSync(logDir, { recursive: true });
+  const children = new Map<string, ChildProcess>();
+  let stopping = false;
+  for (const spec of specs) {
+    const logPath = join(logDir, `${spec.name}.log`);
+    const log = createWriteStream(logPath, { flags: "a" });
+    const child = spawn(process.execPath, [join(root, spec.entry)], {
+      cwd: root,
+      env: { ...process.env, ...spec.env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    child.stdout!.pipe(log);
+    child.stderr!.pipe(log);
+    child.on("exit", (code, signal) => {
+      children.delete(spec.name);
+      if (stopping) return;
+      const tail = readFileSync(logPath, "utf8").split("\n").slice(-15).join("\n");
+      onCrash(`${spec.name} exited (${signal ?? code})`, tail);
+    });
+    children.set(spec.name, child);
+  }
+  return {
+    children,
+    async stopAll() {
+      stopping = true;
+      const exits = [...children.values()].map(
+        (child) =>
+          new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once("exit", () => resolve()))),
+      );
+      // Edge first, so no new requests arrive while the backends drain.
+      for (const name of ["edge", "registry", "billing", "accounts", "local-model"])
+        children.get(name)?.kill("SIGTERM");
+      await Promise.race([Promise.all(exits), new Promise((r) => setTimeout(r, 20_000))]);
+      for (const child of children.values()) child.kill("SIGKILL");
+    },
+  };
+}
+
+/** Polls `url` until it answers 2xx or `timeoutMs` passes. */
+export async function waitForHttp(url: string, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(url);
+      if (res.ok) return true;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return false;
+}
