@@ -8,7 +8,7 @@ import type { EdgeConfig } from "./config.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
 import { adminAuth } from "./plugins/admin-auth.ts";
 import { apiKeyAuth } from "./plugins/api-key-auth.ts";
-import { sessionAuth } from "./plugins/session-auth.ts";
+import { installCsrfGuard, sessionAuth } from "./plugins/session-auth.ts";
 import { installErrorHandler } from "./plugins/error-handler.ts";
 import { installJsonBodyParser } from "./plugins/json-body.ts";
 import { registerOpenApi } from "./plugins/openapi.ts";
@@ -57,6 +57,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.decorateRequest("principal", null);
   app.decorateRequest("session", null);
   await app.register(cookie);
+  installCsrfGuard(app);
   installJsonBodyParser(app);
   installValidation(app);
   installErrorHandler(app);

@@ -1,4 +1,4 @@
-import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 import { ResolveSessionRequest, type Session } from "@mkt/proto/accounts/v1/accounts";
 import type { Backends } from "../backends.ts";
@@ -37,10 +37,17 @@ export function clearSessionCookie(request: FastifyRequest, reply: FastifyReply)
 
 /**
  * Cookies ride along on cross-site requests a browser is tricked into making, so a
- * state-changing request carrying one must come from a page of this site: a foreign `Origin`
- * is refused (SameSite=Lax already stops most of them; this also covers older browsers and
- * same-site subdomains).
+ * state-changing request carrying the session cookie must come from a page of this site: a
+ * foreign `Origin` is refused (SameSite=Lax already stops most of them; this also covers older
+ * browsers and same-site subdomains). It runs for every route, so login, logout and any later
+ * cookie route are covered without each remembering to ask.
  */
+export function installCsrfGuard(app: FastifyInstance): void {
+  app.addHook("onRequest", async (request) => {
+    if (request.cookies[SESSION_COOKIE] !== undefined) refuseForeignOrigin(request);
+  });
+}
+
 function refuseForeignOrigin(request: FastifyRequest): void {
   if (!UNSAFE_METHODS.has(request.method)) return;
   const origin = request.headers.origin;
@@ -71,7 +78,6 @@ export function sessionAuth(backends: Backends) {
       const token = request.cookies[SESSION_COOKIE];
       if (!token)
         throw new AppError("unauthenticated", `Log in first (POST /${kind === "hoster" ? "hosters" : "auth"}/login).`);
-      refuseForeignOrigin(request);
       const { session } = await backends.accounts.resolveSession(
         ResolveSessionRequest.fromPartial({ sessionToken: token }),
       );

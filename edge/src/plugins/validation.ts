@@ -20,8 +20,10 @@ function paramOf(error: FastifySchemaValidationError | ErrorObject): string | un
     .map((part) => (/^\d+$/.test(part) ? `[${part}]` : `.${part}`))
     .join("")
     .replace(/^\./, "");
-  const missing = (error.params as { missingProperty?: string } | undefined)?.missingProperty;
-  if (missing) return path ? `${path}.${missing}` : missing;
+  // A missing or unexpected field is reported on its parent; name the field itself.
+  const params = error.params as { missingProperty?: string; additionalProperty?: string } | undefined;
+  const field = params?.missingProperty ?? params?.additionalProperty;
+  if (field) return path ? `${path}.${field}` : field;
   return path || undefined;
 }
 

@@ -1,0 +1,60 @@
+import { randomToken } from "@mkt/runtime/ids";
+import { startRealHoster } from "../../services/registry/test/hoster-servers.ts";
+import type { RunningSystem } from "./system.ts";
+
+/** Creates one invite code through the admin API. */
+export async function createInvite(system: RunningSystem): Promise<string> {
+  const res = await fetch(`${system.url}/admin/invites`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${system.adminToken}`, "content-type": "application/json" },
+    body: JSON.stringify({ count: 1 }),
+  });
+  if (res.status !== 201) throw new Error(`invite failed: ${res.status} ${await res.text()}`);
+  const { data } = (await res.json()) as { data: Array<{ invite_code: string }> };
+  return data[0]!.invite_code;
+}
+
+export interface RegisteredHoster {
+  hosterId: string;
+  email: string;
+  password: string;
+  /** `mk_session=...`, ready for a Cookie header. */
+  cookie: string;
+  /** The reference hoster-server it registered; close it when done. */
+  server: Awaited<ReturnType<typeof startRealHoster>>;
+  modelId: string;
+}
+
+/**
+ * Registers a real hoster-server (started here, on loopback) through POST /hosters/register, as a
+ * hoster would: invite from the admin API, then registration, which logs the hoster in.
+ */
+export async function registerHoster(
+  system: RunningSystem,
+  options: { modelId?: string; name?: string } = {},
+): Promise<RegisteredHoster> {
+  const modelId = options.modelId ?? `llama-${randomToken(4)}.gguf`;
+  const server = await startRealHoster({ models: [modelId] });
+  const email = `hoster-${randomToken(6)}@example.com`;
+  const password = "hoster password 123";
+  const res = await fetch(`${system.url}/hosters/register`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      name: options.name ?? "Test Hoster",
+      email,
+      endpoint_url: server.url,
+      api_key: server.token,
+      invite_code: await createInvite(system),
+      password,
+      models: [{ model_id: modelId, model_alias: "Llama 3 8B", context_window: 8192 }],
+    }),
+  });
+  if (res.status !== 201) {
+    await server.close();
+    throw new Error(`registration failed: ${res.status} ${await res.text()}`);
+  }
+  const { hoster_id } = (await res.json()) as { hoster_id: string };
+  const cookie = (res.headers.getSetCookie()[0] ?? "").split(";")[0]!;
+  return { hosterId: hoster_id, email, password, cookie, server, modelId };
+}

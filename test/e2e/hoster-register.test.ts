@@ -1,0 +1,192 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { randomToken } from "@mkt/runtime/ids";
+import {
+  jsonAnswer,
+  modelList,
+  startRealHoster,
+  startScriptedHoster,
+} from "../../services/registry/test/hoster-servers.ts";
+import { createInvite, registerHoster } from "./hoster-fixture.ts";
+import { signUp, startSystem, type RunningSystem } from "./system.ts";
+
+let system: RunningSystem;
+const cleanups: Array<() => Promise<void>> = [];
+beforeAll(async () => {
+  system = await startSystem();
+});
+afterAll(async () => {
+  for (const cleanup of cleanups) await cleanup();
+  await system?.close();
+});
+
+const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+  fetch(`${system.url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+  });
+
+describe("POST /hosters/register through the edge", () => {
+  it("registers a real hoster server, answers once with the portal password and logs the hoster in", async () => {
+    const server = await startRealHoster({ models: ["qwen-7b.gguf"] });
+    cleanups.push(() => server.close());
+    const email = `h-${randomToken(6)}@example.com`;
+    const res = await post("/hosters/register", {
+      name: "GPU Garage",
+      email,
+      endpoint_url: server.url,
+      api_key: server.token,
+      invite_code: await createInvite(system),
+      models: [{ model_id: "qwen-7b.gguf", model_alias: "Qwen 7B", context_window: 32768 }],
+    });
+    expect(res.status).toBe(201);
+    const body = (await res.json()) as Record<string, unknown>;
+    expect(body).toMatchObject({
+      name: "GPU Garage",
+      status: "healthy",
+      models: [{ model_id: "qwen-7b.gguf", model_alias: "Qwen 7B", context_window: 32768 }],
+    });
+    expect(body.hoster_id).toEqual(expect.any(String));
+    expect(body.portal_password).toEqual(expect.any(String));
+    // The server's token never comes back.
+    expect(JSON.stringify(body)).not.toContain(server.token);
+    const setCookie = res.headers.getSetCookie()[0] ?? "";
+    expect(setCookie).toMatch(/^mk_session=mks_/);
+    expect(setCookie).toContain("HttpOnly");
+
+    const me = await fetch(`${system.url}/hosters/me`, { headers: { cookie: setCookie.split(";")[0]! } });
+    expect(me.status).toBe(200);
+    const profile = (await me.json()) as Record<string, unknown>;
+    expect(profile).toMatchObject({ hoster_id: body.hoster_id, email, endpoint_url: server.url, status: "healthy" });
+    expect(JSON.stringify(profile)).not.toContain(server.token);
+
+    // The generated password logs in on the hoster login.
+    const login = await post("/hosters/login", { email, password: body.portal_password });
+    expect(login.status).toBe(200);
+  });
+
+  it("lists the hoster to customers in GET /v1/hosters without its endpoint or token", async () => {
+    const hoster = await registerHoster(system, { name: "Listed Hoster" });
+    cleanups.push(() => hoster.server.close());
+    const { apiKey } = await signUp(system.url);
+    const res = await fetch(`${system.url}/v1/hosters`, { headers: { authorization: `Bearer ${apiKey}` } });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).not.toContain(hoster.server.token);
+    expect(text).not.toContain(hoster.server.url);
+    const { data } = JSON.parse(text) as { data: Array<{ hoster_id: string; status: string; models: unknown[] }> };
+    const listed = data.find((h) => h.hoster_id === hoster.hosterId);
+    expect(listed).toMatchObject({ name: "Listed Hoster", status: "healthy" });
+    expect(listed!.models).toEqual([{ model_id: hoster.modelId, model_alias: "Llama 3 8B", context_window: 8192 }]);
+
+    expect((await fetch(`${system.url}/v1/hosters`)).status).toBe(401);
+  });
+
+  it("rejects a server that answers without the token, and leaves the invite unspent", async () => {
+    const open = await startScriptedHoster((req, res) =>
+      req.url === "/health" ? jsonAnswer(res, 200, { status: "ok" }) : jsonAnswer(res, 200, modelList(["open.gguf"])),
+    );
+    cleanups.push(() => open.close());
+    const invite = await createInvite(system);
+    const refused = await post("/hosters/register", {
+      name: "Open Server",
+      email: `open-${randomToken(6)}@example.com`,
+      endpoint_url: open.url,
+      api_key: "a-token-it-ignores",
+      invite_code: invite,
+      models: [{ model_id: "open.gguf", context_window: 4096 }],
+    });
+    expect(refused.status).toBe(400);
+    const { error } = (await refused.json()) as { error: { message: string; code: string; param: string } };
+    expect(error.code).toBe("invalid_request");
+    expect(error.param).toBe("endpoint_url");
+    expect(error.message).toMatch(/without/i);
+    expect(refused.headers.getSetCookie()).toEqual([]);
+
+    // The same invite still registers a properly protected server.
+    const server = await startRealHoster({ models: ["closed.gguf"] });
+    cleanups.push(() => server.close());
+    const ok = await post("/hosters/register", {
+      name: "Closed Server",
+      email: `closed-${randomToken(6)}@example.com`,
+      endpoint_url: server.url,
+      api_key: server.token,
+      invite_code: invite,
+      models: [{ model_id: "closed.gguf", context_window: 4096 }],
+    });
+    expect(ok.status).toBe(201);
+
+    // ... and is spent now.
+    const again = await post("/hosters/register", {
+      name: "Second",
+      email: `second-${randomToken(6)}@example.com`,
+      endpoint_url: server.url,
+      api_key: server.token,
+      invite_code: invite,
+      models: [{ model_id: "closed.gguf", context_window: 4096 }],
+    });
+    expect(again.status).toBe(400);
+    expect(await again.json()).toMatchObject({ error: { code: "invalid_request", param: "invite_code" } });
+  });
+
+  it("refuses bad bodies with 400 naming the field, and extra fields", async () => {
+    const base = {
+      name: "X",
+      email: `x-${randomToken(6)}@example.com`,
+      endpoint_url: "http://127.0.0.1:1",
+      api_key: "token-123456",
+      invite_code: "inv_nope",
+      models: [{ model_id: "m", context_window: 4096 }],
+    };
+    for (const [body, param] of [
+      [{ ...base, endpoint_url: "ftp://example.com" }, "endpoint_url"],
+      [{ ...base, models: [] }, "models"],
+      [{ ...base, models: [{ model_id: "m", context_window: 0 }] }, "models[0].context_window"],
+      [{ ...base, hoster_id: "h_1" }, "hoster_id"],
+    ] as const) {
+      const res = await post("/hosters/register", body);
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      const { error } = (await res.json()) as { error: { code: string; param: string } };
+      expect(error.code).toBe("invalid_request");
+      expect(error.param).toBe(param);
+    }
+  });
+});
+
+describe("hoster sessions", () => {
+  it("keep customers and strangers out of the hoster's pages", async () => {
+    expect((await fetch(`${system.url}/hosters/me`)).status).toBe(401);
+    const { email } = await signUp(system.url);
+    const customer = await post("/auth/login", { email, password: "correct horse battery staple" });
+    const customerCookie = (customer.headers.getSetCookie()[0] ?? "").split(";")[0]!;
+    const denied = await fetch(`${system.url}/hosters/me`, { headers: { cookie: customerCookie } });
+    expect(denied.status).toBe(403);
+    expect(await denied.json()).toMatchObject({ error: { type: "permission_error", code: "forbidden" } });
+  });
+
+  it("refuse a state-changing request with the cookie from a foreign Origin (CSRF), and die on logout", async () => {
+    const hoster = await registerHoster(system);
+    cleanups.push(() => hoster.server.close());
+    const forged = await fetch(`${system.url}/hosters/logout`, {
+      method: "POST",
+      headers: { cookie: hoster.cookie, origin: "https://evil.example" },
+    });
+    expect(forged.status).toBe(403);
+    // The forged logout did nothing.
+    expect((await fetch(`${system.url}/hosters/me`, { headers: { cookie: hoster.cookie } })).status).toBe(200);
+
+    const out = await fetch(`${system.url}/hosters/logout`, {
+      method: "POST",
+      headers: { cookie: hoster.cookie, origin: system.url },
+    });
+    expect(out.status).toBe(200);
+    expect((await fetch(`${system.url}/hosters/me`, { headers: { cookie: hoster.cookie } })).status).toBe(401);
+
+    // Logging in again with the registered password gives a fresh session.
+    const login = await post("/hosters/login", { email: hoster.email, password: hoster.password });
+    expect(login.status).toBe(200);
+    const cookie = (login.headers.getSetCookie()[0] ?? "").split(";")[0]!;
+    expect(cookie).not.toBe(hoster.cookie);
+    expect((await fetch(`${system.url}/hosters/me`, { headers: { cookie } })).status).toBe(200);
+  });
+});
