@@ -8,6 +8,7 @@ import {
   type HosterModel,
 } from "@mkt/proto/registry/v1/registry";
 import { principalSession, setSessionCookie } from "../plugins/session-auth.ts";
+import { renderProduct } from "../products/render-product.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
 interface RegisterBody {
@@ -143,14 +144,16 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
     {
       onRequest: deps.auth({ allowScoped: false }),
       schema: {
-        summary: "Hosters with their status and models",
+        summary: "Hosters with their status, models and active plans",
         tags: ["hosters"],
         security: [{ apiKey: [] }],
       },
     },
     async () => {
       const { hosters } = await deps.backends.registry.listHosters(ListHostersRequest.fromPartial({}));
-      return { object: "list", data: hosters.map(renderPublic) };
+      // Only the list carries plans (their active ones): GetHoster has none, so the registration
+      // answer and /hosters/me leave them out rather than show an empty list.
+      return { object: "list", data: hosters.map((h) => ({ ...renderPublic(h), plans: h.plans.map(renderProduct) })) };
     },
   );
 }

@@ -11,6 +11,7 @@ import { chatCompletion, type ChatDeps } from "./chat/chat-completion.ts";
 import { getHoster, listHosters } from "./hosters/hoster-handlers.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { registerHoster } from "./hosters/register-hoster.ts";
+import { archiveProduct, createProduct, getProduct, listProducts, updateProduct } from "./products/product-handlers.ts";
 
 /** The RegistryService gRPC handlers. */
 export function registryService(deps: ChatDeps, hosters: HostersContext, log: Logger): RegistryServiceServer {
@@ -38,5 +39,10 @@ export function registryService(deps: ChatDeps, hosters: HostersContext, log: Lo
     registerHoster: unary(log, "RegisterHoster", (request) => registerHoster(hosters, request)),
     getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
     listHosters: unary(log, "ListHosters", () => listHosters(hosters)),
+    createProduct: unary(log, "CreateProduct", (request) => createProduct(hosters.products, request)),
+    listProducts: unary(log, "ListProducts", (request) => listProducts(hosters.products, request)),
+    getProduct: unary(log, "GetProduct", (request) => getProduct(hosters.products, request)),
+    updateProduct: unary(log, "UpdateProduct", (request) => updateProduct(hosters.products, request)),
+    archiveProduct: unary(log, "ArchiveProduct", (request) => archiveProduct(hosters.products, request)),
   };
 }

@@ -8,7 +8,9 @@ import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { RegistryServiceService } from "@mkt/proto/registry/v1/registry";
 import { migrations } from "../migrations/index.ts";
+import { hosterCatalog } from "./catalog/hoster-catalog.ts";
 import { localCatalog } from "./catalog/local-catalog.ts";
+import { compositeCatalog } from "./catalog/model-catalog.ts";
 import type { ChatDeps } from "./chat/chat-completion.ts";
 import { UsagePublisher } from "./chat/usage-publisher.ts";
 import type { RegistryConfig } from "./config.ts";
@@ -16,9 +18,13 @@ import { entities } from "./entities.ts";
 import { startHealthProber } from "./hosters/health-prober.ts";
 import { HosterStore } from "./hosters/hoster-store.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
+import { ProductStore } from "./products/product-store.ts";
 import { registryService } from "./registry-service.ts";
 import { hosterAgent } from "./upstream/hoster-agent.ts";
 import { UpstreamPools } from "./upstream/upstream-pools.ts";
+
+/** Longest time a hoster row is reused for routing before it is read again. */
+const HOSTER_CACHE_MAX_MS = 5_000;
 
 export interface RegistryOptions {
   /** The clock of hosters' check times; tests may set it. */
@@ -55,13 +61,17 @@ export async function startRegistry(
   const names = eventNames(config.EVENTS_PREFIX);
   const billingClient = createClient(BillingServiceClient, config.BILLING_ADDR);
   const accountsClient = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR);
-  const pools = new UpstreamPools(config.UPSTREAM_CONNECT_TIMEOUT_MS);
+  const pools = new UpstreamPools({
+    connectTimeoutMs: config.UPSTREAM_CONNECT_TIMEOUT_MS,
+    allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
+  });
   const agent = hosterAgent({
     allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
     connectTimeoutMs: Math.min(config.UPSTREAM_CONNECT_TIMEOUT_MS, config.HOSTER_CHECK_TIMEOUT_MS),
   });
   const hosters: HostersContext = {
     store: new HosterStore(orm),
+    products: new ProductStore(orm),
     box: new SecretBox(parseSecretsKey(config.SECRETS_KEY)),
     accounts: promiseClient(accountsClient),
     checks: { agent, timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS },
@@ -70,10 +80,16 @@ export async function startRegistry(
     clock: options.clock ?? (() => new Date()),
   };
   const deps: ChatDeps = {
-    catalog: localCatalog(
-      config.LOCAL_MODELS,
-      { url: config.LOCAL_MODEL_URL, token: config.LOCAL_MODEL_TOKEN },
-      new Date(),
+    // Normal keys see the local models; a scoped key sees only its hoster's (each catalog's rule).
+    catalog: compositeCatalog(
+      localCatalog(config.LOCAL_MODELS, { url: config.LOCAL_MODEL_URL, token: config.LOCAL_MODEL_TOKEN }, new Date()),
+      hosterCatalog({
+        store: hosters.store,
+        box: hosters.box,
+        // A probe's status change reaches routing within one probe interval (and 5 s at most).
+        cacheTtlMs: Math.min(config.HOSTER_PROBE_INTERVAL_MS, HOSTER_CACHE_MAX_MS),
+        log,
+      }),
     ),
     pools,
     timeouts: {

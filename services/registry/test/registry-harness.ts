@@ -16,16 +16,26 @@ import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import {
   ChatCompletionRequest,
   RegistryServiceClient,
+  type ArchiveProductRequest,
+  type ArchiveProductResponse,
   type ChatCompletionResponse,
+  type CreateProductRequest,
+  type CreateProductResponse,
   type GetHosterRequest,
   type GetHosterResponse,
+  type GetProductRequest,
+  type GetProductResponse,
   type ListHostersResponse,
   type ListModelsResponse,
+  type ListProductsRequest,
+  type ListProductsResponse,
   type RegisterHosterRequest,
   type RegisterHosterResponse,
   type ResolveRouteRequest,
   type ResolveRouteResponse,
   type Route,
+  type UpdateProductRequest,
+  type UpdateProductResponse,
 } from "@mkt/proto/registry/v1/registry";
 import { loadRegistryConfig } from "../src/config.ts";
 import { startRegistry } from "../src/server.ts";
@@ -215,6 +225,11 @@ export async function startHarness(env: Record<string, string> = {}) {
     registerHoster(request: RegisterHosterRequest): Promise<RegisterHosterResponse>;
     getHoster(request: GetHosterRequest): Promise<GetHosterResponse>;
     listHosters(request: object): Promise<ListHostersResponse>;
+    createProduct(request: CreateProductRequest): Promise<CreateProductResponse>;
+    listProducts(request: ListProductsRequest): Promise<ListProductsResponse>;
+    getProduct(request: GetProductRequest): Promise<GetProductResponse>;
+    updateProduct(request: UpdateProductRequest): Promise<UpdateProductResponse>;
+    archiveProduct(request: ArchiveProductRequest): Promise<ArchiveProductResponse>;
   };
   const nc: NatsConnection = await connect({ servers: TEST_NATS_URL });
   const jsm: JetStreamManager = await jetstreamManager(nc);

@@ -44,7 +44,7 @@ describe("ResolveRoute", () => {
     expect((err as AppError).httpStatus).toBe(404);
   });
 
-  it("refuses a scoped (subscription) key for now: no hoster models exist yet", async () => {
+  it("never gives a scoped (subscription) key a local model, even when its hoster is unknown", async () => {
     const scope = { subscriptionId: "sub_1", productId: "prod_1", hosterId: "h_1" };
     for (const model of ["demo-small", "auto"]) {
       const err = await h.client.resolveRoute({ model, scope }).catch((e: unknown) => e);
@@ -68,7 +68,7 @@ describe("ListModels", () => {
     expect(demo.created > now - 3600n && demo.created <= now).toBe(true);
   });
 
-  it("lists nothing for a scoped key", async () => {
+  it("lists no local model for a scoped key (hoster-routing.test.ts covers its hoster's models)", async () => {
     const { models } = await h.client.listModels({ scope: { subscriptionId: "sub_1", productId: "", hosterId: "" } });
     expect(models).toEqual([]);
   });

@@ -12,11 +12,13 @@ export function localCatalog(
   createdAt: Date,
 ): ModelCatalog {
   const created = BigInt(Math.floor(createdAt.getTime() / 1000));
-  const entries: CatalogModel[] = models.map((m) => ({
+  const entries: Array<CatalogModel & { upstream: UpstreamTarget }> = models.map((m) => ({
     modelId: m.modelId,
     modelAlias: m.modelAlias,
     ownedBy: "platform",
     created,
+    // The local model server's health is the operator's business: a failing call is a 502.
+    healthy: true,
     route: Route.fromPartial({
       modelId: m.modelId,
       provider: "local",
@@ -25,7 +27,7 @@ export function localCatalog(
       contextWindow: m.contextWindow,
       maxOutputTokensCap: LOCAL_MAX_OUTPUT_TOKENS,
     }),
-    upstream: { baseUrl: server.url, token: server.token, upstreamModel: m.upstreamModel },
+    upstream: { baseUrl: server.url, token: server.token, upstreamModel: m.upstreamModel, trust: "platform" },
   }));
   const byId = new Map(entries.map((e) => [e.modelId, e]));
 

@@ -1,36 +1,70 @@
 import type { Route, RouteScope } from "@mkt/proto/registry/v1/registry";
 
+/**
+ * Who runs an upstream server: `platform` servers are configured by the operator (the local model
+ * server) and called as they are; `hoster` servers belong to third parties and are called only
+ * through the guarded connector, which refuses private and metadata addresses at connect time.
+ */
+export type UpstreamTrust = "platform" | "hoster";
+
 /** Where and how to call a model: the server's base URL, its bearer token and its model name. */
 export interface UpstreamTarget {
   /** Base URL of an OpenAI-compatible server; `/v1/chat/completions` is appended. */
   baseUrl: string;
   token: string;
   upstreamModel: string;
+  trust: UpstreamTrust;
 }
 
-/** A callable model: its public listing, the route billing prices it by, and its upstream. */
+/** A callable model: its public listing and the route billing prices it by. */
 export interface CatalogModel {
   modelId: string;
   modelAlias: string;
   ownedBy: string;
   /** Unix seconds. */
   created: bigint;
+  /** False while its server is marked unhealthy: listed, but calls are refused (no_healthy_upstream). */
+  healthy: boolean;
   route: Route;
-  upstream: UpstreamTarget;
 }
 
 /**
- * A source of models. Local models come from configuration; hosters (DB-backed) and cloud
- * models join later as further catalogs behind this same interface.
+ * A source of models. Local models come from configuration, hosters' models from the database;
+ * cloud models join later as a further catalog behind this same interface. Each catalog decides
+ * which callers see its models (local: normal keys only; hosters: only a scope's own hoster).
  */
 export interface ModelCatalog {
   /** Models a caller with this scope (none for a normal key) may call, in routing order. */
   models(scope: RouteScope | undefined): Promise<CatalogModel[]>;
-  /** The upstream serving a route previously resolved from this catalog, if it still exists. */
+  /**
+   * The upstream serving a route previously resolved from this catalog, if it still exists and
+   * can take calls now; undefined also for routes of another catalog's provider.
+   */
   upstreamFor(route: Route): Promise<UpstreamTarget | undefined>;
 }
 
 /** True when a request carries a subscription scope (a scoped key). */
 export function isScoped(scope: RouteScope | undefined): boolean {
   return !!scope && (scope.subscriptionId !== "" || scope.productId !== "" || scope.hosterId !== "");
+}
+
+/**
+ * The catalogs in routing order as one: models are concatenated (each catalog applies its own
+ * scope rule, so a scoped key never sees local models), and a route's upstream comes from the
+ * first catalog that knows it.
+ */
+export function compositeCatalog(...catalogs: ModelCatalog[]): ModelCatalog {
+  return {
+    async models(scope) {
+      const lists = await Promise.all(catalogs.map((c) => c.models(scope)));
+      return lists.flat();
+    },
+    async upstreamFor(route) {
+      for (const catalog of catalogs) {
+        const target = await catalog.upstreamFor(route);
+        if (target) return target;
+      }
+      return undefined;
+    },
+  };
 }

@@ -2,17 +2,26 @@ import { AppError } from "@mkt/runtime/errors";
 import type { RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { CatalogModel, ModelCatalog } from "./model-catalog.ts";
 
+/** Echo a client's model name as OpenAI does, but bounded: a message must not grow with a hostile input. */
+const shown = (model: string) => (model.length > 200 ? `${model.slice(0, 200)}…` : model);
+
 export function modelNotFound(model: string): AppError {
-  // Echo the name as OpenAI does, but bounded: the message must not grow with a hostile input.
-  const shown = model.length > 200 ? `${model.slice(0, 200)}…` : model;
-  return new AppError("model_not_found", `The model \`${shown}\` does not exist or you do not have access to it.`, {
-    param: "model",
-  });
+  return new AppError(
+    "model_not_found",
+    `The model \`${shown(model)}\` does not exist or you do not have access to it.`,
+    { param: "model" },
+  );
+}
+
+export function noHealthyUpstream(model: string): AppError {
+  return new AppError("no_healthy_upstream", `No healthy server is available for the model \`${shown(model)}\`.`);
 }
 
 /**
- * Resolves a client's model name: exact model id first, then alias (case-insensitive), and
- * "auto" picks the first model the caller may use.
+ * Resolves a client's model name among the models the caller may use: exact model id first, then
+ * alias, then model id, both case-insensitively; "auto" picks the first healthy model. A match
+ * whose server is unhealthy (or "auto" when none is healthy) is no_healthy_upstream; anything
+ * the caller may not use is model_not_found, whether or not it exists elsewhere.
  */
 export async function resolveModel(
   catalog: ModelCatalog,
@@ -20,11 +29,19 @@ export async function resolveModel(
   scope: RouteScope | undefined,
 ): Promise<CatalogModel> {
   const models = await catalog.models(scope);
-  const exact = models.find((m) => m.modelId === model);
-  if (exact) return exact;
   const folded = model.toLowerCase();
-  const alias = models.find((m) => m.modelAlias !== "" && m.modelAlias.toLowerCase() === folded);
-  if (alias) return alias;
-  if (folded === "auto" && models[0]) return models[0];
+  const match =
+    models.find((m) => m.modelId === model) ??
+    models.find((m) => m.modelAlias !== "" && m.modelAlias.toLowerCase() === folded) ??
+    models.find((m) => m.modelId.toLowerCase() === folded);
+  if (match) {
+    if (!match.healthy) throw noHealthyUpstream(match.modelId);
+    return match;
+  }
+  if (folded === "auto" && models.length > 0) {
+    const healthy = models.find((m) => m.healthy);
+    if (!healthy) throw noHealthyUpstream(model);
+    return healthy;
+  }
   throw modelNotFound(model);
 }

@@ -1,5 +1,6 @@
 import { AppError } from "@mkt/runtime/errors";
 import type { GetHosterRequest, GetHosterResponse, ListHostersResponse } from "@mkt/proto/registry/v1/registry";
+import { productView } from "../products/product-view.ts";
 import { hosterView } from "./hoster-view.ts";
 import type { HostersContext } from "./hosters-context.ts";
 
@@ -16,8 +17,13 @@ export async function getHoster(ctx: HostersContext, req: GetHosterRequest): Pro
   return { hoster: hosterView(hoster) };
 }
 
-/** GET /v1/hosters: every registered hoster with its status and models. */
+/** GET /v1/hosters: every registered hoster with its status, models and active plans. */
 export async function listHosters(ctx: HostersContext): Promise<ListHostersResponse> {
-  const hosters = await ctx.store.list();
-  return { hosters: hosters.map(hosterView) };
+  const [hosters, plans] = await Promise.all([ctx.store.list(), ctx.products.activeByHoster()]);
+  return {
+    hosters: hosters.map((hoster) => ({
+      ...hosterView(hoster),
+      plans: (plans.get(hoster.id) ?? []).map(productView),
+    })),
+  };
 }

@@ -19,6 +19,17 @@ export interface StoredHoster {
   models: StoredModel[];
 }
 
+/** What routing needs of a hoster: where to call, the sealed token, its health and models. */
+export interface RoutableHoster {
+  id: string;
+  name: string;
+  endpointUrl: string;
+  apiKeySealed: string;
+  status: HosterStatus;
+  createdAt: Date;
+  models: StoredModel[];
+}
+
 /** What a health probe needs: where to call and the sealed token. */
 export interface ProbeTarget {
   id: string;
@@ -46,7 +57,7 @@ interface ModelRow {
 
 /**
  * The hosters and hoster_models tables. Reads name their columns explicitly so the sealed token
- * is only ever read by the prober, which needs it.
+ * is only ever read by the prober and the hoster catalog, which need it.
  */
 export class HosterStore {
   readonly #orm: Orm;
@@ -100,6 +111,31 @@ export class HosterStore {
   /** Every registered hoster, oldest first. */
   list(): Promise<StoredHoster[]> {
     return this.#select(`where hosters.status <> 'registering'`, []);
+  }
+
+  /**
+   * One registered hoster as routing needs it: status, endpoint, sealed token and models;
+   * undefined when there is no such hoster or it is still registering.
+   */
+  async routable(id: string): Promise<RoutableHoster | undefined> {
+    const where = `where hosters.id = ? and hosters.status <> 'registering'`;
+    const rows = (await this.#orm.em
+      .fork()
+      .execute(`select id, name, endpoint_url, api_key_sealed, status, created_at from hosters ${where}`, [
+        id,
+      ])) as Array<HosterRow & { api_key_sealed: string }>;
+    const row = rows[0];
+    if (!row) return undefined;
+    const models = await this.#models(where, [id]);
+    return {
+      id: row.id,
+      name: row.name,
+      endpointUrl: row.endpoint_url,
+      apiKeySealed: row.api_key_sealed,
+      status: row.status,
+      createdAt: new Date(row.created_at),
+      models: models.get(row.id) ?? [],
+    };
   }
 
   /** The hosters the prober checks: every registered one. */

@@ -4,10 +4,13 @@ import type { SecretBox } from "@mkt/runtime/secret-box";
 import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import type { ServerCheckSettings } from "./server-checks.ts";
 import type { HosterStore } from "./hoster-store.ts";
+import type { ProductStore } from "../products/product-store.ts";
 
 /** What the hoster handlers and the prober share. */
 export interface HostersContext {
   store: HosterStore;
+  /** Hosters' plans (the public hoster list shows the active ones). */
+  products: ProductStore;
   /** Seals and opens hosters' tokens (SECRETS_KEY). */
   box: SecretBox;
   accounts: PromiseClient<AccountsServiceClient>;

@@ -79,7 +79,7 @@ export async function* streamChat(
   try {
     if (signal.aborted) throw new UpstreamFailure("client_cancelled", "caller cancelled");
     armPhase();
-    response = await pools.get(url.origin).request({
+    response = await pools.get(url.origin, target.trust).request({
       method: "POST",
       path: chatPath(url),
       headers: {

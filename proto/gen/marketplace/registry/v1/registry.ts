@@ -166,6 +166,8 @@ export interface Hoster {
   consecutiveFailures: number;
   /** ISO 8601 UTC. */
   createdAt: string;
+  /** Active plans, oldest first (set by ListHosters; GetHoster leaves it empty). */
+  plans: Product[];
 }
 
 export interface GetHosterRequest {
@@ -181,6 +183,112 @@ export interface ListHostersRequest {
 
 export interface ListHostersResponse {
   hosters: Hoster[];
+}
+
+/**
+ * The terms of a plan a hoster sells. Prices are integer micro-USD; a field that does not apply to
+ * the pricing model is 0.
+ */
+export interface ProductTerms {
+  /** 1 to 100 characters. */
+  name: string;
+  /** Up to 1000 characters; may be empty. */
+  description: string;
+  /** free | payg | subscription | subscription_overage */
+  pricingModel: string;
+  /** Charged per period (subscription kinds). */
+  monthlyPriceMicros: bigint;
+  /** Tokens (input + output) per period that the monthly price covers (subscription kinds). */
+  includedTokens: bigint;
+  /** payg prices per 1M tokens. */
+  inputPricePer1mMicros: bigint;
+  outputPricePer1mMicros: bigint;
+  /** subscription_overage: price per 1M tokens beyond included_tokens. */
+  overagePricePer1mMicros: bigint;
+  /** Limits per subscriber. */
+  rpmLimit: bigint;
+  tpmLimit: bigint;
+  maxConcurrent: bigint;
+  /** Limits per request. */
+  maxOutputTokens: bigint;
+  maxContextTokens: bigint;
+}
+
+/** Fields a hoster may change; an absent field keeps its value. */
+export interface ProductPatch {
+  name?: string | undefined;
+  description?: string | undefined;
+  monthlyPriceMicros?: bigint | undefined;
+  includedTokens?: bigint | undefined;
+  inputPricePer1mMicros?: bigint | undefined;
+  outputPricePer1mMicros?: bigint | undefined;
+  overagePricePer1mMicros?: bigint | undefined;
+  rpmLimit?: bigint | undefined;
+  tpmLimit?: bigint | undefined;
+  maxConcurrent?: bigint | undefined;
+  maxOutputTokens?: bigint | undefined;
+  maxContextTokens?: bigint | undefined;
+}
+
+export interface Product {
+  productId: string;
+  hosterId: string;
+  terms?:
+    | ProductTerms
+    | undefined;
+  /** active | archived */
+  status: string;
+  /** ISO 8601 UTC. */
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A plan as the request gives it: defaults (DESIGN.md §4) apply to limits left at 0. */
+export interface CreateProductRequest {
+  hosterId: string;
+  terms?: ProductTerms | undefined;
+}
+
+export interface CreateProductResponse {
+  product?: Product | undefined;
+}
+
+export interface ListProductsRequest {
+  hosterId: string;
+}
+
+export interface ListProductsResponse {
+  products: Product[];
+}
+
+export interface GetProductRequest {
+  productId: string;
+}
+
+export interface GetProductResponse {
+  product?: Product | undefined;
+  hosterName: string;
+  /** healthy | unhealthy */
+  hosterStatus: string;
+}
+
+export interface UpdateProductRequest {
+  hosterId: string;
+  productId: string;
+  patch?: ProductPatch | undefined;
+}
+
+export interface UpdateProductResponse {
+  product?: Product | undefined;
+}
+
+export interface ArchiveProductRequest {
+  hosterId: string;
+  productId: string;
+}
+
+export interface ArchiveProductResponse {
+  product?: Product | undefined;
 }
 
 function createBaseRouteScope(): RouteScope {
@@ -1895,6 +2003,7 @@ function createBaseHoster(): Hoster {
     lastCheckedAt: "",
     consecutiveFailures: 0,
     createdAt: "",
+    plans: [],
   };
 }
 
@@ -1923,6 +2032,9 @@ export const Hoster: MessageFns<Hoster> = {
     }
     if (message.createdAt !== "") {
       writer.uint32(66).string(message.createdAt);
+    }
+    for (const v of message.plans) {
+      Product.encode(v!, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -2004,6 +2116,14 @@ export const Hoster: MessageFns<Hoster> = {
             message.createdAt = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.plans.push(Product.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2046,6 +2166,9 @@ export const Hoster: MessageFns<Hoster> = {
         : isSet(object.created_at)
         ? globalThis.String(object.created_at)
         : "",
+      plans: globalThis.Array.isArray(object?.plans)
+        ? object.plans.map((e: any) => Product.fromJSON(e))
+        : [],
     };
   },
 
@@ -2075,6 +2198,9 @@ export const Hoster: MessageFns<Hoster> = {
     if (message.createdAt !== "") {
       obj.createdAt = message.createdAt;
     }
+    if (message.plans?.length) {
+      obj.plans = message.plans.map((e) => Product.toJSON(e));
+    }
     return obj;
   },
 
@@ -2091,6 +2217,7 @@ export const Hoster: MessageFns<Hoster> = {
     message.lastCheckedAt = object.lastCheckedAt ?? "";
     message.consecutiveFailures = object.consecutiveFailures ?? 0;
     message.createdAt = object.createdAt ?? "";
+    message.plans = object.plans?.map((e) => Product.fromPartial(e)) || [];
     return message;
   },
 };
@@ -2358,6 +2485,1720 @@ export const ListHostersResponse: MessageFns<ListHostersResponse> = {
   },
 };
 
+function createBaseProductTerms(): ProductTerms {
+  return {
+    name: "",
+    description: "",
+    pricingModel: "",
+    monthlyPriceMicros: 0n,
+    includedTokens: 0n,
+    inputPricePer1mMicros: 0n,
+    outputPricePer1mMicros: 0n,
+    overagePricePer1mMicros: 0n,
+    rpmLimit: 0n,
+    tpmLimit: 0n,
+    maxConcurrent: 0n,
+    maxOutputTokens: 0n,
+    maxContextTokens: 0n,
+  };
+}
+
+export const ProductTerms: MessageFns<ProductTerms> = {
+  encode(message: ProductTerms, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.pricingModel !== "") {
+      writer.uint32(26).string(message.pricingModel);
+    }
+    if (message.monthlyPriceMicros !== 0n) {
+      if (BigInt.asIntN(64, message.monthlyPriceMicros) !== message.monthlyPriceMicros) {
+        throw new globalThis.Error("value provided for field message.monthlyPriceMicros of type int64 too large");
+      }
+      writer.uint32(32).int64(message.monthlyPriceMicros);
+    }
+    if (message.includedTokens !== 0n) {
+      if (BigInt.asIntN(64, message.includedTokens) !== message.includedTokens) {
+        throw new globalThis.Error("value provided for field message.includedTokens of type int64 too large");
+      }
+      writer.uint32(40).int64(message.includedTokens);
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.inputPricePer1mMicros) !== message.inputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.inputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(48).int64(message.inputPricePer1mMicros);
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.outputPricePer1mMicros) !== message.outputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.outputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(56).int64(message.outputPricePer1mMicros);
+    }
+    if (message.overagePricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.overagePricePer1mMicros) !== message.overagePricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.overagePricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(64).int64(message.overagePricePer1mMicros);
+    }
+    if (message.rpmLimit !== 0n) {
+      if (BigInt.asIntN(64, message.rpmLimit) !== message.rpmLimit) {
+        throw new globalThis.Error("value provided for field message.rpmLimit of type int64 too large");
+      }
+      writer.uint32(72).int64(message.rpmLimit);
+    }
+    if (message.tpmLimit !== 0n) {
+      if (BigInt.asIntN(64, message.tpmLimit) !== message.tpmLimit) {
+        throw new globalThis.Error("value provided for field message.tpmLimit of type int64 too large");
+      }
+      writer.uint32(80).int64(message.tpmLimit);
+    }
+    if (message.maxConcurrent !== 0n) {
+      if (BigInt.asIntN(64, message.maxConcurrent) !== message.maxConcurrent) {
+        throw new globalThis.Error("value provided for field message.maxConcurrent of type int64 too large");
+      }
+      writer.uint32(88).int64(message.maxConcurrent);
+    }
+    if (message.maxOutputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.maxOutputTokens) !== message.maxOutputTokens) {
+        throw new globalThis.Error("value provided for field message.maxOutputTokens of type int64 too large");
+      }
+      writer.uint32(96).int64(message.maxOutputTokens);
+    }
+    if (message.maxContextTokens !== 0n) {
+      if (BigInt.asIntN(64, message.maxContextTokens) !== message.maxContextTokens) {
+        throw new globalThis.Error("value provided for field message.maxContextTokens of type int64 too large");
+      }
+      writer.uint32(104).int64(message.maxContextTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ProductTerms {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProductTerms();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pricingModel = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.monthlyPriceMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.includedTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.inputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.outputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.overagePricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.rpmLimit = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.tpmLimit = reader.int64() as bigint;
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.maxConcurrent = reader.int64() as bigint;
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.maxContextTokens = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ProductTerms {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      pricingModel: isSet(object.pricingModel)
+        ? globalThis.String(object.pricingModel)
+        : isSet(object.pricing_model)
+        ? globalThis.String(object.pricing_model)
+        : "",
+      monthlyPriceMicros: isSet(object.monthlyPriceMicros)
+        ? BigInt(object.monthlyPriceMicros)
+        : isSet(object.monthly_price_micros)
+        ? BigInt(object.monthly_price_micros)
+        : 0n,
+      includedTokens: isSet(object.includedTokens)
+        ? BigInt(object.includedTokens)
+        : isSet(object.included_tokens)
+        ? BigInt(object.included_tokens)
+        : 0n,
+      inputPricePer1mMicros: isSet(object.inputPricePer1mMicros)
+        ? BigInt(object.inputPricePer1mMicros)
+        : isSet(object.input_price_per_1m_micros)
+        ? BigInt(object.input_price_per_1m_micros)
+        : 0n,
+      outputPricePer1mMicros: isSet(object.outputPricePer1mMicros)
+        ? BigInt(object.outputPricePer1mMicros)
+        : isSet(object.output_price_per_1m_micros)
+        ? BigInt(object.output_price_per_1m_micros)
+        : 0n,
+      overagePricePer1mMicros: isSet(object.overagePricePer1mMicros)
+        ? BigInt(object.overagePricePer1mMicros)
+        : isSet(object.overage_price_per_1m_micros)
+        ? BigInt(object.overage_price_per_1m_micros)
+        : 0n,
+      rpmLimit: isSet(object.rpmLimit)
+        ? BigInt(object.rpmLimit)
+        : isSet(object.rpm_limit)
+        ? BigInt(object.rpm_limit)
+        : 0n,
+      tpmLimit: isSet(object.tpmLimit)
+        ? BigInt(object.tpmLimit)
+        : isSet(object.tpm_limit)
+        ? BigInt(object.tpm_limit)
+        : 0n,
+      maxConcurrent: isSet(object.maxConcurrent)
+        ? BigInt(object.maxConcurrent)
+        : isSet(object.max_concurrent)
+        ? BigInt(object.max_concurrent)
+        : 0n,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? BigInt(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? BigInt(object.max_output_tokens)
+        : 0n,
+      maxContextTokens: isSet(object.maxContextTokens)
+        ? BigInt(object.maxContextTokens)
+        : isSet(object.max_context_tokens)
+        ? BigInt(object.max_context_tokens)
+        : 0n,
+    };
+  },
+
+  toJSON(message: ProductTerms): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.pricingModel !== "") {
+      obj.pricingModel = message.pricingModel;
+    }
+    if (message.monthlyPriceMicros !== 0n) {
+      obj.monthlyPriceMicros = message.monthlyPriceMicros.toString();
+    }
+    if (message.includedTokens !== 0n) {
+      obj.includedTokens = message.includedTokens.toString();
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      obj.inputPricePer1mMicros = message.inputPricePer1mMicros.toString();
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      obj.outputPricePer1mMicros = message.outputPricePer1mMicros.toString();
+    }
+    if (message.overagePricePer1mMicros !== 0n) {
+      obj.overagePricePer1mMicros = message.overagePricePer1mMicros.toString();
+    }
+    if (message.rpmLimit !== 0n) {
+      obj.rpmLimit = message.rpmLimit.toString();
+    }
+    if (message.tpmLimit !== 0n) {
+      obj.tpmLimit = message.tpmLimit.toString();
+    }
+    if (message.maxConcurrent !== 0n) {
+      obj.maxConcurrent = message.maxConcurrent.toString();
+    }
+    if (message.maxOutputTokens !== 0n) {
+      obj.maxOutputTokens = message.maxOutputTokens.toString();
+    }
+    if (message.maxContextTokens !== 0n) {
+      obj.maxContextTokens = message.maxContextTokens.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ProductTerms>, I>>(base?: I): ProductTerms {
+    return ProductTerms.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ProductTerms>, I>>(object: I): ProductTerms {
+    const message = createBaseProductTerms();
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.pricingModel = object.pricingModel ?? "";
+    message.monthlyPriceMicros = (object.monthlyPriceMicros !== undefined && object.monthlyPriceMicros !== null)
+      ? BigInt(object.monthlyPriceMicros)
+      : 0n;
+    message.includedTokens = (object.includedTokens !== undefined && object.includedTokens !== null)
+      ? BigInt(object.includedTokens)
+      : 0n;
+    message.inputPricePer1mMicros =
+      (object.inputPricePer1mMicros !== undefined && object.inputPricePer1mMicros !== null)
+        ? BigInt(object.inputPricePer1mMicros)
+        : 0n;
+    message.outputPricePer1mMicros =
+      (object.outputPricePer1mMicros !== undefined && object.outputPricePer1mMicros !== null)
+        ? BigInt(object.outputPricePer1mMicros)
+        : 0n;
+    message.overagePricePer1mMicros =
+      (object.overagePricePer1mMicros !== undefined && object.overagePricePer1mMicros !== null)
+        ? BigInt(object.overagePricePer1mMicros)
+        : 0n;
+    message.rpmLimit = (object.rpmLimit !== undefined && object.rpmLimit !== null) ? BigInt(object.rpmLimit) : 0n;
+    message.tpmLimit = (object.tpmLimit !== undefined && object.tpmLimit !== null) ? BigInt(object.tpmLimit) : 0n;
+    message.maxConcurrent = (object.maxConcurrent !== undefined && object.maxConcurrent !== null)
+      ? BigInt(object.maxConcurrent)
+      : 0n;
+    message.maxOutputTokens = (object.maxOutputTokens !== undefined && object.maxOutputTokens !== null)
+      ? BigInt(object.maxOutputTokens)
+      : 0n;
+    message.maxContextTokens = (object.maxContextTokens !== undefined && object.maxContextTokens !== null)
+      ? BigInt(object.maxContextTokens)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseProductPatch(): ProductPatch {
+  return {
+    name: undefined,
+    description: undefined,
+    monthlyPriceMicros: undefined,
+    includedTokens: undefined,
+    inputPricePer1mMicros: undefined,
+    outputPricePer1mMicros: undefined,
+    overagePricePer1mMicros: undefined,
+    rpmLimit: undefined,
+    tpmLimit: undefined,
+    maxConcurrent: undefined,
+    maxOutputTokens: undefined,
+    maxContextTokens: undefined,
+  };
+}
+
+export const ProductPatch: MessageFns<ProductPatch> = {
+  encode(message: ProductPatch, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== undefined) {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== undefined) {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.monthlyPriceMicros !== undefined) {
+      if (BigInt.asIntN(64, message.monthlyPriceMicros) !== message.monthlyPriceMicros) {
+        throw new globalThis.Error("value provided for field message.monthlyPriceMicros of type int64 too large");
+      }
+      writer.uint32(24).int64(message.monthlyPriceMicros);
+    }
+    if (message.includedTokens !== undefined) {
+      if (BigInt.asIntN(64, message.includedTokens) !== message.includedTokens) {
+        throw new globalThis.Error("value provided for field message.includedTokens of type int64 too large");
+      }
+      writer.uint32(32).int64(message.includedTokens);
+    }
+    if (message.inputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.inputPricePer1mMicros) !== message.inputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.inputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(40).int64(message.inputPricePer1mMicros);
+    }
+    if (message.outputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.outputPricePer1mMicros) !== message.outputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.outputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(48).int64(message.outputPricePer1mMicros);
+    }
+    if (message.overagePricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.overagePricePer1mMicros) !== message.overagePricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.overagePricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(56).int64(message.overagePricePer1mMicros);
+    }
+    if (message.rpmLimit !== undefined) {
+      if (BigInt.asIntN(64, message.rpmLimit) !== message.rpmLimit) {
+        throw new globalThis.Error("value provided for field message.rpmLimit of type int64 too large");
+      }
+      writer.uint32(64).int64(message.rpmLimit);
+    }
+    if (message.tpmLimit !== undefined) {
+      if (BigInt.asIntN(64, message.tpmLimit) !== message.tpmLimit) {
+        throw new globalThis.Error("value provided for field message.tpmLimit of type int64 too large");
+      }
+      writer.uint32(72).int64(message.tpmLimit);
+    }
+    if (message.maxConcurrent !== undefined) {
+      if (BigInt.asIntN(64, message.maxConcurrent) !== message.maxConcurrent) {
+        throw new globalThis.Error("value provided for field message.maxConcurrent of type int64 too large");
+      }
+      writer.uint32(80).int64(message.maxConcurrent);
+    }
+    if (message.maxOutputTokens !== undefined) {
+      if (BigInt.asIntN(64, message.maxOutputTokens) !== message.maxOutputTokens) {
+        throw new globalThis.Error("value provided for field message.maxOutputTokens of type int64 too large");
+      }
+      writer.uint32(88).int64(message.maxOutputTokens);
+    }
+    if (message.maxContextTokens !== undefined) {
+      if (BigInt.asIntN(64, message.maxContextTokens) !== message.maxContextTokens) {
+        throw new globalThis.Error("value provided for field message.maxContextTokens of type int64 too large");
+      }
+      writer.uint32(96).int64(message.maxContextTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ProductPatch {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProductPatch();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.monthlyPriceMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.includedTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.inputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.outputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.overagePricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.rpmLimit = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.tpmLimit = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.maxConcurrent = reader.int64() as bigint;
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.maxContextTokens = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ProductPatch {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : undefined,
+      description: isSet(object.description) ? globalThis.String(object.description) : undefined,
+      monthlyPriceMicros: isSet(object.monthlyPriceMicros)
+        ? BigInt(object.monthlyPriceMicros)
+        : isSet(object.monthly_price_micros)
+        ? BigInt(object.monthly_price_micros)
+        : undefined,
+      includedTokens: isSet(object.includedTokens)
+        ? BigInt(object.includedTokens)
+        : isSet(object.included_tokens)
+        ? BigInt(object.included_tokens)
+        : undefined,
+      inputPricePer1mMicros: isSet(object.inputPricePer1mMicros)
+        ? BigInt(object.inputPricePer1mMicros)
+        : isSet(object.input_price_per_1m_micros)
+        ? BigInt(object.input_price_per_1m_micros)
+        : undefined,
+      outputPricePer1mMicros: isSet(object.outputPricePer1mMicros)
+        ? BigInt(object.outputPricePer1mMicros)
+        : isSet(object.output_price_per_1m_micros)
+        ? BigInt(object.output_price_per_1m_micros)
+        : undefined,
+      overagePricePer1mMicros: isSet(object.overagePricePer1mMicros)
+        ? BigInt(object.overagePricePer1mMicros)
+        : isSet(object.overage_price_per_1m_micros)
+        ? BigInt(object.overage_price_per_1m_micros)
+        : undefined,
+      rpmLimit: isSet(object.rpmLimit)
+        ? BigInt(object.rpmLimit)
+        : isSet(object.rpm_limit)
+        ? BigInt(object.rpm_limit)
+        : undefined,
+      tpmLimit: isSet(object.tpmLimit)
+        ? BigInt(object.tpmLimit)
+        : isSet(object.tpm_limit)
+        ? BigInt(object.tpm_limit)
+        : undefined,
+      maxConcurrent: isSet(object.maxConcurrent)
+        ? BigInt(object.maxConcurrent)
+        : isSet(object.max_concurrent)
+        ? BigInt(object.max_concurrent)
+        : undefined,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? BigInt(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? BigInt(object.max_output_tokens)
+        : undefined,
+      maxContextTokens: isSet(object.maxContextTokens)
+        ? BigInt(object.maxContextTokens)
+        : isSet(object.max_context_tokens)
+        ? BigInt(object.max_context_tokens)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ProductPatch): unknown {
+    const obj: any = {};
+    if (message.name !== undefined) {
+      obj.name = message.name;
+    }
+    if (message.description !== undefined) {
+      obj.description = message.description;
+    }
+    if (message.monthlyPriceMicros !== undefined) {
+      obj.monthlyPriceMicros = message.monthlyPriceMicros.toString();
+    }
+    if (message.includedTokens !== undefined) {
+      obj.includedTokens = message.includedTokens.toString();
+    }
+    if (message.inputPricePer1mMicros !== undefined) {
+      obj.inputPricePer1mMicros = message.inputPricePer1mMicros.toString();
+    }
+    if (message.outputPricePer1mMicros !== undefined) {
+      obj.outputPricePer1mMicros = message.outputPricePer1mMicros.toString();
+    }
+    if (message.overagePricePer1mMicros !== undefined) {
+      obj.overagePricePer1mMicros = message.overagePricePer1mMicros.toString();
+    }
+    if (message.rpmLimit !== undefined) {
+      obj.rpmLimit = message.rpmLimit.toString();
+    }
+    if (message.tpmLimit !== undefined) {
+      obj.tpmLimit = message.tpmLimit.toString();
+    }
+    if (message.maxConcurrent !== undefined) {
+      obj.maxConcurrent = message.maxConcurrent.toString();
+    }
+    if (message.maxOutputTokens !== undefined) {
+      obj.maxOutputTokens = message.maxOutputTokens.toString();
+    }
+    if (message.maxContextTokens !== undefined) {
+      obj.maxContextTokens = message.maxContextTokens.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ProductPatch>, I>>(base?: I): ProductPatch {
+    return ProductPatch.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ProductPatch>, I>>(object: I): ProductPatch {
+    const message = createBaseProductPatch();
+    message.name = object.name ?? undefined;
+    message.description = object.description ?? undefined;
+    message.monthlyPriceMicros = (object.monthlyPriceMicros !== undefined && object.monthlyPriceMicros !== null)
+      ? BigInt(object.monthlyPriceMicros)
+      : undefined;
+    message.includedTokens = (object.includedTokens !== undefined && object.includedTokens !== null)
+      ? BigInt(object.includedTokens)
+      : undefined;
+    message.inputPricePer1mMicros =
+      (object.inputPricePer1mMicros !== undefined && object.inputPricePer1mMicros !== null)
+        ? BigInt(object.inputPricePer1mMicros)
+        : undefined;
+    message.outputPricePer1mMicros =
+      (object.outputPricePer1mMicros !== undefined && object.outputPricePer1mMicros !== null)
+        ? BigInt(object.outputPricePer1mMicros)
+        : undefined;
+    message.overagePricePer1mMicros =
+      (object.overagePricePer1mMicros !== undefined && object.overagePricePer1mMicros !== null)
+        ? BigInt(object.overagePricePer1mMicros)
+        : undefined;
+    message.rpmLimit = (object.rpmLimit !== undefined && object.rpmLimit !== null)
+      ? BigInt(object.rpmLimit)
+      : undefined;
+    message.tpmLimit = (object.tpmLimit !== undefined && object.tpmLimit !== null)
+      ? BigInt(object.tpmLimit)
+      : undefined;
+    message.maxConcurrent = (object.maxConcurrent !== undefined && object.maxConcurrent !== null)
+      ? BigInt(object.maxConcurrent)
+      : undefined;
+    message.maxOutputTokens = (object.maxOutputTokens !== undefined && object.maxOutputTokens !== null)
+      ? BigInt(object.maxOutputTokens)
+      : undefined;
+    message.maxContextTokens = (object.maxContextTokens !== undefined && object.maxContextTokens !== null)
+      ? BigInt(object.maxContextTokens)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseProduct(): Product {
+  return { productId: "", hosterId: "", terms: undefined, status: "", createdAt: "", updatedAt: "" };
+}
+
+export const Product: MessageFns<Product> = {
+  encode(message: Product, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.productId !== "") {
+      writer.uint32(10).string(message.productId);
+    }
+    if (message.hosterId !== "") {
+      writer.uint32(18).string(message.hosterId);
+    }
+    if (message.terms !== undefined) {
+      ProductTerms.encode(message.terms, writer.uint32(26).fork()).join();
+    }
+    if (message.status !== "") {
+      writer.uint32(34).string(message.status);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(42).string(message.createdAt);
+    }
+    if (message.updatedAt !== "") {
+      writer.uint32(50).string(message.updatedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Product {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProduct();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.terms = ProductTerms.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.updatedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Product {
+    return {
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      terms: isSet(object.terms) ? ProductTerms.fromJSON(object.terms) : undefined,
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      updatedAt: isSet(object.updatedAt)
+        ? globalThis.String(object.updatedAt)
+        : isSet(object.updated_at)
+        ? globalThis.String(object.updated_at)
+        : "",
+    };
+  },
+
+  toJSON(message: Product): unknown {
+    const obj: any = {};
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.terms !== undefined) {
+      obj.terms = ProductTerms.toJSON(message.terms);
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.updatedAt !== "") {
+      obj.updatedAt = message.updatedAt;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Product>, I>>(base?: I): Product {
+    return Product.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Product>, I>>(object: I): Product {
+    const message = createBaseProduct();
+    message.productId = object.productId ?? "";
+    message.hosterId = object.hosterId ?? "";
+    message.terms = (object.terms !== undefined && object.terms !== null)
+      ? ProductTerms.fromPartial(object.terms)
+      : undefined;
+    message.status = object.status ?? "";
+    message.createdAt = object.createdAt ?? "";
+    message.updatedAt = object.updatedAt ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateProductRequest(): CreateProductRequest {
+  return { hosterId: "", terms: undefined };
+}
+
+export const CreateProductRequest: MessageFns<CreateProductRequest> = {
+  encode(message: CreateProductRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.terms !== undefined) {
+      ProductTerms.encode(message.terms, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateProductRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateProductRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.terms = ProductTerms.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateProductRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      terms: isSet(object.terms) ? ProductTerms.fromJSON(object.terms) : undefined,
+    };
+  },
+
+  toJSON(message: CreateProductRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.terms !== undefined) {
+      obj.terms = ProductTerms.toJSON(message.terms);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateProductRequest>, I>>(base?: I): CreateProductRequest {
+    return CreateProductRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateProductRequest>, I>>(object: I): CreateProductRequest {
+    const message = createBaseCreateProductRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.terms = (object.terms !== undefined && object.terms !== null)
+      ? ProductTerms.fromPartial(object.terms)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCreateProductResponse(): CreateProductResponse {
+  return { product: undefined };
+}
+
+export const CreateProductResponse: MessageFns<CreateProductResponse> = {
+  encode(message: CreateProductResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.product !== undefined) {
+      Product.encode(message.product, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateProductResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateProductResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.product = Product.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateProductResponse {
+    return { product: isSet(object.product) ? Product.fromJSON(object.product) : undefined };
+  },
+
+  toJSON(message: CreateProductResponse): unknown {
+    const obj: any = {};
+    if (message.product !== undefined) {
+      obj.product = Product.toJSON(message.product);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateProductResponse>, I>>(base?: I): CreateProductResponse {
+    return CreateProductResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateProductResponse>, I>>(object: I): CreateProductResponse {
+    const message = createBaseCreateProductResponse();
+    message.product = (object.product !== undefined && object.product !== null)
+      ? Product.fromPartial(object.product)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListProductsRequest(): ListProductsRequest {
+  return { hosterId: "" };
+}
+
+export const ListProductsRequest: MessageFns<ListProductsRequest> = {
+  encode(message: ListProductsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListProductsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListProductsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListProductsRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ListProductsRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListProductsRequest>, I>>(base?: I): ListProductsRequest {
+    return ListProductsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListProductsRequest>, I>>(object: I): ListProductsRequest {
+    const message = createBaseListProductsRequest();
+    message.hosterId = object.hosterId ?? "";
+    return message;
+  },
+};
+
+function createBaseListProductsResponse(): ListProductsResponse {
+  return { products: [] };
+}
+
+export const ListProductsResponse: MessageFns<ListProductsResponse> = {
+  encode(message: ListProductsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.products) {
+      Product.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListProductsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListProductsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.products.push(Product.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListProductsResponse {
+    return {
+      products: globalThis.Array.isArray(object?.products) ? object.products.map((e: any) => Product.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ListProductsResponse): unknown {
+    const obj: any = {};
+    if (message.products?.length) {
+      obj.products = message.products.map((e) => Product.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListProductsResponse>, I>>(base?: I): ListProductsResponse {
+    return ListProductsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListProductsResponse>, I>>(object: I): ListProductsResponse {
+    const message = createBaseListProductsResponse();
+    message.products = object.products?.map((e) => Product.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseGetProductRequest(): GetProductRequest {
+  return { productId: "" };
+}
+
+export const GetProductRequest: MessageFns<GetProductRequest> = {
+  encode(message: GetProductRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.productId !== "") {
+      writer.uint32(10).string(message.productId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetProductRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetProductRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetProductRequest {
+    return {
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+    };
+  },
+
+  toJSON(message: GetProductRequest): unknown {
+    const obj: any = {};
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetProductRequest>, I>>(base?: I): GetProductRequest {
+    return GetProductRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetProductRequest>, I>>(object: I): GetProductRequest {
+    const message = createBaseGetProductRequest();
+    message.productId = object.productId ?? "";
+    return message;
+  },
+};
+
+function createBaseGetProductResponse(): GetProductResponse {
+  return { product: undefined, hosterName: "", hosterStatus: "" };
+}
+
+export const GetProductResponse: MessageFns<GetProductResponse> = {
+  encode(message: GetProductResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.product !== undefined) {
+      Product.encode(message.product, writer.uint32(10).fork()).join();
+    }
+    if (message.hosterName !== "") {
+      writer.uint32(18).string(message.hosterName);
+    }
+    if (message.hosterStatus !== "") {
+      writer.uint32(26).string(message.hosterStatus);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetProductResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetProductResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.product = Product.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hosterName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.hosterStatus = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetProductResponse {
+    return {
+      product: isSet(object.product) ? Product.fromJSON(object.product) : undefined,
+      hosterName: isSet(object.hosterName)
+        ? globalThis.String(object.hosterName)
+        : isSet(object.hoster_name)
+        ? globalThis.String(object.hoster_name)
+        : "",
+      hosterStatus: isSet(object.hosterStatus)
+        ? globalThis.String(object.hosterStatus)
+        : isSet(object.hoster_status)
+        ? globalThis.String(object.hoster_status)
+        : "",
+    };
+  },
+
+  toJSON(message: GetProductResponse): unknown {
+    const obj: any = {};
+    if (message.product !== undefined) {
+      obj.product = Product.toJSON(message.product);
+    }
+    if (message.hosterName !== "") {
+      obj.hosterName = message.hosterName;
+    }
+    if (message.hosterStatus !== "") {
+      obj.hosterStatus = message.hosterStatus;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetProductResponse>, I>>(base?: I): GetProductResponse {
+    return GetProductResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetProductResponse>, I>>(object: I): GetProductResponse {
+    const message = createBaseGetProductResponse();
+    message.product = (object.product !== undefined && object.product !== null)
+      ? Product.fromPartial(object.product)
+      : undefined;
+    message.hosterName = object.hosterName ?? "";
+    message.hosterStatus = object.hosterStatus ?? "";
+    return message;
+  },
+};
+
+function createBaseUpdateProductRequest(): UpdateProductRequest {
+  return { hosterId: "", productId: "", patch: undefined };
+}
+
+export const UpdateProductRequest: MessageFns<UpdateProductRequest> = {
+  encode(message: UpdateProductRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.productId !== "") {
+      writer.uint32(18).string(message.productId);
+    }
+    if (message.patch !== undefined) {
+      ProductPatch.encode(message.patch, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateProductRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateProductRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.patch = ProductPatch.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateProductRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+      patch: isSet(object.patch) ? ProductPatch.fromJSON(object.patch) : undefined,
+    };
+  },
+
+  toJSON(message: UpdateProductRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    if (message.patch !== undefined) {
+      obj.patch = ProductPatch.toJSON(message.patch);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UpdateProductRequest>, I>>(base?: I): UpdateProductRequest {
+    return UpdateProductRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UpdateProductRequest>, I>>(object: I): UpdateProductRequest {
+    const message = createBaseUpdateProductRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.productId = object.productId ?? "";
+    message.patch = (object.patch !== undefined && object.patch !== null)
+      ? ProductPatch.fromPartial(object.patch)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseUpdateProductResponse(): UpdateProductResponse {
+  return { product: undefined };
+}
+
+export const UpdateProductResponse: MessageFns<UpdateProductResponse> = {
+  encode(message: UpdateProductResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.product !== undefined) {
+      Product.encode(message.product, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateProductResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateProductResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.product = Product.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateProductResponse {
+    return { product: isSet(object.product) ? Product.fromJSON(object.product) : undefined };
+  },
+
+  toJSON(message: UpdateProductResponse): unknown {
+    const obj: any = {};
+    if (message.product !== undefined) {
+      obj.product = Product.toJSON(message.product);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UpdateProductResponse>, I>>(base?: I): UpdateProductResponse {
+    return UpdateProductResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UpdateProductResponse>, I>>(object: I): UpdateProductResponse {
+    const message = createBaseUpdateProductResponse();
+    message.product = (object.product !== undefined && object.product !== null)
+      ? Product.fromPartial(object.product)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseArchiveProductRequest(): ArchiveProductRequest {
+  return { hosterId: "", productId: "" };
+}
+
+export const ArchiveProductRequest: MessageFns<ArchiveProductRequest> = {
+  encode(message: ArchiveProductRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.productId !== "") {
+      writer.uint32(18).string(message.productId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ArchiveProductRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseArchiveProductRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ArchiveProductRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ArchiveProductRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ArchiveProductRequest>, I>>(base?: I): ArchiveProductRequest {
+    return ArchiveProductRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ArchiveProductRequest>, I>>(object: I): ArchiveProductRequest {
+    const message = createBaseArchiveProductRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.productId = object.productId ?? "";
+    return message;
+  },
+};
+
+function createBaseArchiveProductResponse(): ArchiveProductResponse {
+  return { product: undefined };
+}
+
+export const ArchiveProductResponse: MessageFns<ArchiveProductResponse> = {
+  encode(message: ArchiveProductResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.product !== undefined) {
+      Product.encode(message.product, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ArchiveProductResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseArchiveProductResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.product = Product.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ArchiveProductResponse {
+    return { product: isSet(object.product) ? Product.fromJSON(object.product) : undefined };
+  },
+
+  toJSON(message: ArchiveProductResponse): unknown {
+    const obj: any = {};
+    if (message.product !== undefined) {
+      obj.product = Product.toJSON(message.product);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ArchiveProductResponse>, I>>(base?: I): ArchiveProductResponse {
+    return ArchiveProductResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ArchiveProductResponse>, I>>(object: I): ArchiveProductResponse {
+    const message = createBaseArchiveProductResponse();
+    message.product = (object.product !== undefined && object.product !== null)
+      ? Product.fromPartial(object.product)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * Registry owns the model catalog (local, hoster and cloud models), the hosters and their health
  * checks, routing and the inference proxy to upstream servers.
@@ -2441,6 +4282,76 @@ export const RegistryServiceService = {
     responseSerialize: (value: ListHostersResponse): Buffer => Buffer.from(ListHostersResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListHostersResponse => ListHostersResponse.decode(value),
   },
+  /**
+   * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
+   * follow DESIGN.md §4. Error: invalid_request (param names the field).
+   */
+  createProduct: {
+    path: "/marketplace.registry.v1.RegistryService/CreateProduct" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateProductRequest): Buffer => Buffer.from(CreateProductRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateProductRequest => CreateProductRequest.decode(value),
+    responseSerialize: (value: CreateProductResponse): Buffer =>
+      Buffer.from(CreateProductResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateProductResponse => CreateProductResponse.decode(value),
+  },
+  /** The hoster's own plans, archived ones included, oldest first (GET /hosters/products). */
+  listProducts: {
+    path: "/marketplace.registry.v1.RegistryService/ListProducts" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListProductsRequest): Buffer => Buffer.from(ListProductsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListProductsRequest => ListProductsRequest.decode(value),
+    responseSerialize: (value: ListProductsResponse): Buffer =>
+      Buffer.from(ListProductsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListProductsResponse => ListProductsResponse.decode(value),
+  },
+  /**
+   * One plan by id, archived or not, with its hoster's name and health (for the subscription
+   * saga). Error: not_found.
+   */
+  getProduct: {
+    path: "/marketplace.registry.v1.RegistryService/GetProduct" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetProductRequest): Buffer => Buffer.from(GetProductRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetProductRequest => GetProductRequest.decode(value),
+    responseSerialize: (value: GetProductResponse): Buffer => Buffer.from(GetProductResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetProductResponse => GetProductResponse.decode(value),
+  },
+  /**
+   * Changes the fields given in `patch` of one of the hoster's plans; the result must still be a
+   * valid plan. Existing subscriptions keep their terms until their next renewal. A limit patched
+   * to 0 goes back to its default; an archived plan cannot be edited.
+   * Errors: not_found (no such plan of this hoster), invalid_request (param names the field;
+   * `product_id` for an archived plan).
+   */
+  updateProduct: {
+    path: "/marketplace.registry.v1.RegistryService/UpdateProduct" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateProductRequest): Buffer => Buffer.from(UpdateProductRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateProductRequest => UpdateProductRequest.decode(value),
+    responseSerialize: (value: UpdateProductResponse): Buffer =>
+      Buffer.from(UpdateProductResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UpdateProductResponse => UpdateProductResponse.decode(value),
+  },
+  /**
+   * Archives one of the hoster's plans: it takes no new subscribers; existing ones keep it.
+   * Idempotent. Error: not_found.
+   */
+  archiveProduct: {
+    path: "/marketplace.registry.v1.RegistryService/ArchiveProduct" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ArchiveProductRequest): Buffer =>
+      Buffer.from(ArchiveProductRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ArchiveProductRequest => ArchiveProductRequest.decode(value),
+    responseSerialize: (value: ArchiveProductResponse): Buffer =>
+      Buffer.from(ArchiveProductResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ArchiveProductResponse => ArchiveProductResponse.decode(value),
+  },
 } as const;
 
 export interface RegistryServiceServer extends UntypedServiceImplementation {
@@ -2468,6 +4379,31 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
   getHoster: handleUnaryCall<GetHosterRequest, GetHosterResponse>;
   /** Every registered hoster, healthy or not (GET /v1/hosters), oldest first. */
   listHosters: handleUnaryCall<ListHostersRequest, ListHostersResponse>;
+  /**
+   * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
+   * follow DESIGN.md §4. Error: invalid_request (param names the field).
+   */
+  createProduct: handleUnaryCall<CreateProductRequest, CreateProductResponse>;
+  /** The hoster's own plans, archived ones included, oldest first (GET /hosters/products). */
+  listProducts: handleUnaryCall<ListProductsRequest, ListProductsResponse>;
+  /**
+   * One plan by id, archived or not, with its hoster's name and health (for the subscription
+   * saga). Error: not_found.
+   */
+  getProduct: handleUnaryCall<GetProductRequest, GetProductResponse>;
+  /**
+   * Changes the fields given in `patch` of one of the hoster's plans; the result must still be a
+   * valid plan. Existing subscriptions keep their terms until their next renewal. A limit patched
+   * to 0 goes back to its default; an archived plan cannot be edited.
+   * Errors: not_found (no such plan of this hoster), invalid_request (param names the field;
+   * `product_id` for an archived plan).
+   */
+  updateProduct: handleUnaryCall<UpdateProductRequest, UpdateProductResponse>;
+  /**
+   * Archives one of the hoster's plans: it takes no new subscribers; existing ones keep it.
+   * Idempotent. Error: not_found.
+   */
+  archiveProduct: handleUnaryCall<ArchiveProductRequest, ArchiveProductResponse>;
 }
 
 export interface RegistryServiceClient extends Client {
@@ -2572,6 +4508,101 @@ export interface RegistryServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListHostersResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
+   * follow DESIGN.md §4. Error: invalid_request (param names the field).
+   */
+  createProduct(
+    request: CreateProductRequest,
+    callback: (error: ServiceError | null, response: CreateProductResponse) => void,
+  ): ClientUnaryCall;
+  createProduct(
+    request: CreateProductRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateProductResponse) => void,
+  ): ClientUnaryCall;
+  createProduct(
+    request: CreateProductRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateProductResponse) => void,
+  ): ClientUnaryCall;
+  /** The hoster's own plans, archived ones included, oldest first (GET /hosters/products). */
+  listProducts(
+    request: ListProductsRequest,
+    callback: (error: ServiceError | null, response: ListProductsResponse) => void,
+  ): ClientUnaryCall;
+  listProducts(
+    request: ListProductsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListProductsResponse) => void,
+  ): ClientUnaryCall;
+  listProducts(
+    request: ListProductsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListProductsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * One plan by id, archived or not, with its hoster's name and health (for the subscription
+   * saga). Error: not_found.
+   */
+  getProduct(
+    request: GetProductRequest,
+    callback: (error: ServiceError | null, response: GetProductResponse) => void,
+  ): ClientUnaryCall;
+  getProduct(
+    request: GetProductRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetProductResponse) => void,
+  ): ClientUnaryCall;
+  getProduct(
+    request: GetProductRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetProductResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Changes the fields given in `patch` of one of the hoster's plans; the result must still be a
+   * valid plan. Existing subscriptions keep their terms until their next renewal. A limit patched
+   * to 0 goes back to its default; an archived plan cannot be edited.
+   * Errors: not_found (no such plan of this hoster), invalid_request (param names the field;
+   * `product_id` for an archived plan).
+   */
+  updateProduct(
+    request: UpdateProductRequest,
+    callback: (error: ServiceError | null, response: UpdateProductResponse) => void,
+  ): ClientUnaryCall;
+  updateProduct(
+    request: UpdateProductRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UpdateProductResponse) => void,
+  ): ClientUnaryCall;
+  updateProduct(
+    request: UpdateProductRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UpdateProductResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Archives one of the hoster's plans: it takes no new subscribers; existing ones keep it.
+   * Idempotent. Error: not_found.
+   */
+  archiveProduct(
+    request: ArchiveProductRequest,
+    callback: (error: ServiceError | null, response: ArchiveProductResponse) => void,
+  ): ClientUnaryCall;
+  archiveProduct(
+    request: ArchiveProductRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ArchiveProductResponse) => void,
+  ): ClientUnaryCall;
+  archiveProduct(
+    request: ArchiveProductRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ArchiveProductResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -1,0 +1,29 @@
+import { microsToUsd } from "@mkt/runtime/money";
+import { ProductTerms, type Product } from "@mkt/proto/registry/v1/registry";
+
+/**
+ * A hoster's plan as the API shows it (the hoster's own list and GET /v1/hosters alike): USD
+ * numbers for prices, every field present; a price that does not apply to the plan is 0.
+ */
+export function renderProduct(product: Product) {
+  const t = product.terms ?? ProductTerms.fromPartial({});
+  return {
+    product_id: product.productId,
+    name: t.name,
+    description: t.description,
+    pricing_model: t.pricingModel,
+    monthly_price_usd: microsToUsd(t.monthlyPriceMicros),
+    included_tokens: Number(t.includedTokens),
+    input_price_per_1m_usd: microsToUsd(t.inputPricePer1mMicros),
+    output_price_per_1m_usd: microsToUsd(t.outputPricePer1mMicros),
+    overage_price_per_1m_usd: microsToUsd(t.overagePricePer1mMicros),
+    rpm_limit: Number(t.rpmLimit),
+    tpm_limit: Number(t.tpmLimit),
+    max_concurrent: Number(t.maxConcurrent),
+    max_output_tokens: Number(t.maxOutputTokens),
+    max_context_tokens: Number(t.maxContextTokens),
+    status: product.status,
+    created_at: product.createdAt,
+    updated_at: product.updatedAt,
+  };
+}

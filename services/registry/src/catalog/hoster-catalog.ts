@@ -1,0 +1,109 @@
+import type { Logger } from "@mkt/runtime/logger";
+import { SecretBoxError, type SecretBox } from "@mkt/runtime/secret-box";
+import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
+import { hosterKeyContext } from "../hosters/hoster.entity.ts";
+import type { HosterStore, RoutableHoster } from "../hosters/hoster-store.ts";
+import { isScoped, type CatalogModel, type ModelCatalog, type UpstreamTarget } from "./model-catalog.ts";
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface HosterCatalogOptions {
+  store: Pick<HosterStore, "routable">;
+  box: SecretBox;
+  /**
+   * How long a hoster row read from the database is reused. Routing is on the hot path, but a
+   * status change written by a probe (this replica's or another's) must reach routing within a
+   * probe interval, so this is at most HOSTER_PROBE_INTERVAL_MS.
+   */
+  cacheTtlMs: number;
+  log: Logger;
+  /** Milliseconds; tests may set it. */
+  now?: () => number;
+}
+
+interface CacheEntry {
+  expiresAt: number;
+  hoster: Promise<RoutableHoster | undefined>;
+}
+
+/**
+ * The models of subscription hosters, for scoped keys only: a scope sees exactly its own
+ * hoster's registered models, and a normal key sees none. Routes are priced at 0 because a
+ * subscription request is priced by billing from the subscription's terms snapshot (the plan
+ * the customer bought), not from the route; the output cap is the model's context window, which
+ * billing narrows further with the plan's limits.
+ */
+export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog {
+  const now = options.now ?? Date.now;
+  const cache = new Map<string, CacheEntry>();
+
+  /** The hoster's row, at most cacheTtlMs old; concurrent misses share one read. */
+  function hoster(hosterId: string): Promise<RoutableHoster | undefined> {
+    // Ids arrive from other services as strings; a malformed one must never reach a uuid column.
+    if (!UUID_RE.test(hosterId)) return Promise.resolve(undefined);
+    const id = hosterId.toLowerCase();
+    const at = now();
+    const cached = cache.get(id);
+    if (cached && cached.expiresAt > at) return cached.hoster;
+    if (cache.size >= 1_000) {
+      for (const [key, entry] of cache) if (entry.expiresAt <= at) cache.delete(key);
+    }
+    const read = options.store.routable(id);
+    const entry: CacheEntry = { expiresAt: at + options.cacheTtlMs, hoster: read };
+    cache.set(id, entry);
+    // A failed read is not remembered: the next call tries the database again.
+    read.catch(() => {
+      if (cache.get(id) === entry) cache.delete(id);
+    });
+    return read;
+  }
+
+  function catalogModels(h: RoutableHoster, scope: RouteScope): CatalogModel[] {
+    const created = BigInt(Math.floor(h.createdAt.getTime() / 1000));
+    return h.models.map((m) => ({
+      modelId: m.modelId,
+      modelAlias: m.modelAlias,
+      ownedBy: h.name,
+      created,
+      healthy: h.status === "healthy",
+      route: Route.fromPartial({
+        modelId: m.modelId,
+        provider: "hoster",
+        hosterId: h.id,
+        productId: scope.productId,
+        inputPricePer1mMicros: 0n,
+        outputPricePer1mMicros: 0n,
+        contextWindow: m.contextWindow,
+        maxOutputTokensCap: m.contextWindow,
+      }),
+    }));
+  }
+
+  return {
+    async models(scope) {
+      if (!scope || !isScoped(scope) || scope.hosterId === "") return [];
+      const found = await hoster(scope.hosterId);
+      return found ? catalogModels(found, scope) : [];
+    },
+
+    async upstreamFor(route): Promise<UpstreamTarget | undefined> {
+      if (route.provider !== "hoster") return undefined;
+      const found = await hoster(route.hosterId);
+      // Checked again here: a route may have been resolved (or cached by the edge) before a probe
+      // marked the hoster unhealthy.
+      if (!found || found.status !== "healthy") return undefined;
+      const model = found.models.find((m) => m.modelId === route.modelId);
+      if (!model) return undefined;
+      let token: string;
+      try {
+        // Opened per call, so the plain token is not kept in the cache.
+        token = options.box.open(found.apiKeySealed, hosterKeyContext(found.id));
+      } catch (err) {
+        if (!(err instanceof SecretBoxError)) throw err;
+        options.log.error({ hosterId: found.id, reason: err.message }, "cannot open a hoster's stored token");
+        return undefined;
+      }
+      return { baseUrl: found.endpointUrl, token, upstreamModel: model.modelId, trust: "hoster" };
+    },
+  };
+}

@@ -1,0 +1,39 @@
+import { defineEntity, p } from "@mikro-orm/core";
+
+export const PRICING_MODELS = ["free", "payg", "subscription", "subscription_overage"] as const;
+
+/** How a plan charges its subscribers (DESIGN.md §3 "Pricing"). */
+export type PricingModel = (typeof PRICING_MODELS)[number];
+
+/** `archived`: takes no new subscribers; existing subscriptions keep it. */
+export type ProductStatus = "active" | "archived";
+
+/**
+ * A hoster's plan. Prices are integer micro-USD; a price that does not apply to the pricing
+ * model is 0. Limits are stored with the defaults already applied.
+ */
+export const Product = defineEntity({
+  name: "Product",
+  tableName: "products",
+  properties: {
+    id: p.uuid().primary(),
+    hosterId: p.uuid(),
+    name: p.text(),
+    description: p.text(),
+    pricingModel: p.text().$type<PricingModel>(),
+    monthlyPriceMicros: p.bigint("bigint"),
+    includedTokens: p.bigint("bigint"),
+    inputPricePer1mMicros: p.bigint("bigint"),
+    outputPricePer1mMicros: p.bigint("bigint"),
+    overagePricePer1mMicros: p.bigint("bigint"),
+    rpmLimit: p.bigint("bigint"),
+    tpmLimit: p.bigint("bigint"),
+    maxConcurrent: p.bigint("bigint"),
+    maxOutputTokens: p.bigint("bigint"),
+    maxContextTokens: p.bigint("bigint"),
+    status: p.text().$type<ProductStatus>(),
+    createdAt: p.datetime(),
+    updatedAt: p.datetime(),
+    archivedAt: p.datetime().nullable(),
+  },
+});
