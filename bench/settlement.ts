@@ -12,6 +12,7 @@
  * the price snapshot): calling Authorize 20,000 times would measure Authorize, which is not the
  * subject here. Rate counters are left out: settlement never reads them.
  */
+import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -39,6 +40,7 @@ const config = loadBillingConfig({
   NATS_URL: TEST_NATS_URL,
   EVENTS_PREFIX: prefix,
   GRPC_PORT: "0",
+  SECRETS_KEY: randomBytes(32).toString("hex"),
   ...(process.env.SETTLE_BATCH_SIZE ? { SETTLE_BATCH_SIZE: process.env.SETTLE_BATCH_SIZE } : {}),
 });
 const reserved = costMicros(TOKENS.input, TOKENS.maxOutput, PRICES.input, PRICES.output);

@@ -60,7 +60,17 @@ const supervisor = startProcesses(
       env: { HOST: "127.0.0.1", PORT: ports.localModel, HOSTER_SERVER_TOKEN: secrets.LOCAL_MODEL_TOKEN! },
     },
     { name: "accounts", entry: "services/accounts/src/main.ts", env: { ...common, GRPC_PORT: ports.accounts } },
-    { name: "billing", entry: "services/billing/src/main.ts", env: { ...common, GRPC_PORT: ports.billing } },
+    {
+      name: "billing",
+      entry: "services/billing/src/main.ts",
+      env: {
+        ...common,
+        GRPC_PORT: ports.billing,
+        ACCOUNTS_ADDR: addr(ports.accounts),
+        REGISTRY_ADDR: addr(ports.registry),
+        SECRETS_KEY: secrets.SECRETS_KEY!,
+      },
+    },
     {
       name: "registry",
       entry: "services/registry/src/main.ts",

@@ -20,8 +20,10 @@ import { healthRoutes, type Readiness } from "./routes/health.ts";
 import { hosterRoutes } from "./routes/hosters.ts";
 import { keyRoutes } from "./routes/keys.ts";
 import { modelRoutes } from "./routes/models.ts";
+import { productRoutes } from "./routes/products.ts";
 import type { RouteDeps } from "./routes/route-deps.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
+import { subscriptionRoutes } from "./routes/subscriptions.ts";
 import { usageRoutes } from "./routes/usage.ts";
 import { usageExportRoutes } from "./routes/usage-export.ts";
 import { usageReportRoutes } from "./routes/usage-reports.ts";
@@ -85,9 +87,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   usageRoutes(app, routeDeps);
   usageReportRoutes(app, routeDeps);
   usageExportRoutes(app, routeDeps);
+  subscriptionRoutes(app, routeDeps);
   chatCompletionRoutes(app, routeDeps);
   sessionRoutes(app, routeDeps);
   hosterRoutes(app, routeDeps);
+  productRoutes(app, routeDeps);
   adminRoutes(app, routeDeps, adminAuth(deps.config.ADMIN_TOKEN));
   return app;
 }

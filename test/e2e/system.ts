@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { createServer, type AddressInfo } from "node:net";
 import { createLogger } from "@mkt/runtime/logger";
 import { randomToken } from "@mkt/runtime/ids";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
@@ -50,16 +51,30 @@ export async function startSystem(
     loadHosterServerConfig({ HOST: "127.0.0.1", PORT: "0", HOSTER_SERVER_TOKEN: modelToken, ...overrides.model }),
     log,
   );
+  const secretsKey = randomBytes(32).toString("hex");
   const accounts = await startAccounts(loadAccountsConfig({ ...common }), log);
-  const billing = await startBilling(loadBillingConfig({ ...common, ...overrides.billing }), log);
+  // Billing and registry call each other; registry's port is known only once it listens, so
+  // billing gets a free port reserved up front (its gRPC client connects lazily).
+  const registryPort = await freePort();
+  const billing = await startBilling(
+    loadBillingConfig({
+      ...common,
+      ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
+      REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
+      SECRETS_KEY: secretsKey,
+      ...overrides.billing,
+    }),
+    log,
+  );
   const registry = await startRegistry(
     loadRegistryConfig({
       ...common,
+      GRPC_PORT: String(registryPort),
       BILLING_ADDR: `127.0.0.1:${billing.port}`,
       ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
       LOCAL_MODEL_URL: model.url,
       LOCAL_MODEL_TOKEN: modelToken,
-      SECRETS_KEY: randomBytes(32).toString("hex"),
+      SECRETS_KEY: secretsKey,
       // Test hoster servers listen on loopback.
       ALLOW_PRIVATE_UPSTREAMS: "true",
       ...overrides.registry,
@@ -91,6 +106,15 @@ export async function startSystem(
       await model.close();
     },
   };
+}
+
+/** A TCP port free on loopback right now (the OS picks it; it is released before returning). */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
 }
 
 /** Signs up a fresh customer through the public API and returns its key. */

@@ -61,6 +61,8 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
           maxOutputTokensCap: route.maxOutputTokensCap,
           inputTokens: BigInt(promptTokens),
           requestedMaxOutputTokens: BigInt(requested),
+          // A scoped key's subscription is checked in Authorize's transaction, not from the cache.
+          subscriptionId: principal.scope?.subscriptionId ?? "",
         }),
       );
       rateLimitHeaders(reply, grant.rateLimit);

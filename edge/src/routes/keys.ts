@@ -17,6 +17,8 @@ function renderKey(key: ApiKey | undefined) {
     prefix: key?.prefix ?? "",
     created_at: key?.createdAt ?? "",
     revoked_at: key?.revokedAt || null,
+    // A subscription's scoped key is listed too; it is revoked by cancelling that subscription.
+    subscription_id: key?.scope?.subscriptionId || null,
   };
 }
 

@@ -1,9 +1,11 @@
 import type { MigrationObject } from "@mikro-orm/core";
 import { Migration20261123000000Initial } from "./Migration20261123000000Initial.ts";
 import { Migration20261123120000HostersAndSessions } from "./Migration20261123120000HostersAndSessions.ts";
+import { Migration20261127000000ScopedKeys } from "./Migration20261127000000ScopedKeys.ts";
 
 /** Accounts' committed migrations, in order. */
 export const migrations: MigrationObject[] = [
   { name: "Migration20261123000000Initial", class: Migration20261123000000Initial },
   { name: "Migration20261123120000HostersAndSessions", class: Migration20261123120000HostersAndSessions },
+  { name: "Migration20261127000000ScopedKeys", class: Migration20261127000000ScopedKeys },
 ];

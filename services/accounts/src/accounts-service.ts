@@ -6,6 +6,7 @@ import { getAccount } from "./accounts/get-account.ts";
 import { authenticate } from "./keys/authenticate.ts";
 import { createApiKey, listApiKeys } from "./keys/api-keys.ts";
 import { revokeApiKey } from "./keys/revoke-api-key.ts";
+import { issueScopedKey, revokeScopedKey } from "./keys/scoped-keys.ts";
 import { registerHosterLogin } from "./hosters/register-hoster-login.ts";
 import { checkInvite, createInvite } from "./invites/invites.ts";
 import { ipAttempts } from "./ip-attempts.ts";
@@ -21,6 +22,8 @@ export function accountsService(ctx: AccountsContext): AccountsServiceServer {
     createApiKey: unary(log, "CreateApiKey", (req) => createApiKey(ctx, req)),
     listApiKeys: unary(log, "ListApiKeys", (req) => listApiKeys(ctx, req.accountId)),
     revokeApiKey: unary(log, "RevokeApiKey", (req) => revokeApiKey(ctx, req)),
+    issueScopedKey: unary(log, "IssueScopedKey", (req) => issueScopedKey(ctx, req)),
+    revokeScopedKey: unary(log, "RevokeScopedKey", (req) => revokeScopedKey(ctx, req)),
     getAccount: unary(log, "GetAccount", (req) => getAccount(ctx, req.accountId)),
     createInvite: unary(log, "CreateInvite", () => createInvite(ctx)),
     checkInvite: unary(log, "CheckInvite", async (req) => {

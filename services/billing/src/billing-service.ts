@@ -9,6 +9,8 @@ import { usageBreakdown } from "./usage/usage-breakdown.ts";
 import { exportUsage } from "./usage/usage-export.ts";
 import { spendableBalance, usageSummary } from "./usage/usage-summary.ts";
 import { usageTokens } from "./usage/usage-tokens.ts";
+import { cancelSubscription, listSubscriptions } from "./subscriptions/cancel-subscription.ts";
+import { createSubscription } from "./subscriptions/create-subscription.ts";
 
 /** The BillingService gRPC handlers. */
 export function billingService(ctx: BillingContext, log: Logger): BillingServiceServer {
@@ -26,5 +28,8 @@ export function billingService(ctx: BillingContext, log: Logger): BillingService
       creditBalanceMicros: await spendableBalance(ctx, req.accountId),
     })),
     addCredits: unary(log, "AddCredits", (req) => addCredits(ctx, req)),
+    createSubscription: unary(log, "CreateSubscription", (req) => createSubscription(ctx, req)),
+    listSubscriptions: unary(log, "ListSubscriptions", (req) => listSubscriptions(ctx, req.accountId)),
+    cancelSubscription: unary(log, "CancelSubscription", (req) => cancelSubscription(ctx, req)),
   };
 }

@@ -1,4 +1,13 @@
-import { commonSpecs, loadConfig, host, makeValidator, intBetween, listenPort } from "@mkt/runtime/config";
+import {
+  commonSpecs,
+  loadConfig,
+  host,
+  makeValidator,
+  intBetween,
+  listenPort,
+  secretsKey,
+  str,
+} from "@mkt/runtime/config";
 import { usdToMicros } from "@mkt/runtime/money";
 
 /** Request limits of one account tier. */
@@ -60,6 +69,11 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
       SETTLE_BATCH_SIZE: intBetween(1, 10_000)({ default: 500 }),
       // Usage records per message of an ExportUsage stream (one keyset-paginated query each).
       USAGE_EXPORT_BATCH_SIZE: intBetween(1, 50_000)({ default: 5_000 }),
+      // The subscription saga asks accounts for scoped keys and registry for plans.
+      ACCOUNTS_ADDR: str({ default: "127.0.0.1:50051" }),
+      REGISTRY_ADDR: str({ default: "127.0.0.1:50053" }),
+      // Seals a new subscription's key for its 24 h replay window. A secret: no default, never logged.
+      SECRETS_KEY: secretsKey(),
     },
     env,
   );

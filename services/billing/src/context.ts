@@ -1,5 +1,9 @@
 import type { Logger } from "@mkt/runtime/logger";
 import type { Orm } from "@mkt/runtime/db";
+import type { PromiseClient } from "@mkt/runtime/grpc-client";
+import type { SecretBox } from "@mkt/runtime/secret-box";
+import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
+import type { RegistryServiceClient } from "@mkt/proto/registry/v1/registry";
 import type { BillingConfig } from "./config.ts";
 
 /** What billing's handlers share: the database, the config and a clock tests may set. */
@@ -8,6 +12,11 @@ export interface BillingContext {
   config: BillingConfig;
   log: Logger;
   clock: () => Date;
+  /** The subscription saga's collaborators: scoped keys (accounts) and plans (registry). */
+  accounts: PromiseClient<AccountsServiceClient>;
+  registry: PromiseClient<RegistryServiceClient>;
+  /** Seals scoped keys' secrets for the replay window (SECRETS_KEY). */
+  box: SecretBox;
 }
 
 /** The entity manager of a transaction (or of a fork). */

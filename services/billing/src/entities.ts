@@ -5,6 +5,7 @@ import { Reservation } from "./reservations/reservation.entity.ts";
 import { RateCounter } from "./rate-limits/rate-counter.entity.ts";
 import { UsageRecord } from "./usage/usage-record.entity.ts";
 import { UsageHourly } from "./usage/usage-hourly.entity.ts";
+import { Subscription } from "./subscriptions/subscription.entity.ts";
 
 /** Every entity of the billing schema, for openDatabase. */
 export const entities = [
@@ -15,4 +16,5 @@ export const entities = [
   RateCounter,
   UsageRecord,
   UsageHourly,
+  Subscription,
 ] as unknown as EntitySchema[];

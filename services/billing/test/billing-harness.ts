@@ -1,5 +1,5 @@
 import pg from "pg";
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { ClientUnaryCall, Metadata, CallOptions, ServiceError } from "@grpc/grpc-js";
@@ -41,10 +41,12 @@ export async function startTestBilling(env: Record<string, string> = {}, options
     NATS_URL: TEST_NATS_URL,
     EVENTS_PREFIX: prefix,
     GRPC_PORT: "0",
+    SECRETS_KEY: randomBytes(32).toString("hex"),
     ...env,
   });
   const billing = await startBilling(config, createLogger("billing-test", process.env.TEST_LOG_LEVEL ?? "silent"), {
     sweepIntervalMs: 3_600_000, // tests call the sweep themselves
+    janitorIntervalMs: 3_600_000, // and the subscription janitor
     ...options,
   });
   const grpcClient = createClient(BillingServiceClient, `127.0.0.1:${billing.port}`);

@@ -51,8 +51,8 @@ export function requireAccountId(accountId: string): void {
   if (!isUuid(accountId)) throw new AppError("invalid_request", "account_id must be a UUID.", { param: "account_id" });
 }
 
-/** A key's name: optional (then "default"), at most 100 characters, no control characters. */
-function keyName(raw: string): string {
+/** A key's name: optional (then `fallback`), at most 100 characters, no control characters. */
+export function keyName(raw: string, fallback = DEFAULT_KEY_NAME): string {
   const name = raw.trim();
   // eslint-disable-next-line no-control-regex
   if ([...name].length > MAX_NAME_CHARS || /[\x00-\x1f\x7f]/.test(name)) {
@@ -60,7 +60,7 @@ function keyName(raw: string): string {
       param: "name",
     });
   }
-  return name || DEFAULT_KEY_NAME;
+  return name || fallback;
 }
 
 export async function createApiKey(ctx: AccountsContext, req: CreateApiKeyRequest): Promise<CreateApiKeyResponse> {

@@ -1,8 +1,7 @@
-import { randomToken } from "@mkt/runtime/ids";
+import { newApiKey } from "@mkt/runtime/api-key-format";
 import { hashSecret } from "../secret-hash.ts";
 
-/** `mk_` + base64url of 32 random bytes (43 characters): 256 bits, nothing to guess. */
-const KEY_PREFIX = "mk_";
+/** Keys are `mk_` + base64url of 32 random bytes (43 characters): 256 bits, nothing to guess. */
 const PREFIX_CHARS = 10;
 const KEY_RE = /^mk_[A-Za-z0-9_-]{20,100}$/;
 
@@ -21,7 +20,11 @@ export function hashKey(secret: string): string {
 }
 
 export function newKeySecret(): KeySecret {
-  const secret = KEY_PREFIX + randomToken(32);
+  return keySecret(newApiKey());
+}
+
+/** The stored parts of a given secret (a scoped key's secret is drawn by billing's saga). */
+export function keySecret(secret: string): KeySecret {
   return { secret, prefix: secret.slice(0, PREFIX_CHARS), hash: hashKey(secret) };
 }
 

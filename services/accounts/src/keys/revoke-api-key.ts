@@ -19,12 +19,25 @@ export async function revokeApiKey(ctx: AccountsContext, req: RevokeApiKeyReques
   if (!isUuid(req.accountId) || !isUuid(req.keyId)) throw notFound();
   const em = ctx.orm.em.fork();
   // One statement, committed on its own; coalesce keeps the first revocation time, so revoking
-  // again answers the key unchanged.
+  // again answers the key unchanged. A subscription's key lives and dies with its subscription.
   const rows = await em.execute(
-    `update api_keys set revoked_at = coalesce(revoked_at, now()) where id = ? and account_id = ? returning *`,
+    `update api_keys set revoked_at = coalesce(revoked_at, now())
+     where id = ? and account_id = ? and subscription_id is null returning *`,
     [req.keyId, req.accountId],
   );
-  if (!rows[0]) throw notFound();
+  if (!rows[0]) {
+    const [scoped] = await em.execute(`select subscription_id from api_keys where id = ? and account_id = ?`, [
+      req.keyId,
+      req.accountId,
+    ]);
+    if (!scoped) throw notFound();
+    const subscriptionId = scoped.subscription_id as string;
+    throw new AppError(
+      "invalid_request",
+      `This key belongs to subscription ${subscriptionId}; cancel the subscription (DELETE /v1/subscriptions/${subscriptionId}) to revoke it.`,
+      { param: "key_id" },
+    );
+  }
   const key = em.map(ApiKey, rows[0]);
   // Announced on every call, repeats included: a caller retrying after a failed announcement
   // is how a lost one gets delivered.
@@ -32,7 +45,12 @@ export async function revokeApiKey(ctx: AccountsContext, req: RevokeApiKeyReques
   return { key: apiKeyMessage(key) };
 }
 
-async function announceRevocation(ctx: AccountsContext, keyId: string, accountId: string): Promise<void> {
+/**
+ * Publishes keys.revoked for a key whose revocation is committed and waits for NATS to confirm
+ * it; the caller answers only after this returns. Fails with service_unavailable (the key stays
+ * revoked) when NATS does not confirm in time, so the caller's retry re-announces.
+ */
+export async function announceRevocation(ctx: AccountsContext, keyId: string, accountId: string): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   try {
     ctx.nc.publish(ctx.names.keysRevoked, KeyRevoked.encode({ keyId, accountId }).finish());

@@ -4,6 +4,7 @@ import { newId } from "@mkt/runtime/ids";
 import type { AuthorizeRequest, AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
 import { isUuid, type BillingContext } from "../context.ts";
 import { admitRequest, tierLimits } from "../rate-limits/rate-limiter.ts";
+import { checkSubscription } from "../subscriptions/subscription-gate.ts";
 import { formatUsd, lockWallet, openWallet } from "../wallets/ledger.ts";
 
 export const PROVIDERS = ["local", "hoster", "cloud"] as const;
@@ -57,8 +58,9 @@ function checkContext(req: AuthorizeRequest): void {
 const minBig = (...values: bigint[]) => values.reduce((a, b) => (b < a ? b : a));
 
 /**
- * The hot-path step (DESIGN.md §2): rate limits, output cap and a hold of the worst-case cost, in
- * one transaction. Any refusal throws, which rolls everything back (counters included).
+ * The hot-path step (DESIGN.md §2): a scoped key's subscription state, rate limits, output cap
+ * and a hold of the worst-case cost, in one transaction. Any refusal throws, which rolls
+ * everything back (counters included).
  */
 export async function authorize(ctx: BillingContext, req: AuthorizeRequest): Promise<AuthorizeResponse> {
   validate(req);
@@ -68,6 +70,7 @@ export async function authorize(ctx: BillingContext, req: AuthorizeRequest): Pro
   const limits = tierLimits(ctx.config.TIERS, req.tier);
 
   return ctx.orm.em.fork().transactional(async (em) => {
+    if (req.subscriptionId !== "") await checkSubscription(em, req.accountId, req.subscriptionId);
     const rateLimit = await admitRequest(em, req.accountId, limits, now);
     await openWallet(em, req.accountId, ctx.config.STARTING_CREDIT_USD);
     const wallet = await lockWallet(em, req.accountId);

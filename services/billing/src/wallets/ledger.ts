@@ -12,7 +12,7 @@ export const ledgerAccounts = {
   revenue: "platform:revenue",
 } as const;
 
-export type EntryKind = "grant" | "usage" | "top_up";
+export type EntryKind = "grant" | "usage" | "top_up" | "subscription_fee";
 
 /**
  * Writes one balanced journal entry, exactly once per (kind, reference): returns false, writing

@@ -108,6 +108,34 @@ export interface RevokeApiKeyResponse {
   key?: ApiKey | undefined;
 }
 
+export interface IssueScopedKeyRequest {
+  accountId: string;
+  /** subscription_id, product_id and hoster_id: all required (UUIDs). */
+  scope?:
+    | KeyScope
+    | undefined;
+  /** The secret, in the format accounts issues (`mk_` + 43 base64url characters). */
+  apiKey: string;
+  /** Shown in key lists; empty: "subscription". */
+  name: string;
+}
+
+export interface IssueScopedKeyResponse {
+  key?: ApiKey | undefined;
+}
+
+export interface RevokeScopedKeyRequest {
+  accountId: string;
+  subscriptionId: string;
+  /** The secret the subscription's key was (or would have been) issued with; optional. */
+  apiKey: string;
+}
+
+export interface RevokeScopedKeyResponse {
+  /** Absent when the subscription has no key (and no api_key was given). */
+  key?: ApiKey | undefined;
+}
+
 export interface GetAccountRequest {
   accountId: string;
 }
@@ -1564,6 +1592,380 @@ export const RevokeApiKeyResponse: MessageFns<RevokeApiKeyResponse> = {
   },
 };
 
+function createBaseIssueScopedKeyRequest(): IssueScopedKeyRequest {
+  return { accountId: "", scope: undefined, apiKey: "", name: "" };
+}
+
+export const IssueScopedKeyRequest: MessageFns<IssueScopedKeyRequest> = {
+  encode(message: IssueScopedKeyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.scope !== undefined) {
+      KeyScope.encode(message.scope, writer.uint32(18).fork()).join();
+    }
+    if (message.apiKey !== "") {
+      writer.uint32(26).string(message.apiKey);
+    }
+    if (message.name !== "") {
+      writer.uint32(34).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): IssueScopedKeyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseIssueScopedKeyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.scope = KeyScope.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): IssueScopedKeyRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      scope: isSet(object.scope) ? KeyScope.fromJSON(object.scope) : undefined,
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+    };
+  },
+
+  toJSON(message: IssueScopedKeyRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.scope !== undefined) {
+      obj.scope = KeyScope.toJSON(message.scope);
+    }
+    if (message.apiKey !== "") {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<IssueScopedKeyRequest>, I>>(base?: I): IssueScopedKeyRequest {
+    return IssueScopedKeyRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<IssueScopedKeyRequest>, I>>(object: I): IssueScopedKeyRequest {
+    const message = createBaseIssueScopedKeyRequest();
+    message.accountId = object.accountId ?? "";
+    message.scope = (object.scope !== undefined && object.scope !== null)
+      ? KeyScope.fromPartial(object.scope)
+      : undefined;
+    message.apiKey = object.apiKey ?? "";
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseIssueScopedKeyResponse(): IssueScopedKeyResponse {
+  return { key: undefined };
+}
+
+export const IssueScopedKeyResponse: MessageFns<IssueScopedKeyResponse> = {
+  encode(message: IssueScopedKeyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== undefined) {
+      ApiKey.encode(message.key, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): IssueScopedKeyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseIssueScopedKeyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = ApiKey.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): IssueScopedKeyResponse {
+    return { key: isSet(object.key) ? ApiKey.fromJSON(object.key) : undefined };
+  },
+
+  toJSON(message: IssueScopedKeyResponse): unknown {
+    const obj: any = {};
+    if (message.key !== undefined) {
+      obj.key = ApiKey.toJSON(message.key);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<IssueScopedKeyResponse>, I>>(base?: I): IssueScopedKeyResponse {
+    return IssueScopedKeyResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<IssueScopedKeyResponse>, I>>(object: I): IssueScopedKeyResponse {
+    const message = createBaseIssueScopedKeyResponse();
+    message.key = (object.key !== undefined && object.key !== null) ? ApiKey.fromPartial(object.key) : undefined;
+    return message;
+  },
+};
+
+function createBaseRevokeScopedKeyRequest(): RevokeScopedKeyRequest {
+  return { accountId: "", subscriptionId: "", apiKey: "" };
+}
+
+export const RevokeScopedKeyRequest: MessageFns<RevokeScopedKeyRequest> = {
+  encode(message: RevokeScopedKeyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.subscriptionId !== "") {
+      writer.uint32(18).string(message.subscriptionId);
+    }
+    if (message.apiKey !== "") {
+      writer.uint32(26).string(message.apiKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevokeScopedKeyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevokeScopedKeyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevokeScopedKeyRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : "",
+    };
+  },
+
+  toJSON(message: RevokeScopedKeyRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    if (message.apiKey !== "") {
+      obj.apiKey = message.apiKey;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RevokeScopedKeyRequest>, I>>(base?: I): RevokeScopedKeyRequest {
+    return RevokeScopedKeyRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RevokeScopedKeyRequest>, I>>(object: I): RevokeScopedKeyRequest {
+    const message = createBaseRevokeScopedKeyRequest();
+    message.accountId = object.accountId ?? "";
+    message.subscriptionId = object.subscriptionId ?? "";
+    message.apiKey = object.apiKey ?? "";
+    return message;
+  },
+};
+
+function createBaseRevokeScopedKeyResponse(): RevokeScopedKeyResponse {
+  return { key: undefined };
+}
+
+export const RevokeScopedKeyResponse: MessageFns<RevokeScopedKeyResponse> = {
+  encode(message: RevokeScopedKeyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== undefined) {
+      ApiKey.encode(message.key, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevokeScopedKeyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevokeScopedKeyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = ApiKey.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevokeScopedKeyResponse {
+    return { key: isSet(object.key) ? ApiKey.fromJSON(object.key) : undefined };
+  },
+
+  toJSON(message: RevokeScopedKeyResponse): unknown {
+    const obj: any = {};
+    if (message.key !== undefined) {
+      obj.key = ApiKey.toJSON(message.key);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RevokeScopedKeyResponse>, I>>(base?: I): RevokeScopedKeyResponse {
+    return RevokeScopedKeyResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RevokeScopedKeyResponse>, I>>(object: I): RevokeScopedKeyResponse {
+    const message = createBaseRevokeScopedKeyResponse();
+    message.key = (object.key !== undefined && object.key !== null) ? ApiKey.fromPartial(object.key) : undefined;
+    return message;
+  },
+};
+
 function createBaseGetAccountRequest(): GetAccountRequest {
   return { accountId: "" };
 }
@@ -2908,7 +3310,8 @@ export const AccountsServiceService = {
   },
   /**
    * Revokes one key of the account and announces it on NATS (keys.revoked) before answering.
-   * Error: not_found when the key is not the account's.
+   * Errors: not_found when the key is not the account's; invalid_request (param key_id) for a
+   * subscription's scoped key, which is revoked by cancelling its subscription.
    */
   revokeApiKey: {
     path: "/marketplace.accounts.v1.AccountsService/RevokeApiKey" as const,
@@ -2919,6 +3322,41 @@ export const AccountsServiceService = {
     responseSerialize: (value: RevokeApiKeyResponse): Buffer =>
       Buffer.from(RevokeApiKeyResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RevokeApiKeyResponse => RevokeApiKeyResponse.decode(value),
+  },
+  /**
+   * Stores a subscription's scoped key (called by billing's subscription saga). The secret is
+   * chosen by the caller, which keeps it sealed for the replay window; accounts stores only its
+   * hash. Idempotent on subscription_id: a retry with the same secret returns the same key (as
+   * it is now, revoked or not). Errors: invalid_request (malformed ids or key), not_found
+   * (unknown account), idempotency_conflict (the subscription already has another secret).
+   */
+  issueScopedKey: {
+    path: "/marketplace.accounts.v1.AccountsService/IssueScopedKey" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: IssueScopedKeyRequest): Buffer =>
+      Buffer.from(IssueScopedKeyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): IssueScopedKeyRequest => IssueScopedKeyRequest.decode(value),
+    responseSerialize: (value: IssueScopedKeyResponse): Buffer =>
+      Buffer.from(IssueScopedKeyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): IssueScopedKeyResponse => IssueScopedKeyResponse.decode(value),
+  },
+  /**
+   * Revokes a subscription's scoped key through the same path as RevokeApiKey (commit, announce
+   * on keys.revoked, flush, answer). Idempotent. When the key does not exist yet and api_key is
+   * given, the key is stored already revoked, so an IssueScopedKey arriving late (after its
+   * caller gave up on it) cannot bring it to life. Answers without a key when there is none.
+   */
+  revokeScopedKey: {
+    path: "/marketplace.accounts.v1.AccountsService/RevokeScopedKey" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RevokeScopedKeyRequest): Buffer =>
+      Buffer.from(RevokeScopedKeyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RevokeScopedKeyRequest => RevokeScopedKeyRequest.decode(value),
+    responseSerialize: (value: RevokeScopedKeyResponse): Buffer =>
+      Buffer.from(RevokeScopedKeyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RevokeScopedKeyResponse => RevokeScopedKeyResponse.decode(value),
   },
   /** One account by id (admin operations check the account exists). Error: not_found. */
   getAccount: {
@@ -3022,9 +3460,25 @@ export interface AccountsServiceServer extends UntypedServiceImplementation {
   listApiKeys: handleUnaryCall<ListApiKeysRequest, ListApiKeysResponse>;
   /**
    * Revokes one key of the account and announces it on NATS (keys.revoked) before answering.
-   * Error: not_found when the key is not the account's.
+   * Errors: not_found when the key is not the account's; invalid_request (param key_id) for a
+   * subscription's scoped key, which is revoked by cancelling its subscription.
    */
   revokeApiKey: handleUnaryCall<RevokeApiKeyRequest, RevokeApiKeyResponse>;
+  /**
+   * Stores a subscription's scoped key (called by billing's subscription saga). The secret is
+   * chosen by the caller, which keeps it sealed for the replay window; accounts stores only its
+   * hash. Idempotent on subscription_id: a retry with the same secret returns the same key (as
+   * it is now, revoked or not). Errors: invalid_request (malformed ids or key), not_found
+   * (unknown account), idempotency_conflict (the subscription already has another secret).
+   */
+  issueScopedKey: handleUnaryCall<IssueScopedKeyRequest, IssueScopedKeyResponse>;
+  /**
+   * Revokes a subscription's scoped key through the same path as RevokeApiKey (commit, announce
+   * on keys.revoked, flush, answer). Idempotent. When the key does not exist yet and api_key is
+   * given, the key is stored already revoked, so an IssueScopedKey arriving late (after its
+   * caller gave up on it) cannot bring it to life. Answers without a key when there is none.
+   */
+  revokeScopedKey: handleUnaryCall<RevokeScopedKeyRequest, RevokeScopedKeyResponse>;
   /** One account by id (admin operations check the account exists). Error: not_found. */
   getAccount: handleUnaryCall<GetAccountRequest, GetAccountResponse>;
   /** Creates a single-use hoster invite code (the code is returned only here; a hash is stored). */
@@ -3122,7 +3576,8 @@ export interface AccountsServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * Revokes one key of the account and announces it on NATS (keys.revoked) before answering.
-   * Error: not_found when the key is not the account's.
+   * Errors: not_found when the key is not the account's; invalid_request (param key_id) for a
+   * subscription's scoped key, which is revoked by cancelling its subscription.
    */
   revokeApiKey(
     request: RevokeApiKeyRequest,
@@ -3138,6 +3593,49 @@ export interface AccountsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RevokeApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Stores a subscription's scoped key (called by billing's subscription saga). The secret is
+   * chosen by the caller, which keeps it sealed for the replay window; accounts stores only its
+   * hash. Idempotent on subscription_id: a retry with the same secret returns the same key (as
+   * it is now, revoked or not). Errors: invalid_request (malformed ids or key), not_found
+   * (unknown account), idempotency_conflict (the subscription already has another secret).
+   */
+  issueScopedKey(
+    request: IssueScopedKeyRequest,
+    callback: (error: ServiceError | null, response: IssueScopedKeyResponse) => void,
+  ): ClientUnaryCall;
+  issueScopedKey(
+    request: IssueScopedKeyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: IssueScopedKeyResponse) => void,
+  ): ClientUnaryCall;
+  issueScopedKey(
+    request: IssueScopedKeyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: IssueScopedKeyResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Revokes a subscription's scoped key through the same path as RevokeApiKey (commit, announce
+   * on keys.revoked, flush, answer). Idempotent. When the key does not exist yet and api_key is
+   * given, the key is stored already revoked, so an IssueScopedKey arriving late (after its
+   * caller gave up on it) cannot bring it to life. Answers without a key when there is none.
+   */
+  revokeScopedKey(
+    request: RevokeScopedKeyRequest,
+    callback: (error: ServiceError | null, response: RevokeScopedKeyResponse) => void,
+  ): ClientUnaryCall;
+  revokeScopedKey(
+    request: RevokeScopedKeyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RevokeScopedKeyResponse) => void,
+  ): ClientUnaryCall;
+  revokeScopedKey(
+    request: RevokeScopedKeyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RevokeScopedKeyResponse) => void,
   ): ClientUnaryCall;
   /** One account by id (admin operations check the account exists). Error: not_found. */
   getAccount(

@@ -44,6 +44,12 @@ export interface AuthorizeRequest {
   inputTokens: bigint;
   /** max_tokens / max_completion_tokens from the client; 0 when neither was given. */
   requestedMaxOutputTokens: bigint;
+  /**
+   * Set when the caller uses a subscription's scoped key: a cancelled subscription is refused
+   * (invalid_api_key) whatever the edge's principal cache holds; paused → subscription_paused,
+   * past due → subscription_past_due.
+   */
+  subscriptionId: string;
 }
 
 export interface AuthorizeResponse {
@@ -208,6 +214,77 @@ export interface AddCreditsResponse {
   replayed: boolean;
 }
 
+/**
+ * A plan's terms as they were when the current period started (DESIGN.md §3: edits apply from the
+ * next renewal). Prices are micro-USD; fields that do not apply to the pricing model are 0.
+ */
+export interface SubscriptionTerms {
+  /** free | payg | subscription | subscription_overage */
+  pricingModel: string;
+  monthlyPriceMicros: bigint;
+  includedTokens: bigint;
+  inputPricePer1mMicros: bigint;
+  outputPricePer1mMicros: bigint;
+  overagePricePer1mMicros: bigint;
+  rpmLimit: bigint;
+  tpmLimit: bigint;
+  maxConcurrent: bigint;
+  maxOutputTokens: bigint;
+  maxContextTokens: bigint;
+}
+
+export interface Subscription {
+  subscriptionId: string;
+  accountId: string;
+  productId: string;
+  productName: string;
+  hosterId: string;
+  hosterName: string;
+  /** active | paused | past_due | cancelled */
+  status: string;
+  /** ISO 8601 UTC: the current period is [period_start, period_end). */
+  periodStart: string;
+  periodEnd: string;
+  createdAt: string;
+  /** Empty unless cancelled. */
+  cancelledAt: string;
+  terms?: SubscriptionTerms | undefined;
+}
+
+export interface CreateSubscriptionRequest {
+  accountId: string;
+  productId: string;
+  /** The client's Idempotency-Key (at most 255 characters); empty: every call is a new attempt. */
+  idempotencyKey: string;
+}
+
+export interface CreateSubscriptionResponse {
+  subscription?:
+    | Subscription
+    | undefined;
+  /** The scoped key's secret. A replay within 24 h carries it again; after that it is empty. */
+  apiKey: string;
+  /** True when this answers a retry of an earlier call with the same idempotency key. */
+  replayed: boolean;
+}
+
+export interface ListSubscriptionsRequest {
+  accountId: string;
+}
+
+export interface ListSubscriptionsResponse {
+  subscriptions: Subscription[];
+}
+
+export interface CancelSubscriptionRequest {
+  accountId: string;
+  subscriptionId: string;
+}
+
+export interface CancelSubscriptionResponse {
+  subscription?: Subscription | undefined;
+}
+
 function createBaseAuthorizeRequest(): AuthorizeRequest {
   return {
     requestId: "",
@@ -223,6 +300,7 @@ function createBaseAuthorizeRequest(): AuthorizeRequest {
     maxOutputTokensCap: 0n,
     inputTokens: 0n,
     requestedMaxOutputTokens: 0n,
+    subscriptionId: "",
   };
 }
 
@@ -284,6 +362,9 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
         throw new globalThis.Error("value provided for field message.requestedMaxOutputTokens of type int64 too large");
       }
       writer.uint32(104).int64(message.requestedMaxOutputTokens);
+    }
+    if (message.subscriptionId !== "") {
+      writer.uint32(114).string(message.subscriptionId);
     }
     return writer;
   },
@@ -405,6 +486,14 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
             message.requestedMaxOutputTokens = reader.int64() as bigint;
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -476,6 +565,11 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
         : isSet(object.requested_max_output_tokens)
         ? BigInt(object.requested_max_output_tokens)
         : 0n,
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
     };
   },
 
@@ -520,6 +614,9 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
     if (message.requestedMaxOutputTokens !== 0n) {
       obj.requestedMaxOutputTokens = message.requestedMaxOutputTokens.toString();
     }
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
     return obj;
   },
 
@@ -556,6 +653,7 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
       (object.requestedMaxOutputTokens !== undefined && object.requestedMaxOutputTokens !== null)
         ? BigInt(object.requestedMaxOutputTokens)
         : 0n;
+    message.subscriptionId = object.subscriptionId ?? "";
     return message;
   },
 };
@@ -3251,6 +3349,1166 @@ export const AddCreditsResponse: MessageFns<AddCreditsResponse> = {
   },
 };
 
+function createBaseSubscriptionTerms(): SubscriptionTerms {
+  return {
+    pricingModel: "",
+    monthlyPriceMicros: 0n,
+    includedTokens: 0n,
+    inputPricePer1mMicros: 0n,
+    outputPricePer1mMicros: 0n,
+    overagePricePer1mMicros: 0n,
+    rpmLimit: 0n,
+    tpmLimit: 0n,
+    maxConcurrent: 0n,
+    maxOutputTokens: 0n,
+    maxContextTokens: 0n,
+  };
+}
+
+export const SubscriptionTerms: MessageFns<SubscriptionTerms> = {
+  encode(message: SubscriptionTerms, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.pricingModel !== "") {
+      writer.uint32(10).string(message.pricingModel);
+    }
+    if (message.monthlyPriceMicros !== 0n) {
+      if (BigInt.asIntN(64, message.monthlyPriceMicros) !== message.monthlyPriceMicros) {
+        throw new globalThis.Error("value provided for field message.monthlyPriceMicros of type int64 too large");
+      }
+      writer.uint32(16).int64(message.monthlyPriceMicros);
+    }
+    if (message.includedTokens !== 0n) {
+      if (BigInt.asIntN(64, message.includedTokens) !== message.includedTokens) {
+        throw new globalThis.Error("value provided for field message.includedTokens of type int64 too large");
+      }
+      writer.uint32(24).int64(message.includedTokens);
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.inputPricePer1mMicros) !== message.inputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.inputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(32).int64(message.inputPricePer1mMicros);
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.outputPricePer1mMicros) !== message.outputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.outputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(40).int64(message.outputPricePer1mMicros);
+    }
+    if (message.overagePricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.overagePricePer1mMicros) !== message.overagePricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.overagePricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(48).int64(message.overagePricePer1mMicros);
+    }
+    if (message.rpmLimit !== 0n) {
+      if (BigInt.asIntN(64, message.rpmLimit) !== message.rpmLimit) {
+        throw new globalThis.Error("value provided for field message.rpmLimit of type int64 too large");
+      }
+      writer.uint32(56).int64(message.rpmLimit);
+    }
+    if (message.tpmLimit !== 0n) {
+      if (BigInt.asIntN(64, message.tpmLimit) !== message.tpmLimit) {
+        throw new globalThis.Error("value provided for field message.tpmLimit of type int64 too large");
+      }
+      writer.uint32(64).int64(message.tpmLimit);
+    }
+    if (message.maxConcurrent !== 0n) {
+      if (BigInt.asIntN(64, message.maxConcurrent) !== message.maxConcurrent) {
+        throw new globalThis.Error("value provided for field message.maxConcurrent of type int64 too large");
+      }
+      writer.uint32(72).int64(message.maxConcurrent);
+    }
+    if (message.maxOutputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.maxOutputTokens) !== message.maxOutputTokens) {
+        throw new globalThis.Error("value provided for field message.maxOutputTokens of type int64 too large");
+      }
+      writer.uint32(80).int64(message.maxOutputTokens);
+    }
+    if (message.maxContextTokens !== 0n) {
+      if (BigInt.asIntN(64, message.maxContextTokens) !== message.maxContextTokens) {
+        throw new globalThis.Error("value provided for field message.maxContextTokens of type int64 too large");
+      }
+      writer.uint32(88).int64(message.maxContextTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SubscriptionTerms {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSubscriptionTerms();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.pricingModel = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.monthlyPriceMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.includedTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.inputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.outputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.overagePricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.rpmLimit = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.tpmLimit = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.maxConcurrent = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.maxContextTokens = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SubscriptionTerms {
+    return {
+      pricingModel: isSet(object.pricingModel)
+        ? globalThis.String(object.pricingModel)
+        : isSet(object.pricing_model)
+        ? globalThis.String(object.pricing_model)
+        : "",
+      monthlyPriceMicros: isSet(object.monthlyPriceMicros)
+        ? BigInt(object.monthlyPriceMicros)
+        : isSet(object.monthly_price_micros)
+        ? BigInt(object.monthly_price_micros)
+        : 0n,
+      includedTokens: isSet(object.includedTokens)
+        ? BigInt(object.includedTokens)
+        : isSet(object.included_tokens)
+        ? BigInt(object.included_tokens)
+        : 0n,
+      inputPricePer1mMicros: isSet(object.inputPricePer1mMicros)
+        ? BigInt(object.inputPricePer1mMicros)
+        : isSet(object.input_price_per_1m_micros)
+        ? BigInt(object.input_price_per_1m_micros)
+        : 0n,
+      outputPricePer1mMicros: isSet(object.outputPricePer1mMicros)
+        ? BigInt(object.outputPricePer1mMicros)
+        : isSet(object.output_price_per_1m_micros)
+        ? BigInt(object.output_price_per_1m_micros)
+        : 0n,
+      overagePricePer1mMicros: isSet(object.overagePricePer1mMicros)
+        ? BigInt(object.overagePricePer1mMicros)
+        : isSet(object.overage_price_per_1m_micros)
+        ? BigInt(object.overage_price_per_1m_micros)
+        : 0n,
+      rpmLimit: isSet(object.rpmLimit)
+        ? BigInt(object.rpmLimit)
+        : isSet(object.rpm_limit)
+        ? BigInt(object.rpm_limit)
+        : 0n,
+      tpmLimit: isSet(object.tpmLimit)
+        ? BigInt(object.tpmLimit)
+        : isSet(object.tpm_limit)
+        ? BigInt(object.tpm_limit)
+        : 0n,
+      maxConcurrent: isSet(object.maxConcurrent)
+        ? BigInt(object.maxConcurrent)
+        : isSet(object.max_concurrent)
+        ? BigInt(object.max_concurrent)
+        : 0n,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? BigInt(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? BigInt(object.max_output_tokens)
+        : 0n,
+      maxContextTokens: isSet(object.maxContextTokens)
+        ? BigInt(object.maxContextTokens)
+        : isSet(object.max_context_tokens)
+        ? BigInt(object.max_context_tokens)
+        : 0n,
+    };
+  },
+
+  toJSON(message: SubscriptionTerms): unknown {
+    const obj: any = {};
+    if (message.pricingModel !== "") {
+      obj.pricingModel = message.pricingModel;
+    }
+    if (message.monthlyPriceMicros !== 0n) {
+      obj.monthlyPriceMicros = message.monthlyPriceMicros.toString();
+    }
+    if (message.includedTokens !== 0n) {
+      obj.includedTokens = message.includedTokens.toString();
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      obj.inputPricePer1mMicros = message.inputPricePer1mMicros.toString();
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      obj.outputPricePer1mMicros = message.outputPricePer1mMicros.toString();
+    }
+    if (message.overagePricePer1mMicros !== 0n) {
+      obj.overagePricePer1mMicros = message.overagePricePer1mMicros.toString();
+    }
+    if (message.rpmLimit !== 0n) {
+      obj.rpmLimit = message.rpmLimit.toString();
+    }
+    if (message.tpmLimit !== 0n) {
+      obj.tpmLimit = message.tpmLimit.toString();
+    }
+    if (message.maxConcurrent !== 0n) {
+      obj.maxConcurrent = message.maxConcurrent.toString();
+    }
+    if (message.maxOutputTokens !== 0n) {
+      obj.maxOutputTokens = message.maxOutputTokens.toString();
+    }
+    if (message.maxContextTokens !== 0n) {
+      obj.maxContextTokens = message.maxContextTokens.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SubscriptionTerms>, I>>(base?: I): SubscriptionTerms {
+    return SubscriptionTerms.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SubscriptionTerms>, I>>(object: I): SubscriptionTerms {
+    const message = createBaseSubscriptionTerms();
+    message.pricingModel = object.pricingModel ?? "";
+    message.monthlyPriceMicros = (object.monthlyPriceMicros !== undefined && object.monthlyPriceMicros !== null)
+      ? BigInt(object.monthlyPriceMicros)
+      : 0n;
+    message.includedTokens = (object.includedTokens !== undefined && object.includedTokens !== null)
+      ? BigInt(object.includedTokens)
+      : 0n;
+    message.inputPricePer1mMicros =
+      (object.inputPricePer1mMicros !== undefined && object.inputPricePer1mMicros !== null)
+        ? BigInt(object.inputPricePer1mMicros)
+        : 0n;
+    message.outputPricePer1mMicros =
+      (object.outputPricePer1mMicros !== undefined && object.outputPricePer1mMicros !== null)
+        ? BigInt(object.outputPricePer1mMicros)
+        : 0n;
+    message.overagePricePer1mMicros =
+      (object.overagePricePer1mMicros !== undefined && object.overagePricePer1mMicros !== null)
+        ? BigInt(object.overagePricePer1mMicros)
+        : 0n;
+    message.rpmLimit = (object.rpmLimit !== undefined && object.rpmLimit !== null) ? BigInt(object.rpmLimit) : 0n;
+    message.tpmLimit = (object.tpmLimit !== undefined && object.tpmLimit !== null) ? BigInt(object.tpmLimit) : 0n;
+    message.maxConcurrent = (object.maxConcurrent !== undefined && object.maxConcurrent !== null)
+      ? BigInt(object.maxConcurrent)
+      : 0n;
+    message.maxOutputTokens = (object.maxOutputTokens !== undefined && object.maxOutputTokens !== null)
+      ? BigInt(object.maxOutputTokens)
+      : 0n;
+    message.maxContextTokens = (object.maxContextTokens !== undefined && object.maxContextTokens !== null)
+      ? BigInt(object.maxContextTokens)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseSubscription(): Subscription {
+  return {
+    subscriptionId: "",
+    accountId: "",
+    productId: "",
+    productName: "",
+    hosterId: "",
+    hosterName: "",
+    status: "",
+    periodStart: "",
+    periodEnd: "",
+    createdAt: "",
+    cancelledAt: "",
+    terms: undefined,
+  };
+}
+
+export const Subscription: MessageFns<Subscription> = {
+  encode(message: Subscription, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.subscriptionId !== "") {
+      writer.uint32(10).string(message.subscriptionId);
+    }
+    if (message.accountId !== "") {
+      writer.uint32(18).string(message.accountId);
+    }
+    if (message.productId !== "") {
+      writer.uint32(26).string(message.productId);
+    }
+    if (message.productName !== "") {
+      writer.uint32(34).string(message.productName);
+    }
+    if (message.hosterId !== "") {
+      writer.uint32(42).string(message.hosterId);
+    }
+    if (message.hosterName !== "") {
+      writer.uint32(50).string(message.hosterName);
+    }
+    if (message.status !== "") {
+      writer.uint32(58).string(message.status);
+    }
+    if (message.periodStart !== "") {
+      writer.uint32(66).string(message.periodStart);
+    }
+    if (message.periodEnd !== "") {
+      writer.uint32(74).string(message.periodEnd);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(82).string(message.createdAt);
+    }
+    if (message.cancelledAt !== "") {
+      writer.uint32(90).string(message.cancelledAt);
+    }
+    if (message.terms !== undefined) {
+      SubscriptionTerms.encode(message.terms, writer.uint32(98).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Subscription {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSubscription();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.productName = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.hosterName = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.periodStart = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.periodEnd = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.cancelledAt = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.terms = SubscriptionTerms.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Subscription {
+    return {
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+      productName: isSet(object.productName)
+        ? globalThis.String(object.productName)
+        : isSet(object.product_name)
+        ? globalThis.String(object.product_name)
+        : "",
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      hosterName: isSet(object.hosterName)
+        ? globalThis.String(object.hosterName)
+        : isSet(object.hoster_name)
+        ? globalThis.String(object.hoster_name)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      periodStart: isSet(object.periodStart)
+        ? globalThis.String(object.periodStart)
+        : isSet(object.period_start)
+        ? globalThis.String(object.period_start)
+        : "",
+      periodEnd: isSet(object.periodEnd)
+        ? globalThis.String(object.periodEnd)
+        : isSet(object.period_end)
+        ? globalThis.String(object.period_end)
+        : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      cancelledAt: isSet(object.cancelledAt)
+        ? globalThis.String(object.cancelledAt)
+        : isSet(object.cancelled_at)
+        ? globalThis.String(object.cancelled_at)
+        : "",
+      terms: isSet(object.terms) ? SubscriptionTerms.fromJSON(object.terms) : undefined,
+    };
+  },
+
+  toJSON(message: Subscription): unknown {
+    const obj: any = {};
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    if (message.productName !== "") {
+      obj.productName = message.productName;
+    }
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.hosterName !== "") {
+      obj.hosterName = message.hosterName;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.periodStart !== "") {
+      obj.periodStart = message.periodStart;
+    }
+    if (message.periodEnd !== "") {
+      obj.periodEnd = message.periodEnd;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.cancelledAt !== "") {
+      obj.cancelledAt = message.cancelledAt;
+    }
+    if (message.terms !== undefined) {
+      obj.terms = SubscriptionTerms.toJSON(message.terms);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Subscription>, I>>(base?: I): Subscription {
+    return Subscription.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Subscription>, I>>(object: I): Subscription {
+    const message = createBaseSubscription();
+    message.subscriptionId = object.subscriptionId ?? "";
+    message.accountId = object.accountId ?? "";
+    message.productId = object.productId ?? "";
+    message.productName = object.productName ?? "";
+    message.hosterId = object.hosterId ?? "";
+    message.hosterName = object.hosterName ?? "";
+    message.status = object.status ?? "";
+    message.periodStart = object.periodStart ?? "";
+    message.periodEnd = object.periodEnd ?? "";
+    message.createdAt = object.createdAt ?? "";
+    message.cancelledAt = object.cancelledAt ?? "";
+    message.terms = (object.terms !== undefined && object.terms !== null)
+      ? SubscriptionTerms.fromPartial(object.terms)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCreateSubscriptionRequest(): CreateSubscriptionRequest {
+  return { accountId: "", productId: "", idempotencyKey: "" };
+}
+
+export const CreateSubscriptionRequest: MessageFns<CreateSubscriptionRequest> = {
+  encode(message: CreateSubscriptionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.productId !== "") {
+      writer.uint32(18).string(message.productId);
+    }
+    if (message.idempotencyKey !== "") {
+      writer.uint32(26).string(message.idempotencyKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateSubscriptionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateSubscriptionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.idempotencyKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateSubscriptionRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+      idempotencyKey: isSet(object.idempotencyKey)
+        ? globalThis.String(object.idempotencyKey)
+        : isSet(object.idempotency_key)
+        ? globalThis.String(object.idempotency_key)
+        : "",
+    };
+  },
+
+  toJSON(message: CreateSubscriptionRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    if (message.idempotencyKey !== "") {
+      obj.idempotencyKey = message.idempotencyKey;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateSubscriptionRequest>, I>>(base?: I): CreateSubscriptionRequest {
+    return CreateSubscriptionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateSubscriptionRequest>, I>>(object: I): CreateSubscriptionRequest {
+    const message = createBaseCreateSubscriptionRequest();
+    message.accountId = object.accountId ?? "";
+    message.productId = object.productId ?? "";
+    message.idempotencyKey = object.idempotencyKey ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateSubscriptionResponse(): CreateSubscriptionResponse {
+  return { subscription: undefined, apiKey: "", replayed: false };
+}
+
+export const CreateSubscriptionResponse: MessageFns<CreateSubscriptionResponse> = {
+  encode(message: CreateSubscriptionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.subscription !== undefined) {
+      Subscription.encode(message.subscription, writer.uint32(10).fork()).join();
+    }
+    if (message.apiKey !== "") {
+      writer.uint32(18).string(message.apiKey);
+    }
+    if (message.replayed !== false) {
+      writer.uint32(24).bool(message.replayed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateSubscriptionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateSubscriptionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.subscription = Subscription.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.replayed = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateSubscriptionResponse {
+    return {
+      subscription: isSet(object.subscription) ? Subscription.fromJSON(object.subscription) : undefined,
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : "",
+      replayed: isSet(object.replayed) ? globalThis.Boolean(object.replayed) : false,
+    };
+  },
+
+  toJSON(message: CreateSubscriptionResponse): unknown {
+    const obj: any = {};
+    if (message.subscription !== undefined) {
+      obj.subscription = Subscription.toJSON(message.subscription);
+    }
+    if (message.apiKey !== "") {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.replayed !== false) {
+      obj.replayed = message.replayed;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateSubscriptionResponse>, I>>(base?: I): CreateSubscriptionResponse {
+    return CreateSubscriptionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateSubscriptionResponse>, I>>(object: I): CreateSubscriptionResponse {
+    const message = createBaseCreateSubscriptionResponse();
+    message.subscription = (object.subscription !== undefined && object.subscription !== null)
+      ? Subscription.fromPartial(object.subscription)
+      : undefined;
+    message.apiKey = object.apiKey ?? "";
+    message.replayed = object.replayed ?? false;
+    return message;
+  },
+};
+
+function createBaseListSubscriptionsRequest(): ListSubscriptionsRequest {
+  return { accountId: "" };
+}
+
+export const ListSubscriptionsRequest: MessageFns<ListSubscriptionsRequest> = {
+  encode(message: ListSubscriptionsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSubscriptionsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSubscriptionsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSubscriptionsRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ListSubscriptionsRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListSubscriptionsRequest>, I>>(base?: I): ListSubscriptionsRequest {
+    return ListSubscriptionsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListSubscriptionsRequest>, I>>(object: I): ListSubscriptionsRequest {
+    const message = createBaseListSubscriptionsRequest();
+    message.accountId = object.accountId ?? "";
+    return message;
+  },
+};
+
+function createBaseListSubscriptionsResponse(): ListSubscriptionsResponse {
+  return { subscriptions: [] };
+}
+
+export const ListSubscriptionsResponse: MessageFns<ListSubscriptionsResponse> = {
+  encode(message: ListSubscriptionsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.subscriptions) {
+      Subscription.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSubscriptionsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSubscriptionsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.subscriptions.push(Subscription.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSubscriptionsResponse {
+    return {
+      subscriptions: globalThis.Array.isArray(object?.subscriptions)
+        ? object.subscriptions.map((e: any) => Subscription.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListSubscriptionsResponse): unknown {
+    const obj: any = {};
+    if (message.subscriptions?.length) {
+      obj.subscriptions = message.subscriptions.map((e) => Subscription.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListSubscriptionsResponse>, I>>(base?: I): ListSubscriptionsResponse {
+    return ListSubscriptionsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListSubscriptionsResponse>, I>>(object: I): ListSubscriptionsResponse {
+    const message = createBaseListSubscriptionsResponse();
+    message.subscriptions = object.subscriptions?.map((e) => Subscription.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseCancelSubscriptionRequest(): CancelSubscriptionRequest {
+  return { accountId: "", subscriptionId: "" };
+}
+
+export const CancelSubscriptionRequest: MessageFns<CancelSubscriptionRequest> = {
+  encode(message: CancelSubscriptionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.subscriptionId !== "") {
+      writer.uint32(18).string(message.subscriptionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelSubscriptionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelSubscriptionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelSubscriptionRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
+    };
+  },
+
+  toJSON(message: CancelSubscriptionRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CancelSubscriptionRequest>, I>>(base?: I): CancelSubscriptionRequest {
+    return CancelSubscriptionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CancelSubscriptionRequest>, I>>(object: I): CancelSubscriptionRequest {
+    const message = createBaseCancelSubscriptionRequest();
+    message.accountId = object.accountId ?? "";
+    message.subscriptionId = object.subscriptionId ?? "";
+    return message;
+  },
+};
+
+function createBaseCancelSubscriptionResponse(): CancelSubscriptionResponse {
+  return { subscription: undefined };
+}
+
+export const CancelSubscriptionResponse: MessageFns<CancelSubscriptionResponse> = {
+  encode(message: CancelSubscriptionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.subscription !== undefined) {
+      Subscription.encode(message.subscription, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelSubscriptionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelSubscriptionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.subscription = Subscription.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelSubscriptionResponse {
+    return { subscription: isSet(object.subscription) ? Subscription.fromJSON(object.subscription) : undefined };
+  },
+
+  toJSON(message: CancelSubscriptionResponse): unknown {
+    const obj: any = {};
+    if (message.subscription !== undefined) {
+      obj.subscription = Subscription.toJSON(message.subscription);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CancelSubscriptionResponse>, I>>(base?: I): CancelSubscriptionResponse {
+    return CancelSubscriptionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CancelSubscriptionResponse>, I>>(object: I): CancelSubscriptionResponse {
+    const message = createBaseCancelSubscriptionResponse();
+    message.subscription = (object.subscription !== undefined && object.subscription !== null)
+      ? Subscription.fromPartial(object.subscription)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * Billing owns wallets, the micro-USD ledger, reservations, rate limits and usage.
  * All amounts are integer micro-USD (millionths of a dollar).
@@ -3365,6 +4623,56 @@ export const BillingServiceService = {
     responseSerialize: (value: AddCreditsResponse): Buffer => Buffer.from(AddCreditsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): AddCreditsResponse => AddCreditsResponse.decode(value),
   },
+  /**
+   * Subscribes the account to a plan (POST /v1/subscriptions), as one saga: a `pending` row
+   * unique on (account, idempotency key) → the plan from registry → a scoped key from accounts →
+   * one transaction that charges the monthly price (subscription kinds), credits the hoster's
+   * share and activates. On failure the key is revoked and nothing is charged. A retry with the
+   * same idempotency key within 24 h answers as the first call did, key included. Errors:
+   * invalid_request (malformed fields; param product_id for an archived plan), not_found (no such
+   * plan), already_subscribed (an active subscription to this plan exists), insufficient_credits,
+   * idempotency_conflict (the key was used for another plan).
+   */
+  createSubscription: {
+    path: "/marketplace.billing.v1.BillingService/CreateSubscription" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateSubscriptionRequest): Buffer =>
+      Buffer.from(CreateSubscriptionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateSubscriptionRequest => CreateSubscriptionRequest.decode(value),
+    responseSerialize: (value: CreateSubscriptionResponse): Buffer =>
+      Buffer.from(CreateSubscriptionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateSubscriptionResponse => CreateSubscriptionResponse.decode(value),
+  },
+  /** The account's subscriptions (never their keys), newest first. */
+  listSubscriptions: {
+    path: "/marketplace.billing.v1.BillingService/ListSubscriptions" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListSubscriptionsRequest): Buffer =>
+      Buffer.from(ListSubscriptionsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListSubscriptionsRequest => ListSubscriptionsRequest.decode(value),
+    responseSerialize: (value: ListSubscriptionsResponse): Buffer =>
+      Buffer.from(ListSubscriptionsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListSubscriptionsResponse => ListSubscriptionsResponse.decode(value),
+  },
+  /**
+   * Cancels one of the account's subscriptions and revokes its scoped key before answering
+   * (keys.revoked reaches every edge). No refund. Cancelling a cancelled subscription answers it
+   * unchanged. Errors: not_found (not the account's), service_unavailable (cancelled, but the key
+   * could not be revoked yet: retry to complete it).
+   */
+  cancelSubscription: {
+    path: "/marketplace.billing.v1.BillingService/CancelSubscription" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CancelSubscriptionRequest): Buffer =>
+      Buffer.from(CancelSubscriptionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CancelSubscriptionRequest => CancelSubscriptionRequest.decode(value),
+    responseSerialize: (value: CancelSubscriptionResponse): Buffer =>
+      Buffer.from(CancelSubscriptionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CancelSubscriptionResponse => CancelSubscriptionResponse.decode(value),
+  },
 } as const;
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
@@ -3406,6 +4714,26 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    * invalid_request (amount not positive), idempotency_conflict (key reused with another amount).
    */
   addCredits: handleUnaryCall<AddCreditsRequest, AddCreditsResponse>;
+  /**
+   * Subscribes the account to a plan (POST /v1/subscriptions), as one saga: a `pending` row
+   * unique on (account, idempotency key) → the plan from registry → a scoped key from accounts →
+   * one transaction that charges the monthly price (subscription kinds), credits the hoster's
+   * share and activates. On failure the key is revoked and nothing is charged. A retry with the
+   * same idempotency key within 24 h answers as the first call did, key included. Errors:
+   * invalid_request (malformed fields; param product_id for an archived plan), not_found (no such
+   * plan), already_subscribed (an active subscription to this plan exists), insufficient_credits,
+   * idempotency_conflict (the key was used for another plan).
+   */
+  createSubscription: handleUnaryCall<CreateSubscriptionRequest, CreateSubscriptionResponse>;
+  /** The account's subscriptions (never their keys), newest first. */
+  listSubscriptions: handleUnaryCall<ListSubscriptionsRequest, ListSubscriptionsResponse>;
+  /**
+   * Cancels one of the account's subscriptions and revokes its scoped key before answering
+   * (keys.revoked reaches every edge). No refund. Cancelling a cancelled subscription answers it
+   * unchanged. Errors: not_found (not the account's), service_unavailable (cancelled, but the key
+   * could not be revoked yet: retry to complete it).
+   */
+  cancelSubscription: handleUnaryCall<CancelSubscriptionRequest, CancelSubscriptionResponse>;
 }
 
 export interface BillingServiceClient extends Client {
@@ -3549,6 +4877,68 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: AddCreditsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Subscribes the account to a plan (POST /v1/subscriptions), as one saga: a `pending` row
+   * unique on (account, idempotency key) → the plan from registry → a scoped key from accounts →
+   * one transaction that charges the monthly price (subscription kinds), credits the hoster's
+   * share and activates. On failure the key is revoked and nothing is charged. A retry with the
+   * same idempotency key within 24 h answers as the first call did, key included. Errors:
+   * invalid_request (malformed fields; param product_id for an archived plan), not_found (no such
+   * plan), already_subscribed (an active subscription to this plan exists), insufficient_credits,
+   * idempotency_conflict (the key was used for another plan).
+   */
+  createSubscription(
+    request: CreateSubscriptionRequest,
+    callback: (error: ServiceError | null, response: CreateSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  createSubscription(
+    request: CreateSubscriptionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  createSubscription(
+    request: CreateSubscriptionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  /** The account's subscriptions (never their keys), newest first. */
+  listSubscriptions(
+    request: ListSubscriptionsRequest,
+    callback: (error: ServiceError | null, response: ListSubscriptionsResponse) => void,
+  ): ClientUnaryCall;
+  listSubscriptions(
+    request: ListSubscriptionsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListSubscriptionsResponse) => void,
+  ): ClientUnaryCall;
+  listSubscriptions(
+    request: ListSubscriptionsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListSubscriptionsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Cancels one of the account's subscriptions and revokes its scoped key before answering
+   * (keys.revoked reaches every edge). No refund. Cancelling a cancelled subscription answers it
+   * unchanged. Errors: not_found (not the account's), service_unavailable (cancelled, but the key
+   * could not be revoked yet: retry to complete it).
+   */
+  cancelSubscription(
+    request: CancelSubscriptionRequest,
+    callback: (error: ServiceError | null, response: CancelSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  cancelSubscription(
+    request: CancelSubscriptionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CancelSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  cancelSubscription(
+    request: CancelSubscriptionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CancelSubscriptionResponse) => void,
   ): ClientUnaryCall;
 }
 

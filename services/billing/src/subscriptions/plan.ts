@@ -1,0 +1,48 @@
+import { AppError } from "@mkt/runtime/errors";
+import type { ProductTerms } from "@mkt/proto/registry/v1/registry";
+import { isUuid, type BillingContext } from "../context.ts";
+
+/** What a subscription needs of a plan: its hoster and the terms to snapshot. */
+export interface Plan {
+  productId: string;
+  hosterId: string;
+  hosterName: string;
+  terms: ProductTerms;
+}
+
+/** Pricing models charged a monthly price (DESIGN.md §3); free and payg cost nothing up front. */
+const MONTHLY_KINDS = new Set(["subscription", "subscription_overage"]);
+const PRICING_MODELS = new Set(["free", "payg", ...MONTHLY_KINDS]);
+
+export const productNotFound = () =>
+  new AppError("not_found", "No such product: check product_id against GET /v1/hosters.", { param: "product_id" });
+
+/** The price charged when a period starts. */
+export function monthlyCharge(terms: ProductTerms): bigint {
+  return MONTHLY_KINDS.has(terms.pricingModel) ? terms.monthlyPriceMicros : 0n;
+}
+
+/**
+ * The plan from registry, refusing what takes no subscribers: an unknown product is not_found,
+ * an archived one invalid_request (it exists, and its hoster's subscribers keep it, but DESIGN.md
+ * §3 closes it to new ones; saying so beats pretending it is gone).
+ */
+export async function fetchPlan(ctx: BillingContext, productId: string): Promise<Plan> {
+  const res = await ctx.registry.getProduct({ productId }, { timeoutMs: 10_000 }).catch((err: unknown) => {
+    if (err instanceof AppError && err.code === "not_found") throw productNotFound();
+    throw err;
+  });
+  const product = res.product;
+  if (!product?.terms) throw productNotFound();
+  if (product.status !== "active") {
+    throw new AppError("invalid_request", "This plan is archived and takes no new subscribers.", {
+      param: "product_id",
+    });
+  }
+  const terms = product.terms;
+  // Registry validates plans; a malformed one here is a bug there, not the customer's fault.
+  if (!isUuid(product.hosterId) || !PRICING_MODELS.has(terms.pricingModel) || terms.monthlyPriceMicros < 0n) {
+    throw new Error(`registry returned a malformed plan ${productId}`);
+  }
+  return { productId, hosterId: product.hosterId, hosterName: res.hosterName, terms };
+}

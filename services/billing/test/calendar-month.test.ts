@@ -1,0 +1,31 @@
+import { describe, expect, it } from "vitest";
+import { addCalendarMonth } from "../src/subscriptions/calendar-month.ts";
+
+const end = (iso: string) => addCalendarMonth(new Date(iso)).toISOString();
+
+describe("a subscription period: start + 1 calendar month, clamped to the month's last day", () => {
+  it("keeps the day and the time of day when the next month has it", () => {
+    expect(end("2026-03-15T10:20:30.456Z")).toBe("2026-04-15T10:20:30.456Z");
+    expect(end("2026-02-28T00:00:00.000Z")).toBe("2026-03-28T00:00:00.000Z");
+  });
+
+  it("clamps Jan 31 to Feb 28, or Feb 29 in a leap year", () => {
+    expect(end("2026-01-31T23:59:59.999Z")).toBe("2026-02-28T23:59:59.999Z");
+    expect(end("2028-01-31T12:00:00.000Z")).toBe("2028-02-29T12:00:00.000Z");
+    expect(end("2028-01-29T12:00:00.000Z")).toBe("2028-02-29T12:00:00.000Z");
+  });
+
+  it("clamps the 31st to a 30-day month's last day", () => {
+    expect(end("2026-03-31T08:00:00.000Z")).toBe("2026-04-30T08:00:00.000Z");
+    expect(end("2026-08-31T08:00:00.000Z")).toBe("2026-09-30T08:00:00.000Z");
+  });
+
+  it("crosses into the next year in December", () => {
+    expect(end("2026-12-31T18:30:00.000Z")).toBe("2027-01-31T18:30:00.000Z");
+  });
+
+  it("is computed in UTC whatever the local time zone", () => {
+    // 23:30 UTC on Jan 31 is already Feb 1 east of UTC; the period still ends on Feb 28 (UTC).
+    expect(end("2026-01-31T23:30:00.000Z")).toBe("2026-02-28T23:30:00.000Z");
+  });
+});

@@ -1,0 +1,74 @@
+import { randomUUID } from "node:crypto";
+import { AppError } from "@mkt/runtime/errors";
+import { startGrpcServer, unary } from "@mkt/runtime/grpc-server";
+import type { Logger } from "@mkt/runtime/logger";
+import {
+  RegistryServiceService,
+  type GetProductRequest,
+  type GetProductResponse,
+  type Product,
+  type ProductTerms,
+} from "@mkt/proto/registry/v1/registry";
+
+/**
+ * A small real registry gRPC server with only what the subscription saga asks of registry:
+ * GetProduct, answering not_found for unknown ids. It is billing's collaborator here, not what is
+ * under test; services/registry has its own tests of plans.
+ */
+export async function startRegistryDouble(log: Logger) {
+  const products = new Map<string, { product: Product; hosterName: string }>();
+  let failing = false;
+  const handle = await startGrpcServer("127.0.0.1", 0, [
+    [
+      RegistryServiceService,
+      {
+        getProduct: unary(log, "GetProduct", async (req: GetProductRequest): Promise<GetProductResponse> => {
+          if (failing) throw new AppError("service_unavailable", "registry is down");
+          const found = products.get(req.productId);
+          if (!found) throw new AppError("not_found", "No such product.");
+          return { product: found.product, hosterName: found.hosterName, hosterStatus: "healthy" };
+        }),
+      },
+    ],
+  ]);
+  return Object.assign(handle, {
+    /** Adds a plan of a new hoster; limits default as DESIGN.md §4 says. */
+    addProduct(terms: Partial<ProductTerms> & Pick<ProductTerms, "pricingModel">, status = "active"): Product {
+      const product: Product = {
+        productId: randomUUID(),
+        hosterId: randomUUID(),
+        status,
+        createdAt: new Date().toISOString(),
+        updatedAt: new Date().toISOString(),
+        terms: {
+          name: "Plan",
+          description: "",
+          monthlyPriceMicros: 0n,
+          includedTokens: 0n,
+          inputPricePer1mMicros: 0n,
+          outputPricePer1mMicros: 0n,
+          overagePricePer1mMicros: 0n,
+          rpmLimit: 60n,
+          tpmLimit: 100_000n,
+          maxConcurrent: 5n,
+          maxOutputTokens: 4096n,
+          maxContextTokens: 8192n,
+          ...terms,
+        },
+      };
+      products.set(product.productId, { product, hosterName: "Test Hoster" });
+      return product;
+    },
+    /** Changes a plan's terms in place (a hoster's edit). */
+    editProduct(productId: string, terms: Partial<ProductTerms>) {
+      const found = products.get(productId)!;
+      found.product.terms = { ...found.product.terms!, ...terms };
+    },
+    /** While set, every call answers service_unavailable. */
+    setFailing(value: boolean) {
+      failing = value;
+    },
+  });
+}
+
+export type RegistryDouble = Awaited<ReturnType<typeof startRegistryDouble>>;
