@@ -28,13 +28,14 @@ export interface RegisteredHoster {
 /**
  * Registers a real hoster-server (started here, on loopback) through POST /hosters/register, as a
  * hoster would: invite from the admin API, then registration, which logs the hoster in.
+ * `serverEnv` configures the hoster-server (DEMO_TOKENS_PER_SECOND: a slow, streaming model).
  */
 export async function registerHoster(
   system: RunningSystem,
-  options: { modelId?: string; name?: string } = {},
+  options: { modelId?: string; name?: string; serverEnv?: Record<string, string> } = {},
 ): Promise<RegisteredHoster> {
   const modelId = options.modelId ?? `llama-${randomToken(4)}.gguf`;
-  const server = await startRealHoster({ models: [modelId] });
+  const server = await startRealHoster({ models: [modelId], env: options.serverEnv });
   const email = `hoster-${randomToken(6)}@example.com`;
   const password = "hoster password 123";
   const res = await fetch(`${system.url}/hosters/register`, {

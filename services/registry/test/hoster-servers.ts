@@ -5,8 +5,13 @@ import { createLogger } from "@mkt/runtime/logger";
 import { loadHosterServerConfig } from "../../../hoster-server/src/config.ts";
 import { startHosterServer } from "../../../hoster-server/src/server.ts";
 
-/** The reference hoster server (hoster-server/), in this process; PORT 0 picks a free port. */
-export async function startRealHoster(options: { token?: string; models?: string[]; port?: number } = {}) {
+/**
+ * The reference hoster server (hoster-server/), in this process; PORT 0 picks a free port. `env`
+ * sets more of its configuration (DEMO_TOKENS_PER_SECOND for slow streams, for instance).
+ */
+export async function startRealHoster(
+  options: { token?: string; models?: string[]; port?: number; env?: Record<string, string> } = {},
+) {
   const token = options.token ?? `hoster-${randomBytes(12).toString("hex")}`;
   const server = await startHosterServer(
     loadHosterServerConfig({
@@ -14,6 +19,7 @@ export async function startRealHoster(options: { token?: string; models?: string
       PORT: String(options.port ?? 0),
       HOSTER_SERVER_TOKEN: token,
       DEMO_MODELS: (options.models ?? ["llama-3-8b.Q4_K_M.gguf"]).join(","),
+      ...options.env,
     }),
     createLogger("hoster", "silent"),
   );

@@ -87,7 +87,10 @@ export async function currentCounts(em: Em, accountId: string, now: Date): Promi
   return { minute: count("minute"), day: count("day") };
 }
 
-/** Drops counter rows of windows long past; they only grow otherwise. */
+/** Drops counter rows of windows long past (the tier's and the plans'); they only grow otherwise. */
 export async function pruneCounters(em: Em, now: Date): Promise<void> {
   await em.execute(`delete from rate_counters where window_start < ?`, [new Date(now.getTime() - 2 * 86_400_000)]);
+  await em.execute(`delete from subscription_rate_counters where window_start < ?`, [
+    new Date(now.getTime() - 3_600_000),
+  ]);
 }

@@ -3,6 +3,7 @@ import { costMicros, splitRevenue, type Micros } from "@mkt/runtime/money";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { int8, type Em } from "../context.ts";
+import { countPeriodUsage } from "../subscriptions/period-usage.ts";
 import { ledgerAccounts } from "../wallets/ledger.ts";
 import { settleUsageEvent, type SettleOutcome } from "./settle-usage.ts";
 
@@ -70,7 +71,12 @@ export async function settleUsageBatch(
     seen.add(event.requestId);
   });
 
-  if (charges.length > 0) await writeCharges(em, charges, now);
+  if (charges.length > 0) {
+    // Subscription requests count in their period (in event order) and may be priced there.
+    await countPeriodUsage(em, charges);
+    for (const c of charges) Object.assign(c, splitRevenue(c.cost, c.reservation.provider === "hoster"));
+    await writeCharges(em, charges, now);
+  }
   for (const i of oneByOne) outcomes[i] = await settleUsageEvent(em, events[i]!, log, now);
   return outcomes as SettleOutcome[];
 }
@@ -95,7 +101,6 @@ function priced(event: UsageCompleted, reservation: Record<string, unknown>, log
   );
   // Never charge beyond the hold: the balance can then never go below zero (DESIGN.md §3).
   const cost = full > reserved ? reserved : full;
-  const { platformFee, hosterEarned } = splitRevenue(cost, reservation.provider === "hoster");
   return {
     event,
     reservation,
@@ -104,8 +109,9 @@ function priced(event: UsageCompleted, reservation: Record<string, unknown>, log
     outputTokens,
     latencyMs: clampTokens(event.latencyMs),
     cost,
-    platformFee,
-    hosterEarned,
+    // Split once the cost is final (after countPeriodUsage): hoster routes 80/20, others all platform.
+    platformFee: 0n,
+    hosterEarned: 0n,
     reserved,
   };
 }

@@ -2,6 +2,7 @@ import { costMicros, splitRevenue } from "@mkt/runtime/money";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { int8, isUuid, type Em } from "../context.ts";
+import { countPeriodUsage } from "../subscriptions/period-usage.ts";
 import { ledgerAccounts, postEntry } from "../wallets/ledger.ts";
 import { insertUsageRecord, replaceUsageRecord, type UsageRow } from "../usage/usage-records.ts";
 
@@ -102,7 +103,10 @@ export async function settleUsageEvent(em: Em, event: UsageCompleted, log: Logge
     int8(reservation.output_price_per_1m_micros),
   );
   // Never charge beyond the hold: the balance can then never go below zero (DESIGN.md §3).
-  const cost = priced > reserved ? reserved : priced;
+  const charge = { reservation, inputTokens, outputTokens, cost: priced > reserved ? reserved : priced };
+  // A subscription request counts in its period, and an overage plan prices it there.
+  await countPeriodUsage(em, [charge]);
+  const cost = charge.cost;
   const provider = reservation.provider as string;
   const hosterId = reservation.hoster_id as string;
   const { platformFee, hosterEarned } = splitRevenue(cost, provider === "hoster");

@@ -1,0 +1,124 @@
+import { AppError } from "@mkt/runtime/errors";
+import { newId } from "@mkt/runtime/ids";
+import type { Micros } from "@mkt/runtime/money";
+import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
+import type { BillingContext, Em } from "../context.ts";
+import { formatUsd } from "../wallets/ledger.ts";
+
+/** The request limits a context check needs; a plan narrows the route's. */
+export type ContextLimits = Pick<
+  AuthorizeRequest,
+  "contextWindow" | "maxOutputTokensCap" | "inputTokens" | "requestedMaxOutputTokens"
+>;
+
+/** Who sets each limit, for the messages ("This model's" / "This plan's"). */
+export interface LimitSources {
+  context: "model" | "plan";
+  output: "model" | "plan";
+}
+
+const MODEL_LIMITS: LimitSources = { context: "model", output: "model" };
+
+/**
+ * The prompt must fit the context with room for output, and max_tokens must fit both the cap and
+ * that room (DESIGN.md §4): 400 context_length_exceeded / max_tokens_exceeded.
+ */
+export function checkContext(req: ContextLimits, sources: LimitSources = MODEL_LIMITS): void {
+  const room = req.contextWindow - req.inputTokens;
+  if (room < 0n || (room === 0n && req.requestedMaxOutputTokens === 0n)) {
+    throw new AppError(
+      "context_length_exceeded",
+      `This ${sources.context}'s maximum context length is ${req.contextWindow} tokens, but the messages use ${req.inputTokens} tokens` +
+        (room === 0n ? ", leaving no room for output." : "."),
+      { param: "messages" },
+    );
+  }
+  const requested = req.requestedMaxOutputTokens;
+  if (requested > req.maxOutputTokensCap) {
+    throw new AppError(
+      "max_tokens_exceeded",
+      `max_tokens is ${requested}, but this ${sources.output} allows at most ${req.maxOutputTokensCap} output tokens.`,
+      { param: "max_tokens" },
+    );
+  }
+  if (requested > room) {
+    throw new AppError(
+      "max_tokens_exceeded",
+      `max_tokens is ${requested}, but only ${room} tokens are left in the ${req.contextWindow}-token context after the ${req.inputTokens}-token prompt.`,
+      { param: "max_tokens" },
+    );
+  }
+}
+
+export function insufficientCredits(available: Micros, needed: Micros, maxTokensGiven: boolean): AppError {
+  return new AppError(
+    "insufficient_credits",
+    `Insufficient credits: your balance is ${formatUsd(available)} and this request needs ${formatUsd(needed)}` +
+      (maxTokensGiven ? " (prompt plus max_tokens)." : " (prompt plus at least one output token)."),
+  );
+}
+
+/** What a subscription's reservation snapshots for its settlement (DESIGN.md §2: never re-read). */
+export interface PlanSnapshot {
+  subscriptionId: string;
+  pricingModel: string;
+  periodIndex: number;
+  includedTokens: bigint;
+  overagePricePer1m: Micros;
+  includedClaim: bigint;
+}
+
+/**
+ * Holds `reserved` on the wallet and inserts the reservation; a request id seen before is refused
+ * (the caller's transaction then rolls the hold back). Returns the reservation id.
+ */
+export async function holdReservation(
+  ctx: BillingContext,
+  em: Em,
+  req: AuthorizeRequest,
+  hold: { maxOutput: bigint; reserved: Micros; inputPricePer1m: Micros; outputPricePer1m: Micros },
+  now: Date,
+  plan?: PlanSnapshot,
+): Promise<string> {
+  if (hold.reserved > 0n) {
+    await em.execute(`update wallets set held_micros = held_micros + ? where account_id = ?`, [
+      hold.reserved,
+      req.accountId,
+    ]);
+  }
+  const reservationId = newId();
+  const inserted = await em.execute(
+    `insert into reservations (id, request_id, account_id, key_id, model_id, provider, hoster_id,
+       input_price_per_1m_micros, output_price_per_1m_micros, input_tokens, max_output_tokens,
+       reserved_micros, status, created_at, expires_at, subscription_id, pricing_model, period_index,
+       included_tokens, overage_price_per_1m_micros, included_claim)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?, ?, ?, ?)
+     on conflict (request_id) do nothing returning id`,
+    [
+      reservationId,
+      req.requestId,
+      req.accountId,
+      req.keyId,
+      req.modelId,
+      req.provider,
+      req.hosterId,
+      hold.inputPricePer1m,
+      hold.outputPricePer1m,
+      req.inputTokens,
+      hold.maxOutput,
+      hold.reserved,
+      now,
+      new Date(now.getTime() + ctx.config.RESERVATION_TTL_SECONDS * 1000),
+      plan?.subscriptionId ?? null,
+      plan?.pricingModel ?? null,
+      plan?.periodIndex ?? null,
+      plan?.includedTokens ?? null,
+      plan?.overagePricePer1m ?? null,
+      plan?.includedClaim ?? 0n,
+    ],
+  );
+  if (inserted.length === 0) {
+    throw new AppError("invalid_request", "request_id was already authorized.", { param: "request_id" });
+  }
+  return reservationId;
+}

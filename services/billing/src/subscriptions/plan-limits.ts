@@ -1,0 +1,154 @@
+import { AppError } from "@mkt/runtime/errors";
+import { int8, type Em } from "../context.ts";
+import type { Allowance, PlanPrices, PricingModel } from "./plan-pricing.ts";
+
+/** A subscription's terms snapshot as Authorize enforces it (DESIGN.md §3, §4). */
+export interface PlanTerms extends PlanPrices {
+  subscriptionId: string;
+  hosterId: string;
+  periodIndex: number;
+  periodEnd: Date | undefined;
+  rpmLimit: bigint;
+  tpmLimit: bigint;
+  maxConcurrent: bigint;
+  maxOutputTokens: bigint;
+  maxContextTokens: bigint;
+}
+
+/** Plan defaults (DESIGN.md §4); the snapshot always has them, these only guard a missing one. */
+const DEFAULTS = { rpm: 60n, tpm: 100_000n, concurrent: 5n, output: 4096n, context: 8192n };
+const positiveOr = (value: unknown, fallback: bigint) => (int8(value) > 0n ? int8(value) : fallback);
+
+/** Reads the terms out of a locked `subscriptions` row (raw SQL: bigints arrive as text). */
+export function planTerms(row: Record<string, unknown>): PlanTerms {
+  const periodEnd = row.period_end as string | Date | null;
+  return {
+    subscriptionId: row.id as string,
+    hosterId: (row.hoster_id as string | null) ?? "",
+    pricingModel: row.pricing_model as PricingModel,
+    inputPricePer1m: int8(row.input_price_per_1m_micros),
+    outputPricePer1m: int8(row.output_price_per_1m_micros),
+    overagePricePer1m: int8(row.overage_price_per_1m_micros),
+    includedTokens: int8(row.included_tokens),
+    periodIndex: Number(row.period_index),
+    periodEnd: periodEnd === null ? undefined : new Date(periodEnd),
+    rpmLimit: positiveOr(row.rpm_limit, DEFAULTS.rpm),
+    tpmLimit: positiveOr(row.tpm_limit, DEFAULTS.tpm),
+    maxConcurrent: positiveOr(row.max_concurrent, DEFAULTS.concurrent),
+    maxOutputTokens: positiveOr(row.max_output_tokens, DEFAULTS.output),
+    maxContextTokens: positiveOr(row.max_context_tokens, DEFAULTS.context),
+  };
+}
+
+export interface SubscriberState extends Allowance {
+  /** Requests of the subscription holding a concurrency slot. */
+  slots: bigint;
+  /** Requests admitted in the current minute, this one included (rpm). */
+  minuteRequests: bigint;
+  /** Worst-case tokens of the minute's admitted requests, this one not yet included (tpm). */
+  minuteTokens: bigint;
+}
+
+/**
+ * One statement, run once the subscription row is locked (so every admitted request of this
+ * subscriber is visible): counts this request in the subscriber's current minute and reads its
+ * requests in flight and the current period's use. A reservation holds a slot until ReleaseSlot,
+ * settlement or expiry; one past its deadline holds nothing even before the sweeper gets to it,
+ * so a lost ReleaseSlot cannot hold a slot forever.
+ */
+export async function admitToPlan(em: Em, plan: PlanTerms, minuteStart: Date, now: Date): Promise<SubscriberState> {
+  const [row] = await em.execute(
+    `with minute as (
+       insert into subscription_rate_counters (subscription_id, window_start, requests, tokens) values (?, ?, 1, 0)
+       on conflict (subscription_id, window_start) do update set requests = subscription_rate_counters.requests + 1
+       returning requests, tokens
+     ), held as (
+       select count(*) filter (where slot_released_at is null) as slots,
+         coalesce(sum(included_claim) filter (where period_index = ?), 0) as claimed
+       from reservations where subscription_id = ? and status = 'held' and expires_at > ?
+     )
+     select minute.requests, minute.tokens, held.slots, held.claimed, u.used_tokens, u.overage_tokens
+     from minute cross join held
+       left join subscription_usage u on u.subscription_id = ? and u.period_index = ?`,
+    [
+      plan.subscriptionId,
+      minuteStart,
+      plan.periodIndex,
+      plan.subscriptionId,
+      now,
+      plan.subscriptionId,
+      plan.periodIndex,
+    ],
+  );
+  return {
+    slots: int8(row?.slots),
+    claimedTokens: int8(row?.claimed),
+    usedTokens: int8(row?.used_tokens),
+    overageTokens: int8(row?.overage_tokens),
+    minuteRequests: int8(row?.requests),
+    minuteTokens: int8(row?.tokens),
+  };
+}
+
+/** Adds an admitted request's worst case (prompt + output cap) to the minute's tokens (tpm). */
+export async function countPlanTokens(em: Em, subscriptionId: string, minuteStart: Date, tokens: bigint) {
+  await em.execute(
+    `update subscription_rate_counters set tokens = tokens + ? where subscription_id = ? and window_start = ?`,
+    [tokens, subscriptionId, minuteStart],
+  );
+}
+
+export function requestRateRefusal(limit: bigint, resetSeconds: number): AppError {
+  return new AppError(
+    "rate_limit_exceeded",
+    `Rate limit reached for this subscription: ${limit} requests per minute. Try again in ${resetSeconds}s.`,
+    {
+      headers: {
+        "retry-after": String(resetSeconds),
+        "x-ratelimit-limit-requests": String(limit),
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": `${resetSeconds}s`,
+      },
+    },
+  );
+}
+
+/** `needed` is what this request counts: its prompt plus max_tokens (or one output token). */
+export function tokenRateRefusal(limit: bigint, remaining: bigint, needed: bigint, resetSeconds: number): AppError {
+  const left = remaining > 0n ? remaining : 0n;
+  const hint =
+    needed > limit
+      ? "This request alone is larger than the limit; shorten the prompt or lower max_tokens."
+      : `Try again in ${resetSeconds}s.`;
+  return new AppError(
+    "rate_limit_exceeded",
+    `Token rate limit reached for this subscription: ${limit} tokens per minute, ${left} left this minute, and this request counts ${needed} (prompt plus output cap). ${hint}`,
+    {
+      headers: {
+        "retry-after": String(resetSeconds),
+        "x-ratelimit-limit-tokens": String(limit),
+        "x-ratelimit-remaining-tokens": String(left),
+        "x-ratelimit-reset-tokens": `${resetSeconds}s`,
+      },
+    },
+  );
+}
+
+export function concurrencyRefusal(limit: bigint): AppError {
+  return new AppError(
+    "concurrency_limit_exceeded",
+    `This subscription allows ${limit} request${limit === 1n ? "" : "s"} at a time; wait for one to finish.`,
+    { headers: { "retry-after": "1" } },
+  );
+}
+
+export function includedTokensRefusal(plan: PlanTerms, now: Date): AppError {
+  const end = plan.periodEnd;
+  const seconds = end ? Math.max(1, Math.ceil((end.getTime() - now.getTime()) / 1000)) : 60;
+  return new AppError(
+    "included_tokens_exhausted",
+    `This subscription's ${plan.includedTokens} included tokens for the current period are used up` +
+      (end ? `; they renew at ${end.toISOString()}.` : "."),
+    { headers: { "retry-after": String(seconds) } },
+  );
+}
