@@ -16,8 +16,10 @@ import { installValidation } from "./plugins/validation.ts";
 import { accountRoutes } from "./routes/accounts.ts";
 import { adminRoutes } from "./routes/admin.ts";
 import { chatCompletionRoutes } from "./routes/chat-completions.ts";
+import { earningsRoutes } from "./routes/earnings.ts";
 import { healthRoutes, type Readiness } from "./routes/health.ts";
 import { hosterRoutes } from "./routes/hosters.ts";
+import { hosterSubscriberRoutes } from "./routes/hoster-subscribers.ts";
 import { keyRoutes } from "./routes/keys.ts";
 import { modelRoutes } from "./routes/models.ts";
 import { productRoutes } from "./routes/products.ts";
@@ -92,6 +94,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   sessionRoutes(app, routeDeps);
   hosterRoutes(app, routeDeps);
   productRoutes(app, routeDeps);
+  hosterSubscriberRoutes(app, routeDeps);
+  earningsRoutes(app, routeDeps);
   adminRoutes(app, routeDeps, adminAuth(deps.config.ADMIN_TOKEN));
   return app;
 }

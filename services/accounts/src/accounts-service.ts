@@ -2,7 +2,7 @@ import { unary } from "@mkt/runtime/grpc-server";
 import type { AccountsServiceServer } from "@mkt/proto/accounts/v1/accounts";
 import type { AccountsContext } from "./context.ts";
 import { createAccount } from "./accounts/create-account.ts";
-import { getAccount } from "./accounts/get-account.ts";
+import { getAccount, getAccounts } from "./accounts/get-account.ts";
 import { authenticate } from "./keys/authenticate.ts";
 import { createApiKey, listApiKeys } from "./keys/api-keys.ts";
 import { revokeApiKey } from "./keys/revoke-api-key.ts";
@@ -25,6 +25,7 @@ export function accountsService(ctx: AccountsContext): AccountsServiceServer {
     issueScopedKey: unary(log, "IssueScopedKey", (req) => issueScopedKey(ctx, req)),
     revokeScopedKey: unary(log, "RevokeScopedKey", (req) => revokeScopedKey(ctx, req)),
     getAccount: unary(log, "GetAccount", (req) => getAccount(ctx, req.accountId)),
+    getAccounts: unary(log, "GetAccounts", (req) => getAccounts(ctx, req.accountIds)),
     createInvite: unary(log, "CreateInvite", () => createInvite(ctx)),
     checkInvite: unary(log, "CheckInvite", async (req) => {
       await checkInvite(ctx, attempts, req);

@@ -11,6 +11,10 @@ import { spendableBalance, usageSummary } from "./usage/usage-summary.ts";
 import { usageTokens } from "./usage/usage-tokens.ts";
 import { cancelSubscription, listSubscriptions } from "./subscriptions/cancel-subscription.ts";
 import { createSubscription } from "./subscriptions/create-subscription.ts";
+import { pauseSubscription, resumeSubscription } from "./subscriptions/pause-subscription.ts";
+import { renewDueSubscriptions } from "./subscriptions/renewal-scheduler.ts";
+import { hosterEarnings, hosterEarningsByModel } from "./earnings/hoster-earnings.ts";
+import { listHosterSubscribers } from "./earnings/hoster-subscribers.ts";
 
 /** The BillingService gRPC handlers. */
 export function billingService(ctx: BillingContext, log: Logger): BillingServiceServer {
@@ -27,9 +31,24 @@ export function billingService(ctx: BillingContext, log: Logger): BillingService
     getBalance: unary(log, "GetBalance", async (req) => ({
       creditBalanceMicros: await spendableBalance(ctx, req.accountId),
     })),
-    addCredits: unary(log, "AddCredits", (req) => addCredits(ctx, req)),
+    addCredits: unary(log, "AddCredits", async (req) => {
+      const added = await addCredits(ctx, req);
+      // A top-up is when a past-due subscription can be paid: renew the account's due ones now
+      // rather than at the next pass. The answer's balance is then what is left after them.
+      const renewed = await renewDueSubscriptions(ctx, ctx.clock(), req.accountId).catch((err: unknown) => {
+        log.warn({ err, accountId: req.accountId }, "renewal after a top-up failed; the next pass retries");
+        return { renewed: 0 };
+      });
+      if (renewed.renewed === 0) return added;
+      return { ...added, creditBalanceMicros: await spendableBalance(ctx, req.accountId) };
+    }),
     createSubscription: unary(log, "CreateSubscription", (req) => createSubscription(ctx, req)),
     listSubscriptions: unary(log, "ListSubscriptions", (req) => listSubscriptions(ctx, req.accountId)),
     cancelSubscription: unary(log, "CancelSubscription", (req) => cancelSubscription(ctx, req)),
+    pauseSubscription: unary(log, "PauseSubscription", (req) => pauseSubscription(ctx, req)),
+    resumeSubscription: unary(log, "ResumeSubscription", (req) => resumeSubscription(ctx, req)),
+    getHosterEarnings: unary(log, "GetHosterEarnings", (req) => hosterEarnings(ctx, req)),
+    getHosterEarningsByModel: unary(log, "GetHosterEarningsByModel", (req) => hosterEarningsByModel(ctx, req)),
+    listHosterSubscribers: unary(log, "ListHosterSubscribers", (req) => listHosterSubscribers(ctx, req.hosterId)),
   };
 }

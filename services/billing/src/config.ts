@@ -69,6 +69,9 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
       SETTLE_BATCH_SIZE: intBetween(1, 10_000)({ default: 500 }),
       // Usage records per message of an ExportUsage stream (one keyset-paginated query each).
       USAGE_EXPORT_BATCH_SIZE: intBetween(1, 50_000)({ default: 5_000 }),
+      // How often each replica looks for subscriptions whose period has ended (and retries past-due
+      // ones). A renewal happens at most this long after period_end; replicas never double-charge.
+      RENEWAL_INTERVAL_MS: intBetween(1_000, 24 * 3600_000)({ default: 60_000 }),
       // The subscription saga asks accounts for scoped keys and registry for plans.
       ACCOUNTS_ADDR: str({ default: "127.0.0.1:50051" }),
       REGISTRY_ADDR: str({ default: "127.0.0.1:50053" }),

@@ -6,6 +6,7 @@ import { RateCounter } from "./rate-limits/rate-counter.entity.ts";
 import { UsageRecord } from "./usage/usage-record.entity.ts";
 import { UsageHourly } from "./usage/usage-hourly.entity.ts";
 import { Subscription } from "./subscriptions/subscription.entity.ts";
+import { SubscriptionRateCounter, SubscriptionUsage } from "./subscriptions/subscription-usage.entity.ts";
 
 /** Every entity of the billing schema, for openDatabase. */
 export const entities = [
@@ -17,4 +18,6 @@ export const entities = [
   UsageRecord,
   UsageHourly,
   Subscription,
+  SubscriptionUsage,
+  SubscriptionRateCounter,
 ] as unknown as EntitySchema[];

@@ -15,6 +15,7 @@ import { billingService } from "./billing-service.ts";
 import { startSettlementConsumer } from "./settlement/settlement-consumer.ts";
 import { startSweeper, sweepExpiredReservations, type SweepResult } from "./reservations/reservation-sweeper.ts";
 import { startSubscriptionJanitor, tidySubscriptions, type TidyResult } from "./subscriptions/subscription-janitor.ts";
+import { startRenewalScheduler, type RenewalResult } from "./subscriptions/renewal-scheduler.ts";
 
 export interface BillingOptions {
   /** The clock for windows, holds and expiry; tests set it. */
@@ -23,6 +24,8 @@ export interface BillingOptions {
   sweepIntervalMs?: number;
   /** How often abandoned subscription attempts, unrevoked keys and expired secrets are tidied. */
   janitorIntervalMs?: number;
+  /** Overrides RENEWAL_INTERVAL_MS (tests run passes themselves with renewSubscriptions). */
+  renewalIntervalMs?: number;
 }
 
 export interface BillingHandle {
@@ -31,6 +34,8 @@ export interface BillingHandle {
   sweepExpiredReservations(): Promise<SweepResult>;
   /** Runs one subscription janitor pass now. */
   tidySubscriptions(): Promise<TidyResult>;
+  /** Runs one renewal pass now, as of `now` (billing's clock by default). */
+  renewSubscriptions(now?: Date): Promise<RenewalResult>;
   /** Stop accepting → finish the settling batch → nats.drain() → orm.close(). */
   close(): Promise<void>;
 }
@@ -78,9 +83,11 @@ export async function startBilling(
   );
   const stopSweeper = startSweeper(ctx, () => settler.isIdle(), options.sweepIntervalMs ?? 30_000);
   const stopJanitor = startSubscriptionJanitor(ctx, options.janitorIntervalMs ?? 60_000);
+  const renewals = startRenewalScheduler(ctx, options.renewalIntervalMs ?? config.RENEWAL_INTERVAL_MS);
   const grpc = await startGrpcServer(config.GRPC_HOST, config.GRPC_PORT, [
     [BillingServiceService, billingService(ctx, log)],
   ]).catch(async (err: unknown) => {
+    await renewals.stop();
     await stopJanitor();
     await stopSweeper();
     await settler.stop();
@@ -95,8 +102,10 @@ export async function startBilling(
     port: grpc.port,
     sweepExpiredReservations: () => sweepExpiredReservations(ctx, () => settler.isIdle()),
     tidySubscriptions: () => tidySubscriptions(ctx),
+    renewSubscriptions: (now?: Date) => renewals.runOnce(now),
     async close() {
       await grpc.close();
+      await renewals.stop();
       await stopJanitor();
       await stopSweeper();
       await settler.stop();

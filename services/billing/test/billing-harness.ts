@@ -47,6 +47,7 @@ export async function startTestBilling(env: Record<string, string> = {}, options
   const billing = await startBilling(config, createLogger("billing-test", process.env.TEST_LOG_LEVEL ?? "silent"), {
     sweepIntervalMs: 3_600_000, // tests call the sweep themselves
     janitorIntervalMs: 3_600_000, // and the subscription janitor
+    renewalIntervalMs: 3_600_000, // and renewal passes, at the times they choose
     ...options,
   });
   const grpcClient = createClient(BillingServiceClient, `127.0.0.1:${billing.port}`);

@@ -6,6 +6,8 @@ import {
   RegistryServiceService,
   type GetProductRequest,
   type GetProductResponse,
+  type ListProductsRequest,
+  type ListProductsResponse,
   type Product,
   type ProductTerms,
 } from "@mkt/proto/registry/v1/registry";
@@ -28,15 +30,24 @@ export async function startRegistryDouble(log: Logger) {
           if (!found) throw new AppError("not_found", "No such product.");
           return { product: found.product, hosterName: found.hosterName, hosterStatus: "healthy" };
         }),
+        listProducts: unary(log, "ListProducts", async (req: ListProductsRequest): Promise<ListProductsResponse> => {
+          if (failing) throw new AppError("service_unavailable", "registry is down");
+          const mine = [...products.values()].filter((found) => found.product.hosterId === req.hosterId);
+          return { products: mine.map((found) => found.product) };
+        }),
       },
     ],
   ]);
   return Object.assign(handle, {
-    /** Adds a plan of a new hoster; limits default as DESIGN.md §4 says. */
-    addProduct(terms: Partial<ProductTerms> & Pick<ProductTerms, "pricingModel">, status = "active"): Product {
+    /** Adds a plan (of a new hoster unless one is given); limits default as DESIGN.md §4 says. */
+    addProduct(
+      terms: Partial<ProductTerms> & Pick<ProductTerms, "pricingModel">,
+      status = "active",
+      hosterId: string = randomUUID(),
+    ): Product {
       const product: Product = {
         productId: randomUUID(),
-        hosterId: randomUUID(),
+        hosterId,
         status,
         createdAt: new Date().toISOString(),
         updatedAt: new Date().toISOString(),
@@ -58,6 +69,10 @@ export async function startRegistryDouble(log: Logger) {
       };
       products.set(product.productId, { product, hosterName: "Test Hoster" });
       return product;
+    },
+    /** Archives a plan: GetProduct still answers it, with its last terms. */
+    archiveProduct(productId: string) {
+      products.get(productId)!.product.status = "archived";
     },
     /** Changes a plan's terms in place (a hoster's edit). */
     editProduct(productId: string, terms: Partial<ProductTerms>) {

@@ -1,14 +1,49 @@
 import { AppError } from "@mkt/runtime/errors";
 import { splitRevenue } from "@mkt/runtime/money";
-import type { BillingContext } from "../context.ts";
+import type { BillingContext, Em } from "../context.ts";
 import { formatUsd, ledgerAccounts, lockWallet, openWallet, postEntry } from "../wallets/ledger.ts";
 import { addCalendarMonth } from "./calendar-month.ts";
 import { monthlyCharge, type Plan } from "./plan.ts";
 import { Subscription, type SubscriptionRow } from "./subscription.entity.ts";
+import { SNAPSHOT_SET, snapshotParams } from "./terms-snapshot.ts";
 
-/** The journal reference of a subscription's fee for one period (period 1 is the first). */
+/**
+ * The journal reference of a subscription's fee for one period (period 1 is the first). Unique
+ * with the kind, it makes each period's charge exactly-once; earnings reports read the
+ * subscription back from it (the part before the colon).
+ */
 export function feeReference(subscriptionId: string, periodIndex: number): string {
   return `${subscriptionId}:${periodIndex}`;
+}
+
+/**
+ * Charges one period's fee, already checked against the spendable balance: one
+ * `subscription_fee` entry (customer −price, platform floor(20%), hoster the rest, DESIGN.md §3),
+ * dated `at`, and the wallet's posted balance. The entry is unique per (subscription, period), so
+ * finding it already posted means the period was charged: that is a bug in the caller's locking.
+ */
+export async function postFee(
+  em: Em,
+  fee: { subscriptionId: string; periodIndex: number; accountId: string; hosterId: string },
+  price: bigint,
+  at: Date,
+): Promise<void> {
+  // Every paid plan is a hoster's: 80% to the hoster, floor(20%) to the platform.
+  const { platformFee, hosterEarned } = splitRevenue(price, true);
+  const reference = feeReference(fee.subscriptionId, fee.periodIndex);
+  const posted = await postEntry(
+    em,
+    "subscription_fee",
+    reference,
+    [
+      [ledgerAccounts.customer(fee.accountId), -price],
+      [ledgerAccounts.revenue, platformFee],
+      [ledgerAccounts.hoster(fee.hosterId), hosterEarned],
+    ],
+    at,
+  );
+  if (!posted) throw new Error(`subscription fee ${reference} is already posted`);
+  await em.execute(`update wallets set posted_micros = posted_micros - ? where account_id = ?`, [price, fee.accountId]);
 }
 
 /**
@@ -21,11 +56,15 @@ export async function activateSubscription(
   ctx: BillingContext,
   subscriptionId: string,
   plan: Plan,
+  keyId: string,
 ): Promise<{ row: SubscriptionRow; activated: boolean }> {
   return ctx.orm.em.fork().transactional(async (em) => {
     const [locked] = await em.execute(`select * from subscriptions where id = ? for update`, [subscriptionId]);
     const row = em.map(Subscription, locked!);
     if (row.status !== "pending") return { row, activated: false };
+
+    // The first period's anchor: renewals count whole months from it (calendar-month.ts).
+    const start = ctx.clock();
 
     const price = monthlyCharge(plan.terms);
     if (price > 0n) {
@@ -38,49 +77,19 @@ export async function activateSubscription(
           `Insufficient credits: your balance is ${formatUsd(available)} and this plan costs ${formatUsd(price)} per month.`,
         );
       }
-      // Every paid plan is a hoster's: 80% to the hoster, floor(20%) to the platform (DESIGN.md §3).
-      const { platformFee, hosterEarned } = splitRevenue(price, true);
-      const posted = await postEntry(em, "subscription_fee", feeReference(row.id, 1), [
-        [ledgerAccounts.customer(row.accountId), -price],
-        [ledgerAccounts.revenue, platformFee],
-        [ledgerAccounts.hoster(plan.hosterId), hosterEarned],
-      ]);
-      if (!posted) throw new Error(`the first fee of pending subscription ${row.id} is already posted`);
-      await em.execute(`update wallets set posted_micros = posted_micros - ? where account_id = ?`, [
+      await postFee(
+        em,
+        { subscriptionId: row.id, periodIndex: 1, accountId: row.accountId, hosterId: plan.hosterId },
         price,
-        row.accountId,
-      ]);
+        start,
+      );
     }
 
-    const start = ctx.clock();
-    const t = plan.terms;
     const [activated] = await em.execute(
-      `update subscriptions set status = 'active', hoster_id = ?, product_name = ?, hoster_name = ?,
-         pricing_model = ?, monthly_price_micros = ?, included_tokens = ?, input_price_per_1m_micros = ?,
-         output_price_per_1m_micros = ?, overage_price_per_1m_micros = ?, rpm_limit = ?, tpm_limit = ?,
-         max_concurrent = ?, max_output_tokens = ?, max_context_tokens = ?,
+      `update subscriptions set status = 'active', ${SNAPSHOT_SET}, key_id = ?,
          period_index = 1, period_start = ?, period_end = ?, activated_at = ?
        where id = ? returning *`,
-      [
-        plan.hosterId,
-        t.name,
-        plan.hosterName,
-        t.pricingModel,
-        t.monthlyPriceMicros,
-        t.includedTokens,
-        t.inputPricePer1mMicros,
-        t.outputPricePer1mMicros,
-        t.overagePricePer1mMicros,
-        t.rpmLimit,
-        t.tpmLimit,
-        t.maxConcurrent,
-        t.maxOutputTokens,
-        t.maxContextTokens,
-        start,
-        addCalendarMonth(start),
-        start,
-        row.id,
-      ],
+      [...snapshotParams(plan), keyId, start, addCalendarMonth(start), start, row.id],
     );
     return { row: em.map(Subscription, activated!), activated: true };
   });

@@ -106,7 +106,7 @@ async function runSaga(ctx: BillingContext, row: SubscriptionRow, secret: string
     );
     // Revoked already: this attempt was given up (by a racing retry or the janitor) meanwhile.
     if (!key || key.revokedAt !== "") throw incomplete();
-    outcome = await activateSubscription(ctx, row.id, plan);
+    outcome = await activateSubscription(ctx, row.id, plan, key.keyId);
   } catch (err) {
     const settled = await abandon(ctx, row, secret, err).catch((abandonErr: unknown) => {
       // The row stays pending; the janitor gives it up (and revokes its key) later.

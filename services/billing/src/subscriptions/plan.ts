@@ -28,21 +28,27 @@ export function monthlyCharge(terms: ProductTerms): bigint {
  * §3 closes it to new ones; saying so beats pretending it is gone).
  */
 export async function fetchPlan(ctx: BillingContext, productId: string): Promise<Plan> {
+  const { plan, status } = await fetchProduct(ctx, productId);
+  if (status !== "active") {
+    throw new AppError("invalid_request", "This plan is archived and takes no new subscribers.", {
+      param: "product_id",
+    });
+  }
+  return plan;
+}
+
+/** The plan from registry as it is now, archived or not (renewal charges an archived plan's last terms). */
+export async function fetchProduct(ctx: BillingContext, productId: string): Promise<{ plan: Plan; status: string }> {
   const res = await ctx.registry.getProduct({ productId }, { timeoutMs: 10_000 }).catch((err: unknown) => {
     if (err instanceof AppError && err.code === "not_found") throw productNotFound();
     throw err;
   });
   const product = res.product;
   if (!product?.terms) throw productNotFound();
-  if (product.status !== "active") {
-    throw new AppError("invalid_request", "This plan is archived and takes no new subscribers.", {
-      param: "product_id",
-    });
-  }
   const terms = product.terms;
   // Registry validates plans; a malformed one here is a bug there, not the customer's fault.
   if (!isUuid(product.hosterId) || !PRICING_MODELS.has(terms.pricingModel) || terms.monthlyPriceMicros < 0n) {
     throw new Error(`registry returned a malformed plan ${productId}`);
   }
-  return { productId, hosterId: product.hosterId, hosterName: res.hosterName, terms };
+  return { plan: { productId, hosterId: product.hosterId, hosterName: res.hosterName, terms }, status: product.status };
 }

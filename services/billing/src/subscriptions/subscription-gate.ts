@@ -6,15 +6,24 @@ export const PAUSED_MESSAGE = "Your access has been temporarily paused by the ho
 /**
  * Authorize's check of a scoped key's subscription (DESIGN.md §2): read in the request's own
  * transaction, so a cancellation is refused synchronously, whatever an edge's principal cache
- * still holds. Anything but a live subscription of this account is an invalid key.
+ * still holds. Anything but a live subscription of this account is an invalid key. The row is
+ * locked for the rest of the transaction (its plan limits are checked against it, and the lock
+ * serializes the subscriber's concurrent Authorize calls) and returned, terms snapshot included.
  */
-export async function checkSubscription(em: Em, accountId: string, subscriptionId: string): Promise<void> {
+export async function checkSubscription(
+  em: Em,
+  accountId: string,
+  subscriptionId: string,
+): Promise<Record<string, unknown>> {
   const [row] = isUuid(subscriptionId)
-    ? await em.execute(`select status from subscriptions where id = ? and account_id = ?`, [subscriptionId, accountId])
+    ? await em.execute(`select * from subscriptions where id = ? and account_id = ? for update`, [
+        subscriptionId,
+        accountId,
+      ])
     : [];
   switch (row?.status) {
     case "active":
-      return;
+      return row!;
     case "paused":
       throw new AppError("subscription_paused", PAUSED_MESSAGE);
     case "past_due":

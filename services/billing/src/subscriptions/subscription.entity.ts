@@ -33,6 +33,10 @@ export const Subscription = defineEntity({
     periodStart: p.datetime().nullable(),
     periodEnd: p.datetime().nullable(),
     sealedApiKey: p.text().nullable(),
+    /** The scoped key's id (accounts): usage records carry it, so the hoster's reports find the subscription. */
+    keyId: p.text().nullable(),
+    /** Set while the plan's hoster has paused the subscriber; kept through past_due and renewals. */
+    hosterPausedAt: p.datetime().nullable(),
     keyRequestedAt: p.datetime().nullable(),
     keyRevokedAt: p.datetime().nullable(),
     failureCode: p.text().nullable(),

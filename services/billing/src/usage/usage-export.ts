@@ -63,9 +63,11 @@ async function readBatch(em: Em, accountId: string, window: ReportWindow, after:
 /**
  * ExportUsage: streams every usage record of the window (failed requests included), oldest
  * first, one keyset page per message. The next page is read while the current one is being sent,
- * and a full transport buffer pauses the reading, so memory stays at about two pages whatever the
- * export's size. Pages are separate statements, not one long transaction: a record settled during
- * the export may or may not appear, but none appears twice or is skipped among those already there.
+ * and a full transport buffer pauses the reading, so memory stays bounded whatever the export's
+ * size: the page being read plus the messages grpc-js queues before write() reports a full
+ * buffer (16, its object-mode high-water mark) while the client's flow-control window is shut.
+ * Pages are separate statements, not one long transaction: a record settled during the export
+ * may or may not appear, but none appears twice or is skipped among those already there.
  */
 export async function exportUsage(ctx: BillingContext, call: ExportCall): Promise<void> {
   const { accountId } = call.request;

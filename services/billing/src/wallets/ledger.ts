@@ -17,28 +17,31 @@ export type EntryKind = "grant" | "usage" | "top_up" | "subscription_fee";
 /**
  * Writes one balanced journal entry, exactly once per (kind, reference): returns false, writing
  * nothing, when that entry already exists. Zero legs are left out; the legs must sum to zero.
+ * `at` dates the entry and its postings (billing's clock, which reports window on); without it
+ * they take the transaction's time.
  */
 export async function postEntry(
   em: Em,
   kind: EntryKind,
   reference: string,
   legs: Array<[ledgerAccount: string, amount: Micros]>,
+  at?: Date,
 ): Promise<boolean> {
   const sum = legs.reduce((total, [, amount]) => total + amount, 0n);
   if (sum !== 0n) throw new Error(`unbalanced journal entry ${kind}:${reference} (sum ${sum})`);
   const entryId = newId();
   const inserted = await em.execute(
-    `insert into journal_entries (id, kind, reference) values (?, ?, ?)
+    `insert into journal_entries (id, kind, reference, created_at) values (?, ?, ?, coalesce(?::timestamptz, now()))
      on conflict (kind, reference) do nothing returning id`,
-    [entryId, kind, reference],
+    [entryId, kind, reference, at ?? null],
   );
   if (inserted.length === 0) return false;
   const nonZero = legs.filter(([, amount]) => amount !== 0n);
   if (nonZero.length > 0) {
-    const values = nonZero.map(() => "(?, ?, ?, ?)").join(", ");
-    const params = nonZero.flatMap(([account, amount]) => [newId(), entryId, account, amount]);
+    const values = nonZero.map(() => "(?, ?, ?, ?, coalesce(?::timestamptz, now()))").join(", ");
+    const params = nonZero.flatMap(([account, amount]) => [newId(), entryId, account, amount, at ?? null]);
     await em.execute(
-      `insert into ledger_postings (id, entry_id, ledger_account, amount_micros) values ${values}`,
+      `insert into ledger_postings (id, entry_id, ledger_account, amount_micros, created_at) values ${values}`,
       params,
     );
   }

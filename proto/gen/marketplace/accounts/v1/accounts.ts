@@ -144,6 +144,14 @@ export interface GetAccountResponse {
   account?: Account | undefined;
 }
 
+export interface GetAccountsRequest {
+  accountIds: string[];
+}
+
+export interface GetAccountsResponse {
+  accounts: Account[];
+}
+
 export interface CreateInviteRequest {
 }
 
@@ -2108,6 +2116,148 @@ export const GetAccountResponse: MessageFns<GetAccountResponse> = {
   },
 };
 
+function createBaseGetAccountsRequest(): GetAccountsRequest {
+  return { accountIds: [] };
+}
+
+export const GetAccountsRequest: MessageFns<GetAccountsRequest> = {
+  encode(message: GetAccountsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.accountIds) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetAccountsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetAccountsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetAccountsRequest {
+    return {
+      accountIds: globalThis.Array.isArray(object?.accountIds)
+        ? object.accountIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.account_ids)
+        ? object.account_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: GetAccountsRequest): unknown {
+    const obj: any = {};
+    if (message.accountIds?.length) {
+      obj.accountIds = message.accountIds;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetAccountsRequest>, I>>(base?: I): GetAccountsRequest {
+    return GetAccountsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetAccountsRequest>, I>>(object: I): GetAccountsRequest {
+    const message = createBaseGetAccountsRequest();
+    message.accountIds = object.accountIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseGetAccountsResponse(): GetAccountsResponse {
+  return { accounts: [] };
+}
+
+export const GetAccountsResponse: MessageFns<GetAccountsResponse> = {
+  encode(message: GetAccountsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.accounts) {
+      Account.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetAccountsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetAccountsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accounts.push(Account.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetAccountsResponse {
+    return {
+      accounts: globalThis.Array.isArray(object?.accounts) ? object.accounts.map((e: any) => Account.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: GetAccountsResponse): unknown {
+    const obj: any = {};
+    if (message.accounts?.length) {
+      obj.accounts = message.accounts.map((e) => Account.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetAccountsResponse>, I>>(base?: I): GetAccountsResponse {
+    return GetAccountsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetAccountsResponse>, I>>(object: I): GetAccountsResponse {
+    const message = createBaseGetAccountsResponse();
+    message.accounts = object.accounts?.map((e) => Account.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 function createBaseCreateInviteRequest(): CreateInviteRequest {
   return {};
 }
@@ -3368,6 +3518,16 @@ export const AccountsServiceService = {
     responseSerialize: (value: GetAccountResponse): Buffer => Buffer.from(GetAccountResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetAccountResponse => GetAccountResponse.decode(value),
   },
+  /** Several accounts by id in one call (at most 1000 ids); unknown and malformed ids are left out. */
+  getAccounts: {
+    path: "/marketplace.accounts.v1.AccountsService/GetAccounts" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetAccountsRequest): Buffer => Buffer.from(GetAccountsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetAccountsRequest => GetAccountsRequest.decode(value),
+    responseSerialize: (value: GetAccountsResponse): Buffer => Buffer.from(GetAccountsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetAccountsResponse => GetAccountsResponse.decode(value),
+  },
   /** Creates a single-use hoster invite code (the code is returned only here; a hash is stored). */
   createInvite: {
     path: "/marketplace.accounts.v1.AccountsService/CreateInvite" as const,
@@ -3481,6 +3641,8 @@ export interface AccountsServiceServer extends UntypedServiceImplementation {
   revokeScopedKey: handleUnaryCall<RevokeScopedKeyRequest, RevokeScopedKeyResponse>;
   /** One account by id (admin operations check the account exists). Error: not_found. */
   getAccount: handleUnaryCall<GetAccountRequest, GetAccountResponse>;
+  /** Several accounts by id in one call (at most 1000 ids); unknown and malformed ids are left out. */
+  getAccounts: handleUnaryCall<GetAccountsRequest, GetAccountsResponse>;
   /** Creates a single-use hoster invite code (the code is returned only here; a hash is stored). */
   createInvite: handleUnaryCall<CreateInviteRequest, CreateInviteResponse>;
   /**
@@ -3652,6 +3814,22 @@ export interface AccountsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetAccountResponse) => void,
+  ): ClientUnaryCall;
+  /** Several accounts by id in one call (at most 1000 ids); unknown and malformed ids are left out. */
+  getAccounts(
+    request: GetAccountsRequest,
+    callback: (error: ServiceError | null, response: GetAccountsResponse) => void,
+  ): ClientUnaryCall;
+  getAccounts(
+    request: GetAccountsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetAccountsResponse) => void,
+  ): ClientUnaryCall;
+  getAccounts(
+    request: GetAccountsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetAccountsResponse) => void,
   ): ClientUnaryCall;
   /** Creates a single-use hoster invite code (the code is returned only here; a hash is stored). */
   createInvite(

@@ -47,7 +47,9 @@ export interface AuthorizeRequest {
   /**
    * Set when the caller uses a subscription's scoped key: a cancelled subscription is refused
    * (invalid_api_key) whatever the edge's principal cache holds; paused → subscription_paused,
-   * past due → subscription_past_due.
+   * past due → subscription_past_due. The request is then priced and limited by the
+   * subscription's terms snapshot: the route's prices are ignored, and its context window and
+   * output cap are narrowed by the plan's max_context_tokens and max_output_tokens.
    */
   subscriptionId: string;
 }
@@ -57,6 +59,7 @@ export interface AuthorizeResponse {
   reservedMicros: bigint;
   /** The output cap the upstream call must respect. */
   maxOutputTokens: bigint;
+  /** For a scoped key, the account's or the plan's per-minute limit, whichever has less left. */
   rateLimit?: RateLimitStatus | undefined;
 }
 
@@ -283,6 +286,120 @@ export interface CancelSubscriptionRequest {
 
 export interface CancelSubscriptionResponse {
   subscription?: Subscription | undefined;
+}
+
+export interface PauseSubscriptionRequest {
+  hosterId: string;
+  subscriptionId: string;
+}
+
+export interface PauseSubscriptionResponse {
+  subscriber?: HosterSubscriber | undefined;
+}
+
+export interface ResumeSubscriptionRequest {
+  hosterId: string;
+  subscriptionId: string;
+}
+
+export interface ResumeSubscriptionResponse {
+  subscriber?: HosterSubscriber | undefined;
+}
+
+/** A subscriber as its plan's hoster sees it. */
+export interface HosterSubscriber {
+  subscriptionId: string;
+  productId: string;
+  productName: string;
+  /** active | paused | past_due | cancelled */
+  status: string;
+  /** The customer's e-mail, masked in billing: j***@example.com. */
+  emailMasked: string;
+  /** ISO 8601 UTC. */
+  periodEnd: string;
+  /** The subscription's requests and tokens since it started (failed requests count). */
+  requests: bigint;
+  totalTokens: bigint;
+  createdAt: string;
+}
+
+export interface GetHosterEarningsRequest {
+  hosterId: string;
+  /** 1..365. */
+  days: number;
+}
+
+export interface GetHosterEarningsResponse {
+  /** Posted to the hoster in the window: the sum of `by_plan` and of `daily`. */
+  totalEarnedMicros: bigint;
+  /** Everything ever posted to the hoster, minus payouts (none yet). */
+  payableMicros: bigint;
+  payoutThresholdMicros: bigint;
+  payoutEligible: boolean;
+  /** Every plan of the hoster, highest earnings first. */
+  byPlan: PlanEarnings[];
+  /** One entry per UTC day of the window, zero-filled, oldest first. */
+  daily: DailyEarnings[];
+}
+
+export interface PlanEarnings {
+  productId: string;
+  productName: string;
+  pricingModel: string;
+  /** Live subscriptions now (active, paused, past due). */
+  subscribers: bigint;
+  subscriptionFeesMicros: bigint;
+  usageEarnedMicros: bigint;
+  /** subscription_fees_micros + usage_earned_micros. */
+  earnedMicros: bigint;
+}
+
+export interface DailyEarnings {
+  /** YYYY-MM-DD (UTC). */
+  date: string;
+  earnedMicros: bigint;
+}
+
+export interface GetHosterEarningsByModelRequest {
+  hosterId: string;
+  /** 1..365. */
+  days: number;
+}
+
+export interface GetHosterEarningsByModelResponse {
+  /** Highest earnings first. */
+  byModel: ModelEarnings[];
+}
+
+export interface ModelEarnings {
+  modelId: string;
+  requests: bigint;
+  inputTokens: bigint;
+  outputTokens: bigint;
+  /** What customers were charged for these requests. */
+  grossMicros: bigint;
+  /** The hoster's posted shares of them. */
+  earnedMicros: bigint;
+}
+
+export interface ListHosterSubscribersRequest {
+  hosterId: string;
+}
+
+export interface ListHosterSubscribersResponse {
+  /** Every plan of the hoster. */
+  plans: PlanSubscribers[];
+  /** Newest first (live and cancelled; never attempts in progress or failed). */
+  subscribers: HosterSubscriber[];
+}
+
+export interface PlanSubscribers {
+  productId: string;
+  productName: string;
+  /** Live subscriptions now (active, paused, past due). */
+  subscribers: bigint;
+  /** Everything the plan has earned the hoster, all time (fees and per-request shares). */
+  earnedMicros: bigint;
 }
 
 function createBaseAuthorizeRequest(): AuthorizeRequest {
@@ -4509,6 +4626,1827 @@ export const CancelSubscriptionResponse: MessageFns<CancelSubscriptionResponse> 
   },
 };
 
+function createBasePauseSubscriptionRequest(): PauseSubscriptionRequest {
+  return { hosterId: "", subscriptionId: "" };
+}
+
+export const PauseSubscriptionRequest: MessageFns<PauseSubscriptionRequest> = {
+  encode(message: PauseSubscriptionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.subscriptionId !== "") {
+      writer.uint32(18).string(message.subscriptionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PauseSubscriptionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePauseSubscriptionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PauseSubscriptionRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
+    };
+  },
+
+  toJSON(message: PauseSubscriptionRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PauseSubscriptionRequest>, I>>(base?: I): PauseSubscriptionRequest {
+    return PauseSubscriptionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PauseSubscriptionRequest>, I>>(object: I): PauseSubscriptionRequest {
+    const message = createBasePauseSubscriptionRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.subscriptionId = object.subscriptionId ?? "";
+    return message;
+  },
+};
+
+function createBasePauseSubscriptionResponse(): PauseSubscriptionResponse {
+  return { subscriber: undefined };
+}
+
+export const PauseSubscriptionResponse: MessageFns<PauseSubscriptionResponse> = {
+  encode(message: PauseSubscriptionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.subscriber !== undefined) {
+      HosterSubscriber.encode(message.subscriber, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PauseSubscriptionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePauseSubscriptionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.subscriber = HosterSubscriber.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PauseSubscriptionResponse {
+    return { subscriber: isSet(object.subscriber) ? HosterSubscriber.fromJSON(object.subscriber) : undefined };
+  },
+
+  toJSON(message: PauseSubscriptionResponse): unknown {
+    const obj: any = {};
+    if (message.subscriber !== undefined) {
+      obj.subscriber = HosterSubscriber.toJSON(message.subscriber);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PauseSubscriptionResponse>, I>>(base?: I): PauseSubscriptionResponse {
+    return PauseSubscriptionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PauseSubscriptionResponse>, I>>(object: I): PauseSubscriptionResponse {
+    const message = createBasePauseSubscriptionResponse();
+    message.subscriber = (object.subscriber !== undefined && object.subscriber !== null)
+      ? HosterSubscriber.fromPartial(object.subscriber)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseResumeSubscriptionRequest(): ResumeSubscriptionRequest {
+  return { hosterId: "", subscriptionId: "" };
+}
+
+export const ResumeSubscriptionRequest: MessageFns<ResumeSubscriptionRequest> = {
+  encode(message: ResumeSubscriptionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.subscriptionId !== "") {
+      writer.uint32(18).string(message.subscriptionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResumeSubscriptionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResumeSubscriptionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResumeSubscriptionRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ResumeSubscriptionRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ResumeSubscriptionRequest>, I>>(base?: I): ResumeSubscriptionRequest {
+    return ResumeSubscriptionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ResumeSubscriptionRequest>, I>>(object: I): ResumeSubscriptionRequest {
+    const message = createBaseResumeSubscriptionRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.subscriptionId = object.subscriptionId ?? "";
+    return message;
+  },
+};
+
+function createBaseResumeSubscriptionResponse(): ResumeSubscriptionResponse {
+  return { subscriber: undefined };
+}
+
+export const ResumeSubscriptionResponse: MessageFns<ResumeSubscriptionResponse> = {
+  encode(message: ResumeSubscriptionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.subscriber !== undefined) {
+      HosterSubscriber.encode(message.subscriber, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResumeSubscriptionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResumeSubscriptionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.subscriber = HosterSubscriber.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResumeSubscriptionResponse {
+    return { subscriber: isSet(object.subscriber) ? HosterSubscriber.fromJSON(object.subscriber) : undefined };
+  },
+
+  toJSON(message: ResumeSubscriptionResponse): unknown {
+    const obj: any = {};
+    if (message.subscriber !== undefined) {
+      obj.subscriber = HosterSubscriber.toJSON(message.subscriber);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ResumeSubscriptionResponse>, I>>(base?: I): ResumeSubscriptionResponse {
+    return ResumeSubscriptionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ResumeSubscriptionResponse>, I>>(object: I): ResumeSubscriptionResponse {
+    const message = createBaseResumeSubscriptionResponse();
+    message.subscriber = (object.subscriber !== undefined && object.subscriber !== null)
+      ? HosterSubscriber.fromPartial(object.subscriber)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseHosterSubscriber(): HosterSubscriber {
+  return {
+    subscriptionId: "",
+    productId: "",
+    productName: "",
+    status: "",
+    emailMasked: "",
+    periodEnd: "",
+    requests: 0n,
+    totalTokens: 0n,
+    createdAt: "",
+  };
+}
+
+export const HosterSubscriber: MessageFns<HosterSubscriber> = {
+  encode(message: HosterSubscriber, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.subscriptionId !== "") {
+      writer.uint32(10).string(message.subscriptionId);
+    }
+    if (message.productId !== "") {
+      writer.uint32(18).string(message.productId);
+    }
+    if (message.productName !== "") {
+      writer.uint32(26).string(message.productName);
+    }
+    if (message.status !== "") {
+      writer.uint32(34).string(message.status);
+    }
+    if (message.emailMasked !== "") {
+      writer.uint32(42).string(message.emailMasked);
+    }
+    if (message.periodEnd !== "") {
+      writer.uint32(50).string(message.periodEnd);
+    }
+    if (message.requests !== 0n) {
+      if (BigInt.asIntN(64, message.requests) !== message.requests) {
+        throw new globalThis.Error("value provided for field message.requests of type int64 too large");
+      }
+      writer.uint32(56).int64(message.requests);
+    }
+    if (message.totalTokens !== 0n) {
+      if (BigInt.asIntN(64, message.totalTokens) !== message.totalTokens) {
+        throw new globalThis.Error("value provided for field message.totalTokens of type int64 too large");
+      }
+      writer.uint32(64).int64(message.totalTokens);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(74).string(message.createdAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HosterSubscriber {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHosterSubscriber();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.productName = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.emailMasked = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.periodEnd = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.requests = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.totalTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HosterSubscriber {
+    return {
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+      productName: isSet(object.productName)
+        ? globalThis.String(object.productName)
+        : isSet(object.product_name)
+        ? globalThis.String(object.product_name)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      emailMasked: isSet(object.emailMasked)
+        ? globalThis.String(object.emailMasked)
+        : isSet(object.email_masked)
+        ? globalThis.String(object.email_masked)
+        : "",
+      periodEnd: isSet(object.periodEnd)
+        ? globalThis.String(object.periodEnd)
+        : isSet(object.period_end)
+        ? globalThis.String(object.period_end)
+        : "",
+      requests: isSet(object.requests) ? BigInt(object.requests) : 0n,
+      totalTokens: isSet(object.totalTokens)
+        ? BigInt(object.totalTokens)
+        : isSet(object.total_tokens)
+        ? BigInt(object.total_tokens)
+        : 0n,
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+    };
+  },
+
+  toJSON(message: HosterSubscriber): unknown {
+    const obj: any = {};
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    if (message.productName !== "") {
+      obj.productName = message.productName;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.emailMasked !== "") {
+      obj.emailMasked = message.emailMasked;
+    }
+    if (message.periodEnd !== "") {
+      obj.periodEnd = message.periodEnd;
+    }
+    if (message.requests !== 0n) {
+      obj.requests = message.requests.toString();
+    }
+    if (message.totalTokens !== 0n) {
+      obj.totalTokens = message.totalTokens.toString();
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HosterSubscriber>, I>>(base?: I): HosterSubscriber {
+    return HosterSubscriber.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HosterSubscriber>, I>>(object: I): HosterSubscriber {
+    const message = createBaseHosterSubscriber();
+    message.subscriptionId = object.subscriptionId ?? "";
+    message.productId = object.productId ?? "";
+    message.productName = object.productName ?? "";
+    message.status = object.status ?? "";
+    message.emailMasked = object.emailMasked ?? "";
+    message.periodEnd = object.periodEnd ?? "";
+    message.requests = (object.requests !== undefined && object.requests !== null) ? BigInt(object.requests) : 0n;
+    message.totalTokens = (object.totalTokens !== undefined && object.totalTokens !== null)
+      ? BigInt(object.totalTokens)
+      : 0n;
+    message.createdAt = object.createdAt ?? "";
+    return message;
+  },
+};
+
+function createBaseGetHosterEarningsRequest(): GetHosterEarningsRequest {
+  return { hosterId: "", days: 0 };
+}
+
+export const GetHosterEarningsRequest: MessageFns<GetHosterEarningsRequest> = {
+  encode(message: GetHosterEarningsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.days !== 0) {
+      writer.uint32(16).int32(message.days);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHosterEarningsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHosterEarningsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.days = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHosterEarningsRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      days: isSet(object.days) ? globalThis.Number(object.days) : 0,
+    };
+  },
+
+  toJSON(message: GetHosterEarningsRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.days !== 0) {
+      obj.days = Math.round(message.days);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetHosterEarningsRequest>, I>>(base?: I): GetHosterEarningsRequest {
+    return GetHosterEarningsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHosterEarningsRequest>, I>>(object: I): GetHosterEarningsRequest {
+    const message = createBaseGetHosterEarningsRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.days = object.days ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetHosterEarningsResponse(): GetHosterEarningsResponse {
+  return {
+    totalEarnedMicros: 0n,
+    payableMicros: 0n,
+    payoutThresholdMicros: 0n,
+    payoutEligible: false,
+    byPlan: [],
+    daily: [],
+  };
+}
+
+export const GetHosterEarningsResponse: MessageFns<GetHosterEarningsResponse> = {
+  encode(message: GetHosterEarningsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.totalEarnedMicros !== 0n) {
+      if (BigInt.asIntN(64, message.totalEarnedMicros) !== message.totalEarnedMicros) {
+        throw new globalThis.Error("value provided for field message.totalEarnedMicros of type int64 too large");
+      }
+      writer.uint32(8).int64(message.totalEarnedMicros);
+    }
+    if (message.payableMicros !== 0n) {
+      if (BigInt.asIntN(64, message.payableMicros) !== message.payableMicros) {
+        throw new globalThis.Error("value provided for field message.payableMicros of type int64 too large");
+      }
+      writer.uint32(16).int64(message.payableMicros);
+    }
+    if (message.payoutThresholdMicros !== 0n) {
+      if (BigInt.asIntN(64, message.payoutThresholdMicros) !== message.payoutThresholdMicros) {
+        throw new globalThis.Error("value provided for field message.payoutThresholdMicros of type int64 too large");
+      }
+      writer.uint32(24).int64(message.payoutThresholdMicros);
+    }
+    if (message.payoutEligible !== false) {
+      writer.uint32(32).bool(message.payoutEligible);
+    }
+    for (const v of message.byPlan) {
+      PlanEarnings.encode(v!, writer.uint32(42).fork()).join();
+    }
+    for (const v of message.daily) {
+      DailyEarnings.encode(v!, writer.uint32(50).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHosterEarningsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHosterEarningsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.totalEarnedMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.payableMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.payoutThresholdMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.payoutEligible = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.byPlan.push(PlanEarnings.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.daily.push(DailyEarnings.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHosterEarningsResponse {
+    return {
+      totalEarnedMicros: isSet(object.totalEarnedMicros)
+        ? BigInt(object.totalEarnedMicros)
+        : isSet(object.total_earned_micros)
+        ? BigInt(object.total_earned_micros)
+        : 0n,
+      payableMicros: isSet(object.payableMicros)
+        ? BigInt(object.payableMicros)
+        : isSet(object.payable_micros)
+        ? BigInt(object.payable_micros)
+        : 0n,
+      payoutThresholdMicros: isSet(object.payoutThresholdMicros)
+        ? BigInt(object.payoutThresholdMicros)
+        : isSet(object.payout_threshold_micros)
+        ? BigInt(object.payout_threshold_micros)
+        : 0n,
+      payoutEligible: isSet(object.payoutEligible)
+        ? globalThis.Boolean(object.payoutEligible)
+        : isSet(object.payout_eligible)
+        ? globalThis.Boolean(object.payout_eligible)
+        : false,
+      byPlan: globalThis.Array.isArray(object?.byPlan)
+        ? object.byPlan.map((e: any) => PlanEarnings.fromJSON(e))
+        : globalThis.Array.isArray(object?.by_plan)
+        ? object.by_plan.map((e: any) => PlanEarnings.fromJSON(e))
+        : [],
+      daily: globalThis.Array.isArray(object?.daily) ? object.daily.map((e: any) => DailyEarnings.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: GetHosterEarningsResponse): unknown {
+    const obj: any = {};
+    if (message.totalEarnedMicros !== 0n) {
+      obj.totalEarnedMicros = message.totalEarnedMicros.toString();
+    }
+    if (message.payableMicros !== 0n) {
+      obj.payableMicros = message.payableMicros.toString();
+    }
+    if (message.payoutThresholdMicros !== 0n) {
+      obj.payoutThresholdMicros = message.payoutThresholdMicros.toString();
+    }
+    if (message.payoutEligible !== false) {
+      obj.payoutEligible = message.payoutEligible;
+    }
+    if (message.byPlan?.length) {
+      obj.byPlan = message.byPlan.map((e) => PlanEarnings.toJSON(e));
+    }
+    if (message.daily?.length) {
+      obj.daily = message.daily.map((e) => DailyEarnings.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetHosterEarningsResponse>, I>>(base?: I): GetHosterEarningsResponse {
+    return GetHosterEarningsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHosterEarningsResponse>, I>>(object: I): GetHosterEarningsResponse {
+    const message = createBaseGetHosterEarningsResponse();
+    message.totalEarnedMicros = (object.totalEarnedMicros !== undefined && object.totalEarnedMicros !== null)
+      ? BigInt(object.totalEarnedMicros)
+      : 0n;
+    message.payableMicros = (object.payableMicros !== undefined && object.payableMicros !== null)
+      ? BigInt(object.payableMicros)
+      : 0n;
+    message.payoutThresholdMicros =
+      (object.payoutThresholdMicros !== undefined && object.payoutThresholdMicros !== null)
+        ? BigInt(object.payoutThresholdMicros)
+        : 0n;
+    message.payoutEligible = object.payoutEligible ?? false;
+    message.byPlan = object.byPlan?.map((e) => PlanEarnings.fromPartial(e)) || [];
+    message.daily = object.daily?.map((e) => DailyEarnings.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBasePlanEarnings(): PlanEarnings {
+  return {
+    productId: "",
+    productName: "",
+    pricingModel: "",
+    subscribers: 0n,
+    subscriptionFeesMicros: 0n,
+    usageEarnedMicros: 0n,
+    earnedMicros: 0n,
+  };
+}
+
+export const PlanEarnings: MessageFns<PlanEarnings> = {
+  encode(message: PlanEarnings, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.productId !== "") {
+      writer.uint32(10).string(message.productId);
+    }
+    if (message.productName !== "") {
+      writer.uint32(18).string(message.productName);
+    }
+    if (message.pricingModel !== "") {
+      writer.uint32(26).string(message.pricingModel);
+    }
+    if (message.subscribers !== 0n) {
+      if (BigInt.asIntN(64, message.subscribers) !== message.subscribers) {
+        throw new globalThis.Error("value provided for field message.subscribers of type int64 too large");
+      }
+      writer.uint32(32).int64(message.subscribers);
+    }
+    if (message.subscriptionFeesMicros !== 0n) {
+      if (BigInt.asIntN(64, message.subscriptionFeesMicros) !== message.subscriptionFeesMicros) {
+        throw new globalThis.Error("value provided for field message.subscriptionFeesMicros of type int64 too large");
+      }
+      writer.uint32(40).int64(message.subscriptionFeesMicros);
+    }
+    if (message.usageEarnedMicros !== 0n) {
+      if (BigInt.asIntN(64, message.usageEarnedMicros) !== message.usageEarnedMicros) {
+        throw new globalThis.Error("value provided for field message.usageEarnedMicros of type int64 too large");
+      }
+      writer.uint32(48).int64(message.usageEarnedMicros);
+    }
+    if (message.earnedMicros !== 0n) {
+      if (BigInt.asIntN(64, message.earnedMicros) !== message.earnedMicros) {
+        throw new globalThis.Error("value provided for field message.earnedMicros of type int64 too large");
+      }
+      writer.uint32(56).int64(message.earnedMicros);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PlanEarnings {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePlanEarnings();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.productName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pricingModel = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.subscribers = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.subscriptionFeesMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.usageEarnedMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.earnedMicros = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PlanEarnings {
+    return {
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+      productName: isSet(object.productName)
+        ? globalThis.String(object.productName)
+        : isSet(object.product_name)
+        ? globalThis.String(object.product_name)
+        : "",
+      pricingModel: isSet(object.pricingModel)
+        ? globalThis.String(object.pricingModel)
+        : isSet(object.pricing_model)
+        ? globalThis.String(object.pricing_model)
+        : "",
+      subscribers: isSet(object.subscribers) ? BigInt(object.subscribers) : 0n,
+      subscriptionFeesMicros: isSet(object.subscriptionFeesMicros)
+        ? BigInt(object.subscriptionFeesMicros)
+        : isSet(object.subscription_fees_micros)
+        ? BigInt(object.subscription_fees_micros)
+        : 0n,
+      usageEarnedMicros: isSet(object.usageEarnedMicros)
+        ? BigInt(object.usageEarnedMicros)
+        : isSet(object.usage_earned_micros)
+        ? BigInt(object.usage_earned_micros)
+        : 0n,
+      earnedMicros: isSet(object.earnedMicros)
+        ? BigInt(object.earnedMicros)
+        : isSet(object.earned_micros)
+        ? BigInt(object.earned_micros)
+        : 0n,
+    };
+  },
+
+  toJSON(message: PlanEarnings): unknown {
+    const obj: any = {};
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    if (message.productName !== "") {
+      obj.productName = message.productName;
+    }
+    if (message.pricingModel !== "") {
+      obj.pricingModel = message.pricingModel;
+    }
+    if (message.subscribers !== 0n) {
+      obj.subscribers = message.subscribers.toString();
+    }
+    if (message.subscriptionFeesMicros !== 0n) {
+      obj.subscriptionFeesMicros = message.subscriptionFeesMicros.toString();
+    }
+    if (message.usageEarnedMicros !== 0n) {
+      obj.usageEarnedMicros = message.usageEarnedMicros.toString();
+    }
+    if (message.earnedMicros !== 0n) {
+      obj.earnedMicros = message.earnedMicros.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PlanEarnings>, I>>(base?: I): PlanEarnings {
+    return PlanEarnings.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PlanEarnings>, I>>(object: I): PlanEarnings {
+    const message = createBasePlanEarnings();
+    message.productId = object.productId ?? "";
+    message.productName = object.productName ?? "";
+    message.pricingModel = object.pricingModel ?? "";
+    message.subscribers = (object.subscribers !== undefined && object.subscribers !== null)
+      ? BigInt(object.subscribers)
+      : 0n;
+    message.subscriptionFeesMicros =
+      (object.subscriptionFeesMicros !== undefined && object.subscriptionFeesMicros !== null)
+        ? BigInt(object.subscriptionFeesMicros)
+        : 0n;
+    message.usageEarnedMicros = (object.usageEarnedMicros !== undefined && object.usageEarnedMicros !== null)
+      ? BigInt(object.usageEarnedMicros)
+      : 0n;
+    message.earnedMicros = (object.earnedMicros !== undefined && object.earnedMicros !== null)
+      ? BigInt(object.earnedMicros)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseDailyEarnings(): DailyEarnings {
+  return { date: "", earnedMicros: 0n };
+}
+
+export const DailyEarnings: MessageFns<DailyEarnings> = {
+  encode(message: DailyEarnings, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.date !== "") {
+      writer.uint32(10).string(message.date);
+    }
+    if (message.earnedMicros !== 0n) {
+      if (BigInt.asIntN(64, message.earnedMicros) !== message.earnedMicros) {
+        throw new globalThis.Error("value provided for field message.earnedMicros of type int64 too large");
+      }
+      writer.uint32(16).int64(message.earnedMicros);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DailyEarnings {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDailyEarnings();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.date = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.earnedMicros = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DailyEarnings {
+    return {
+      date: isSet(object.date) ? globalThis.String(object.date) : "",
+      earnedMicros: isSet(object.earnedMicros)
+        ? BigInt(object.earnedMicros)
+        : isSet(object.earned_micros)
+        ? BigInt(object.earned_micros)
+        : 0n,
+    };
+  },
+
+  toJSON(message: DailyEarnings): unknown {
+    const obj: any = {};
+    if (message.date !== "") {
+      obj.date = message.date;
+    }
+    if (message.earnedMicros !== 0n) {
+      obj.earnedMicros = message.earnedMicros.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DailyEarnings>, I>>(base?: I): DailyEarnings {
+    return DailyEarnings.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DailyEarnings>, I>>(object: I): DailyEarnings {
+    const message = createBaseDailyEarnings();
+    message.date = object.date ?? "";
+    message.earnedMicros = (object.earnedMicros !== undefined && object.earnedMicros !== null)
+      ? BigInt(object.earnedMicros)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseGetHosterEarningsByModelRequest(): GetHosterEarningsByModelRequest {
+  return { hosterId: "", days: 0 };
+}
+
+export const GetHosterEarningsByModelRequest: MessageFns<GetHosterEarningsByModelRequest> = {
+  encode(message: GetHosterEarningsByModelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.days !== 0) {
+      writer.uint32(16).int32(message.days);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHosterEarningsByModelRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHosterEarningsByModelRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.days = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHosterEarningsByModelRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      days: isSet(object.days) ? globalThis.Number(object.days) : 0,
+    };
+  },
+
+  toJSON(message: GetHosterEarningsByModelRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.days !== 0) {
+      obj.days = Math.round(message.days);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetHosterEarningsByModelRequest>, I>>(base?: I): GetHosterEarningsByModelRequest {
+    return GetHosterEarningsByModelRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHosterEarningsByModelRequest>, I>>(
+    object: I,
+  ): GetHosterEarningsByModelRequest {
+    const message = createBaseGetHosterEarningsByModelRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.days = object.days ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetHosterEarningsByModelResponse(): GetHosterEarningsByModelResponse {
+  return { byModel: [] };
+}
+
+export const GetHosterEarningsByModelResponse: MessageFns<GetHosterEarningsByModelResponse> = {
+  encode(message: GetHosterEarningsByModelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.byModel) {
+      ModelEarnings.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHosterEarningsByModelResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHosterEarningsByModelResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.byModel.push(ModelEarnings.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHosterEarningsByModelResponse {
+    return {
+      byModel: globalThis.Array.isArray(object?.byModel)
+        ? object.byModel.map((e: any) => ModelEarnings.fromJSON(e))
+        : globalThis.Array.isArray(object?.by_model)
+        ? object.by_model.map((e: any) => ModelEarnings.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: GetHosterEarningsByModelResponse): unknown {
+    const obj: any = {};
+    if (message.byModel?.length) {
+      obj.byModel = message.byModel.map((e) => ModelEarnings.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetHosterEarningsByModelResponse>, I>>(
+    base?: I,
+  ): GetHosterEarningsByModelResponse {
+    return GetHosterEarningsByModelResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHosterEarningsByModelResponse>, I>>(
+    object: I,
+  ): GetHosterEarningsByModelResponse {
+    const message = createBaseGetHosterEarningsByModelResponse();
+    message.byModel = object.byModel?.map((e) => ModelEarnings.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseModelEarnings(): ModelEarnings {
+  return { modelId: "", requests: 0n, inputTokens: 0n, outputTokens: 0n, grossMicros: 0n, earnedMicros: 0n };
+}
+
+export const ModelEarnings: MessageFns<ModelEarnings> = {
+  encode(message: ModelEarnings, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.modelId !== "") {
+      writer.uint32(10).string(message.modelId);
+    }
+    if (message.requests !== 0n) {
+      if (BigInt.asIntN(64, message.requests) !== message.requests) {
+        throw new globalThis.Error("value provided for field message.requests of type int64 too large");
+      }
+      writer.uint32(16).int64(message.requests);
+    }
+    if (message.inputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.inputTokens) !== message.inputTokens) {
+        throw new globalThis.Error("value provided for field message.inputTokens of type int64 too large");
+      }
+      writer.uint32(24).int64(message.inputTokens);
+    }
+    if (message.outputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.outputTokens) !== message.outputTokens) {
+        throw new globalThis.Error("value provided for field message.outputTokens of type int64 too large");
+      }
+      writer.uint32(32).int64(message.outputTokens);
+    }
+    if (message.grossMicros !== 0n) {
+      if (BigInt.asIntN(64, message.grossMicros) !== message.grossMicros) {
+        throw new globalThis.Error("value provided for field message.grossMicros of type int64 too large");
+      }
+      writer.uint32(40).int64(message.grossMicros);
+    }
+    if (message.earnedMicros !== 0n) {
+      if (BigInt.asIntN(64, message.earnedMicros) !== message.earnedMicros) {
+        throw new globalThis.Error("value provided for field message.earnedMicros of type int64 too large");
+      }
+      writer.uint32(48).int64(message.earnedMicros);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ModelEarnings {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseModelEarnings();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.modelId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.requests = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.inputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.outputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.grossMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.earnedMicros = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ModelEarnings {
+    return {
+      modelId: isSet(object.modelId)
+        ? globalThis.String(object.modelId)
+        : isSet(object.model_id)
+        ? globalThis.String(object.model_id)
+        : "",
+      requests: isSet(object.requests) ? BigInt(object.requests) : 0n,
+      inputTokens: isSet(object.inputTokens)
+        ? BigInt(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? BigInt(object.input_tokens)
+        : 0n,
+      outputTokens: isSet(object.outputTokens)
+        ? BigInt(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? BigInt(object.output_tokens)
+        : 0n,
+      grossMicros: isSet(object.grossMicros)
+        ? BigInt(object.grossMicros)
+        : isSet(object.gross_micros)
+        ? BigInt(object.gross_micros)
+        : 0n,
+      earnedMicros: isSet(object.earnedMicros)
+        ? BigInt(object.earnedMicros)
+        : isSet(object.earned_micros)
+        ? BigInt(object.earned_micros)
+        : 0n,
+    };
+  },
+
+  toJSON(message: ModelEarnings): unknown {
+    const obj: any = {};
+    if (message.modelId !== "") {
+      obj.modelId = message.modelId;
+    }
+    if (message.requests !== 0n) {
+      obj.requests = message.requests.toString();
+    }
+    if (message.inputTokens !== 0n) {
+      obj.inputTokens = message.inputTokens.toString();
+    }
+    if (message.outputTokens !== 0n) {
+      obj.outputTokens = message.outputTokens.toString();
+    }
+    if (message.grossMicros !== 0n) {
+      obj.grossMicros = message.grossMicros.toString();
+    }
+    if (message.earnedMicros !== 0n) {
+      obj.earnedMicros = message.earnedMicros.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ModelEarnings>, I>>(base?: I): ModelEarnings {
+    return ModelEarnings.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ModelEarnings>, I>>(object: I): ModelEarnings {
+    const message = createBaseModelEarnings();
+    message.modelId = object.modelId ?? "";
+    message.requests = (object.requests !== undefined && object.requests !== null) ? BigInt(object.requests) : 0n;
+    message.inputTokens = (object.inputTokens !== undefined && object.inputTokens !== null)
+      ? BigInt(object.inputTokens)
+      : 0n;
+    message.outputTokens = (object.outputTokens !== undefined && object.outputTokens !== null)
+      ? BigInt(object.outputTokens)
+      : 0n;
+    message.grossMicros = (object.grossMicros !== undefined && object.grossMicros !== null)
+      ? BigInt(object.grossMicros)
+      : 0n;
+    message.earnedMicros = (object.earnedMicros !== undefined && object.earnedMicros !== null)
+      ? BigInt(object.earnedMicros)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseListHosterSubscribersRequest(): ListHosterSubscribersRequest {
+  return { hosterId: "" };
+}
+
+export const ListHosterSubscribersRequest: MessageFns<ListHosterSubscribersRequest> = {
+  encode(message: ListHosterSubscribersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListHosterSubscribersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListHosterSubscribersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListHosterSubscribersRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ListHosterSubscribersRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListHosterSubscribersRequest>, I>>(base?: I): ListHosterSubscribersRequest {
+    return ListHosterSubscribersRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListHosterSubscribersRequest>, I>>(object: I): ListHosterSubscribersRequest {
+    const message = createBaseListHosterSubscribersRequest();
+    message.hosterId = object.hosterId ?? "";
+    return message;
+  },
+};
+
+function createBaseListHosterSubscribersResponse(): ListHosterSubscribersResponse {
+  return { plans: [], subscribers: [] };
+}
+
+export const ListHosterSubscribersResponse: MessageFns<ListHosterSubscribersResponse> = {
+  encode(message: ListHosterSubscribersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.plans) {
+      PlanSubscribers.encode(v!, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.subscribers) {
+      HosterSubscriber.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListHosterSubscribersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListHosterSubscribersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.plans.push(PlanSubscribers.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.subscribers.push(HosterSubscriber.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListHosterSubscribersResponse {
+    return {
+      plans: globalThis.Array.isArray(object?.plans) ? object.plans.map((e: any) => PlanSubscribers.fromJSON(e)) : [],
+      subscribers: globalThis.Array.isArray(object?.subscribers)
+        ? object.subscribers.map((e: any) => HosterSubscriber.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListHosterSubscribersResponse): unknown {
+    const obj: any = {};
+    if (message.plans?.length) {
+      obj.plans = message.plans.map((e) => PlanSubscribers.toJSON(e));
+    }
+    if (message.subscribers?.length) {
+      obj.subscribers = message.subscribers.map((e) => HosterSubscriber.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListHosterSubscribersResponse>, I>>(base?: I): ListHosterSubscribersResponse {
+    return ListHosterSubscribersResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListHosterSubscribersResponse>, I>>(
+    object: I,
+  ): ListHosterSubscribersResponse {
+    const message = createBaseListHosterSubscribersResponse();
+    message.plans = object.plans?.map((e) => PlanSubscribers.fromPartial(e)) || [];
+    message.subscribers = object.subscribers?.map((e) => HosterSubscriber.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBasePlanSubscribers(): PlanSubscribers {
+  return { productId: "", productName: "", subscribers: 0n, earnedMicros: 0n };
+}
+
+export const PlanSubscribers: MessageFns<PlanSubscribers> = {
+  encode(message: PlanSubscribers, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.productId !== "") {
+      writer.uint32(10).string(message.productId);
+    }
+    if (message.productName !== "") {
+      writer.uint32(18).string(message.productName);
+    }
+    if (message.subscribers !== 0n) {
+      if (BigInt.asIntN(64, message.subscribers) !== message.subscribers) {
+        throw new globalThis.Error("value provided for field message.subscribers of type int64 too large");
+      }
+      writer.uint32(24).int64(message.subscribers);
+    }
+    if (message.earnedMicros !== 0n) {
+      if (BigInt.asIntN(64, message.earnedMicros) !== message.earnedMicros) {
+        throw new globalThis.Error("value provided for field message.earnedMicros of type int64 too large");
+      }
+      writer.uint32(32).int64(message.earnedMicros);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PlanSubscribers {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePlanSubscribers();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.productName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.subscribers = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.earnedMicros = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PlanSubscribers {
+    return {
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+      productName: isSet(object.productName)
+        ? globalThis.String(object.productName)
+        : isSet(object.product_name)
+        ? globalThis.String(object.product_name)
+        : "",
+      subscribers: isSet(object.subscribers) ? BigInt(object.subscribers) : 0n,
+      earnedMicros: isSet(object.earnedMicros)
+        ? BigInt(object.earnedMicros)
+        : isSet(object.earned_micros)
+        ? BigInt(object.earned_micros)
+        : 0n,
+    };
+  },
+
+  toJSON(message: PlanSubscribers): unknown {
+    const obj: any = {};
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    if (message.productName !== "") {
+      obj.productName = message.productName;
+    }
+    if (message.subscribers !== 0n) {
+      obj.subscribers = message.subscribers.toString();
+    }
+    if (message.earnedMicros !== 0n) {
+      obj.earnedMicros = message.earnedMicros.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PlanSubscribers>, I>>(base?: I): PlanSubscribers {
+    return PlanSubscribers.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PlanSubscribers>, I>>(object: I): PlanSubscribers {
+    const message = createBasePlanSubscribers();
+    message.productId = object.productId ?? "";
+    message.productName = object.productName ?? "";
+    message.subscribers = (object.subscribers !== undefined && object.subscribers !== null)
+      ? BigInt(object.subscribers)
+      : 0n;
+    message.earnedMicros = (object.earnedMicros !== undefined && object.earnedMicros !== null)
+      ? BigInt(object.earnedMicros)
+      : 0n;
+    return message;
+  },
+};
+
 /**
  * Billing owns wallets, the micro-USD ledger, reservations, rate limits and usage.
  * All amounts are integer micro-USD (millionths of a dollar).
@@ -4516,9 +6454,13 @@ export const CancelSubscriptionResponse: MessageFns<CancelSubscriptionResponse> 
 export type BillingServiceService = typeof BillingServiceService;
 export const BillingServiceService = {
   /**
-   * One atomic step on the hot path: account rate limits, output cap, and a credit reservation
-   * of the worst-case cost. Refusals are gRPC errors whose `mk-error-code` metadata is one of:
-   * rate_limit_exceeded, insufficient_credits, context_length_exceeded, max_tokens_exceeded.
+   * One atomic step on the hot path: account rate limits, a scoped key's subscription state and
+   * plan limits (rpm, tpm, max_concurrent, included tokens, output and context caps), output cap,
+   * and a credit reservation of the worst-case cost (a subscription's priced from its terms
+   * snapshot). Refusals are gRPC errors whose `mk-error-code` metadata is one of:
+   * rate_limit_exceeded, concurrency_limit_exceeded, included_tokens_exhausted,
+   * insufficient_credits, context_length_exceeded, max_tokens_exceeded, and for scoped keys
+   * invalid_api_key, subscription_paused, subscription_past_due, forbidden.
    */
   authorize: {
     path: "/marketplace.billing.v1.BillingService/Authorize" as const,
@@ -4611,8 +6553,10 @@ export const BillingServiceService = {
   },
   /**
    * Credits the account's wallet (an operator top-up), once per idempotency key: a retry with the
-   * same key and amount changes nothing and answers as the first call did. Errors:
-   * invalid_request (amount not positive), idempotency_conflict (key reused with another amount).
+   * same key and amount changes nothing and answers as the first call did. Then renews the
+   * account's subscriptions that are due (past due ones included) before answering, so the
+   * balance answered is what is left after them. Errors: invalid_request (amount not positive),
+   * idempotency_conflict (key reused with another amount).
    */
   addCredits: {
     path: "/marketplace.billing.v1.BillingService/AddCredits" as const,
@@ -4673,13 +6617,97 @@ export const BillingServiceService = {
       Buffer.from(CancelSubscriptionResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): CancelSubscriptionResponse => CancelSubscriptionResponse.decode(value),
   },
+  /**
+   * A hoster pauses one of its plans' subscribers (portal action): Authorize answers the scoped
+   * key 403 subscription_paused until resumed. The subscription still renews (and is charged)
+   * while paused. Idempotent; a cancelled subscription is answered unchanged. Errors: not_found
+   * (no such subscription of this hoster's plans).
+   */
+  pauseSubscription: {
+    path: "/marketplace.billing.v1.BillingService/PauseSubscription" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PauseSubscriptionRequest): Buffer =>
+      Buffer.from(PauseSubscriptionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PauseSubscriptionRequest => PauseSubscriptionRequest.decode(value),
+    responseSerialize: (value: PauseSubscriptionResponse): Buffer =>
+      Buffer.from(PauseSubscriptionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): PauseSubscriptionResponse => PauseSubscriptionResponse.decode(value),
+  },
+  /**
+   * Lifts the hoster's pause. A subscription that is past due stays past due until paid.
+   * Idempotent. Errors: not_found.
+   */
+  resumeSubscription: {
+    path: "/marketplace.billing.v1.BillingService/ResumeSubscription" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResumeSubscriptionRequest): Buffer =>
+      Buffer.from(ResumeSubscriptionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResumeSubscriptionRequest => ResumeSubscriptionRequest.decode(value),
+    responseSerialize: (value: ResumeSubscriptionResponse): Buffer =>
+      Buffer.from(ResumeSubscriptionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ResumeSubscriptionResponse => ResumeSubscriptionResponse.decode(value),
+  },
+  /**
+   * The hoster's earnings (GET /v1/earnings): the sums of what was posted to its ledger account,
+   * by plan and by UTC day over the report window, plus the all-time payable balance.
+   * Errors: invalid_request (days outside 1..365).
+   */
+  getHosterEarnings: {
+    path: "/marketplace.billing.v1.BillingService/GetHosterEarnings" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetHosterEarningsRequest): Buffer =>
+      Buffer.from(GetHosterEarningsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetHosterEarningsRequest => GetHosterEarningsRequest.decode(value),
+    responseSerialize: (value: GetHosterEarningsResponse): Buffer =>
+      Buffer.from(GetHosterEarningsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetHosterEarningsResponse => GetHosterEarningsResponse.decode(value),
+  },
+  /**
+   * The hoster's per-request earnings by model (GET /v1/earnings/by-model), from the hoster
+   * rollups; subscription fees are not per model and are left out. Errors: invalid_request.
+   */
+  getHosterEarningsByModel: {
+    path: "/marketplace.billing.v1.BillingService/GetHosterEarningsByModel" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetHosterEarningsByModelRequest): Buffer =>
+      Buffer.from(GetHosterEarningsByModelRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetHosterEarningsByModelRequest =>
+      GetHosterEarningsByModelRequest.decode(value),
+    responseSerialize: (value: GetHosterEarningsByModelResponse): Buffer =>
+      Buffer.from(GetHosterEarningsByModelResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetHosterEarningsByModelResponse =>
+      GetHosterEarningsByModelResponse.decode(value),
+  },
+  /**
+   * The hoster's plans with subscriber counts and earnings, and its subscribers with status,
+   * usage and a masked e-mail (never the full address).
+   */
+  listHosterSubscribers: {
+    path: "/marketplace.billing.v1.BillingService/ListHosterSubscribers" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListHosterSubscribersRequest): Buffer =>
+      Buffer.from(ListHosterSubscribersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListHosterSubscribersRequest => ListHosterSubscribersRequest.decode(value),
+    responseSerialize: (value: ListHosterSubscribersResponse): Buffer =>
+      Buffer.from(ListHosterSubscribersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListHosterSubscribersResponse => ListHosterSubscribersResponse.decode(value),
+  },
 } as const;
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
   /**
-   * One atomic step on the hot path: account rate limits, output cap, and a credit reservation
-   * of the worst-case cost. Refusals are gRPC errors whose `mk-error-code` metadata is one of:
-   * rate_limit_exceeded, insufficient_credits, context_length_exceeded, max_tokens_exceeded.
+   * One atomic step on the hot path: account rate limits, a scoped key's subscription state and
+   * plan limits (rpm, tpm, max_concurrent, included tokens, output and context caps), output cap,
+   * and a credit reservation of the worst-case cost (a subscription's priced from its terms
+   * snapshot). Refusals are gRPC errors whose `mk-error-code` metadata is one of:
+   * rate_limit_exceeded, concurrency_limit_exceeded, included_tokens_exhausted,
+   * insufficient_credits, context_length_exceeded, max_tokens_exceeded, and for scoped keys
+   * invalid_api_key, subscription_paused, subscription_past_due, forbidden.
    */
   authorize: handleUnaryCall<AuthorizeRequest, AuthorizeResponse>;
   /** Frees the reservation's concurrency slot. Idempotent; called on every exit path of a request. */
@@ -4710,8 +6738,10 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
   getBalance: handleUnaryCall<GetBalanceRequest, GetBalanceResponse>;
   /**
    * Credits the account's wallet (an operator top-up), once per idempotency key: a retry with the
-   * same key and amount changes nothing and answers as the first call did. Errors:
-   * invalid_request (amount not positive), idempotency_conflict (key reused with another amount).
+   * same key and amount changes nothing and answers as the first call did. Then renews the
+   * account's subscriptions that are due (past due ones included) before answering, so the
+   * balance answered is what is left after them. Errors: invalid_request (amount not positive),
+   * idempotency_conflict (key reused with another amount).
    */
   addCredits: handleUnaryCall<AddCreditsRequest, AddCreditsResponse>;
   /**
@@ -4734,13 +6764,45 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    * could not be revoked yet: retry to complete it).
    */
   cancelSubscription: handleUnaryCall<CancelSubscriptionRequest, CancelSubscriptionResponse>;
+  /**
+   * A hoster pauses one of its plans' subscribers (portal action): Authorize answers the scoped
+   * key 403 subscription_paused until resumed. The subscription still renews (and is charged)
+   * while paused. Idempotent; a cancelled subscription is answered unchanged. Errors: not_found
+   * (no such subscription of this hoster's plans).
+   */
+  pauseSubscription: handleUnaryCall<PauseSubscriptionRequest, PauseSubscriptionResponse>;
+  /**
+   * Lifts the hoster's pause. A subscription that is past due stays past due until paid.
+   * Idempotent. Errors: not_found.
+   */
+  resumeSubscription: handleUnaryCall<ResumeSubscriptionRequest, ResumeSubscriptionResponse>;
+  /**
+   * The hoster's earnings (GET /v1/earnings): the sums of what was posted to its ledger account,
+   * by plan and by UTC day over the report window, plus the all-time payable balance.
+   * Errors: invalid_request (days outside 1..365).
+   */
+  getHosterEarnings: handleUnaryCall<GetHosterEarningsRequest, GetHosterEarningsResponse>;
+  /**
+   * The hoster's per-request earnings by model (GET /v1/earnings/by-model), from the hoster
+   * rollups; subscription fees are not per model and are left out. Errors: invalid_request.
+   */
+  getHosterEarningsByModel: handleUnaryCall<GetHosterEarningsByModelRequest, GetHosterEarningsByModelResponse>;
+  /**
+   * The hoster's plans with subscriber counts and earnings, and its subscribers with status,
+   * usage and a masked e-mail (never the full address).
+   */
+  listHosterSubscribers: handleUnaryCall<ListHosterSubscribersRequest, ListHosterSubscribersResponse>;
 }
 
 export interface BillingServiceClient extends Client {
   /**
-   * One atomic step on the hot path: account rate limits, output cap, and a credit reservation
-   * of the worst-case cost. Refusals are gRPC errors whose `mk-error-code` metadata is one of:
-   * rate_limit_exceeded, insufficient_credits, context_length_exceeded, max_tokens_exceeded.
+   * One atomic step on the hot path: account rate limits, a scoped key's subscription state and
+   * plan limits (rpm, tpm, max_concurrent, included tokens, output and context caps), output cap,
+   * and a credit reservation of the worst-case cost (a subscription's priced from its terms
+   * snapshot). Refusals are gRPC errors whose `mk-error-code` metadata is one of:
+   * rate_limit_exceeded, concurrency_limit_exceeded, included_tokens_exhausted,
+   * insufficient_credits, context_length_exceeded, max_tokens_exceeded, and for scoped keys
+   * invalid_api_key, subscription_paused, subscription_past_due, forbidden.
    */
   authorize(
     request: AuthorizeRequest,
@@ -4860,8 +6922,10 @@ export interface BillingServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * Credits the account's wallet (an operator top-up), once per idempotency key: a retry with the
-   * same key and amount changes nothing and answers as the first call did. Errors:
-   * invalid_request (amount not positive), idempotency_conflict (key reused with another amount).
+   * same key and amount changes nothing and answers as the first call did. Then renews the
+   * account's subscriptions that are due (past due ones included) before answering, so the
+   * balance answered is what is left after them. Errors: invalid_request (amount not positive),
+   * idempotency_conflict (key reused with another amount).
    */
   addCredits(
     request: AddCreditsRequest,
@@ -4939,6 +7003,104 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CancelSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * A hoster pauses one of its plans' subscribers (portal action): Authorize answers the scoped
+   * key 403 subscription_paused until resumed. The subscription still renews (and is charged)
+   * while paused. Idempotent; a cancelled subscription is answered unchanged. Errors: not_found
+   * (no such subscription of this hoster's plans).
+   */
+  pauseSubscription(
+    request: PauseSubscriptionRequest,
+    callback: (error: ServiceError | null, response: PauseSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  pauseSubscription(
+    request: PauseSubscriptionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: PauseSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  pauseSubscription(
+    request: PauseSubscriptionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: PauseSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Lifts the hoster's pause. A subscription that is past due stays past due until paid.
+   * Idempotent. Errors: not_found.
+   */
+  resumeSubscription(
+    request: ResumeSubscriptionRequest,
+    callback: (error: ServiceError | null, response: ResumeSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  resumeSubscription(
+    request: ResumeSubscriptionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ResumeSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  resumeSubscription(
+    request: ResumeSubscriptionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ResumeSubscriptionResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The hoster's earnings (GET /v1/earnings): the sums of what was posted to its ledger account,
+   * by plan and by UTC day over the report window, plus the all-time payable balance.
+   * Errors: invalid_request (days outside 1..365).
+   */
+  getHosterEarnings(
+    request: GetHosterEarningsRequest,
+    callback: (error: ServiceError | null, response: GetHosterEarningsResponse) => void,
+  ): ClientUnaryCall;
+  getHosterEarnings(
+    request: GetHosterEarningsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetHosterEarningsResponse) => void,
+  ): ClientUnaryCall;
+  getHosterEarnings(
+    request: GetHosterEarningsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetHosterEarningsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The hoster's per-request earnings by model (GET /v1/earnings/by-model), from the hoster
+   * rollups; subscription fees are not per model and are left out. Errors: invalid_request.
+   */
+  getHosterEarningsByModel(
+    request: GetHosterEarningsByModelRequest,
+    callback: (error: ServiceError | null, response: GetHosterEarningsByModelResponse) => void,
+  ): ClientUnaryCall;
+  getHosterEarningsByModel(
+    request: GetHosterEarningsByModelRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetHosterEarningsByModelResponse) => void,
+  ): ClientUnaryCall;
+  getHosterEarningsByModel(
+    request: GetHosterEarningsByModelRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetHosterEarningsByModelResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The hoster's plans with subscriber counts and earnings, and its subscribers with status,
+   * usage and a masked e-mail (never the full address).
+   */
+  listHosterSubscribers(
+    request: ListHosterSubscribersRequest,
+    callback: (error: ServiceError | null, response: ListHosterSubscribersResponse) => void,
+  ): ClientUnaryCall;
+  listHosterSubscribers(
+    request: ListHosterSubscribersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListHosterSubscribersResponse) => void,
+  ): ClientUnaryCall;
+  listHosterSubscribers(
+    request: ListHosterSubscribersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListHosterSubscribersResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -1,0 +1,31 @@
+import type { Plan } from "./plan.ts";
+
+/**
+ * The subscription columns that copy a plan's terms (what Authorize and renewals enforce), as an
+ * SQL `set` list; `snapshotParams` gives its values in order. Activation and every renewal write
+ * them, so a hoster's edit reaches a subscription at its next period and never in the middle.
+ */
+export const SNAPSHOT_SET = `hoster_id = ?, product_name = ?, hoster_name = ?, pricing_model = ?,
+  monthly_price_micros = ?, included_tokens = ?, input_price_per_1m_micros = ?, output_price_per_1m_micros = ?,
+  overage_price_per_1m_micros = ?, rpm_limit = ?, tpm_limit = ?, max_concurrent = ?, max_output_tokens = ?,
+  max_context_tokens = ?`;
+
+export function snapshotParams(plan: Plan): unknown[] {
+  const t = plan.terms;
+  return [
+    plan.hosterId,
+    t.name,
+    plan.hosterName,
+    t.pricingModel,
+    t.monthlyPriceMicros,
+    t.includedTokens,
+    t.inputPricePer1mMicros,
+    t.outputPricePer1mMicros,
+    t.overagePricePer1mMicros,
+    t.rpmLimit,
+    t.tpmLimit,
+    t.maxConcurrent,
+    t.maxOutputTokens,
+    t.maxContextTokens,
+  ];
+}
