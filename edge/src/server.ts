@@ -6,6 +6,7 @@ import { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
 import { followKeyRevocations } from "./key-revocations.ts";
 import { PrincipalCache } from "./principal-cache.ts";
+import { trackUnusedConnections } from "./unused-connections.ts";
 
 export interface EdgeHandle {
   /** Base URL, e.g. http://127.0.0.1:8080 (no trailing slash). */
@@ -43,6 +44,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       },
     },
   });
+  const connections = trackUnusedConnections(app.server);
   await app.listen({ host: config.HOST, port: config.PORT });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.PORT;
@@ -59,7 +61,9 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       // by the registry, which sees the cancellation.
       const cut = setTimeout(() => app.server.closeAllConnections(), graceMs);
       try {
-        await app.close();
+        const closed = app.close();
+        connections.destroyUnused();
+        await closed;
       } finally {
         clearTimeout(cut);
       }
