@@ -10,7 +10,9 @@
  * its durable consumer. The reservations are seeded with SQL that writes exactly what Authorize
  * writes for an admitted request (wallet with its starting grant, hold, 'held' reservation with
  * the price snapshot): calling Authorize 20,000 times would measure Authorize, which is not the
- * subject here. Rate counters are left out: settlement never reads them.
+ * subject here. Rate counters are left out: settlement never reads them. Every other request is
+ * served by a hoster (BENCH_HOSTER_EVERY=n: one in n), so the revenue split and the hosters'
+ * rollup are part of what is measured.
  */
 import { randomBytes } from "node:crypto";
 import pg from "pg";
@@ -18,7 +20,7 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { createLogger } from "@mkt/runtime/logger";
 import { eventNames } from "@mkt/runtime/nats";
-import { costMicros } from "@mkt/runtime/money";
+import { costMicros, splitRevenue } from "@mkt/runtime/money";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { loadBillingConfig } from "../services/billing/src/config.ts";
@@ -30,6 +32,8 @@ const PUBLISH_WINDOW = 2_000; // publishes in flight at once
 const PRICES = { input: 500_000n, output: 1_500_000n }; // the demo model's, micro-USD per 1M tokens
 const TOKENS = { input: 100n, maxOutput: 200n, output: 150n };
 const STARTING_CREDIT = 5_000_000n;
+const HOSTER_EVERY = Number(process.env.BENCH_HOSTER_EVERY ?? 2);
+const HOSTER_ID = "00000000-0000-4000-8000-00000000b0b0";
 
 const log = createLogger("bench", process.env.LOG_LEVEL ?? "warn");
 const databaseUrl = await freshDatabaseUrl();
@@ -45,6 +49,7 @@ const config = loadBillingConfig({
 });
 const reserved = costMicros(TOKENS.input, TOKENS.maxOutput, PRICES.input, PRICES.output);
 const cost = costMicros(TOKENS.input, TOKENS.output, PRICES.input, PRICES.output);
+const hosterEvents = HOSTER_EVERY > 0 ? Math.ceil(EVENTS / HOSTER_EVERY) : 0;
 
 // 1. A first start migrates the schema and creates the stream and the durable consumer; it is
 //    stopped again so the events below queue up as a backlog.
@@ -72,13 +77,17 @@ try {
   await db.query(`insert into reservations (id, request_id, account_id, key_id, model_id, provider, hoster_id,
       input_price_per_1m_micros, output_price_per_1m_micros, input_tokens, max_output_tokens, reserved_micros,
       status, created_at, expires_at)
-    select gen_random_uuid(), 'bench-' || i, a.account_id, 'key-bench', 'demo-small', 'local', '',
+    select gen_random_uuid(), 'bench-' || i, a.account_id, 'key-bench', 'demo-small',
+      case when ${HOSTER_EVERY} > 0 and i % ${Math.max(HOSTER_EVERY, 1)} = 0 then 'hoster' else 'local' end,
+      case when ${HOSTER_EVERY} > 0 and i % ${Math.max(HOSTER_EVERY, 1)} = 0 then '${HOSTER_ID}' else '' end,
       ${PRICES.input}, ${PRICES.output}, ${TOKENS.input}, ${TOKENS.maxOutput}, ${reserved},
       'held', now(), now() + interval '1 hour'
     from generate_series(0, ${EVENTS - 1}) i join bench_accounts a on a.n = i % ${ACCOUNTS}`);
   await db.query("commit");
   const accounts = (
-    await db.query<{ account_id: string; request_id: string }>(`select account_id, request_id from reservations`)
+    await db.query<{ account_id: string; request_id: string; provider: string; hoster_id: string }>(
+      `select account_id, request_id, provider, hoster_id from reservations`,
+    )
   ).rows;
   console.log(`seeded ${EVENTS} reservations over ${ACCOUNTS} accounts in ${ms(t)} ms`);
 
@@ -88,13 +97,14 @@ try {
   const startedAt = new Date().toISOString();
   for (let i = 0; i < accounts.length; i += PUBLISH_WINDOW) {
     await Promise.all(
-      accounts.slice(i, i + PUBLISH_WINDOW).map(({ account_id, request_id }) => {
+      accounts.slice(i, i + PUBLISH_WINDOW).map(({ account_id, request_id, provider, hoster_id }) => {
         const event = UsageCompleted.fromPartial({
           requestId: request_id,
           accountId: account_id,
           keyId: "key-bench",
           modelId: "demo-small",
-          provider: "local",
+          provider,
+          hosterId: hoster_id,
           inputTokens: TOKENS.input,
           outputTokens: TOKENS.output,
           latencyMs: 250n,
@@ -129,6 +139,8 @@ try {
       (select sum(amount_micros) from ledger_postings) as postings,
       (select count(*) from wallets w where posted_micros <> (select sum(amount_micros) from ledger_postings
          where ledger_account = 'customer:' || w.account_id)) as mismatched,
+      (select coalesce(sum(hoster_earned_micros), 0) from usage_records) as hoster_earned,
+      (select coalesce(sum(hoster_earned_micros), 0) from hoster_usage_daily) as hoster_rollup,
       (select current_setting('synchronous_commit')) as synchronous_commit`)
   ).rows[0];
   const ok =
@@ -137,14 +149,18 @@ try {
     Number(check.unsettled) === 0 &&
     BigInt(check.held) === 0n &&
     BigInt(check.postings) === 0n &&
-    Number(check.mismatched) === 0;
+    Number(check.mismatched) === 0 &&
+    BigInt(check.hoster_earned) === BigInt(hosterEvents) * splitRevenue(cost, true).hosterEarned &&
+    BigInt(check.hoster_rollup) === BigInt(check.hoster_earned);
   console.log(
     `settled ${EVENTS} events in ${settleMs} ms: ${rate(EVENTS, settleMs)} events/s consumed and committed ` +
       `(SETTLE_BATCH_SIZE=${config.SETTLE_BATCH_SIZE}, synchronous_commit=${check.synchronous_commit}, ` +
-      `${ACCOUNTS} accounts; includes billing start-up)`,
+      `${ACCOUNTS} accounts, ${hosterEvents} served by a hoster; includes billing start-up)`,
   );
   console.log(
-    ok ? "check: every event settled once, holds released, ledger balanced" : `CHECK FAILED: ${JSON.stringify(check)}`,
+    ok
+      ? "check: every event settled once, holds released, ledger balanced, hoster shares and rollup exact"
+      : `CHECK FAILED: ${JSON.stringify(check)}`,
   );
   if (!ok) process.exitCode = 1;
 } finally {
