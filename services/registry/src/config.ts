@@ -1,6 +1,7 @@
 import {
   bool,
   commonSpecs,
+  ConfigError,
   host,
   intBetween,
   listenPort,
@@ -11,7 +12,7 @@ import {
   str,
   url,
 } from "@mkt/runtime/config";
-import { parseLocalModels, type LocalModel } from "./catalog/local-models.ts";
+import { parseConfiguredModels, sharedName, type ConfiguredModel } from "./catalog/configured-models.ts";
 
 const DEFAULT_LOCAL_MODELS = JSON.stringify([
   {
@@ -23,7 +24,34 @@ const DEFAULT_LOCAL_MODELS = JSON.stringify([
   },
 ]);
 
-const localModels = makeValidator<LocalModel[]>((value) => parseLocalModels(value));
+const configuredModels = makeValidator<ConfiguredModel[]>((value) => parseConfiguredModels(value));
+
+/**
+ * CLOUD_BASE_URL: an http(s) URL with no credentials, query or fragment (the key belongs in
+ * CLOUD_API_KEY, never in a URL that could be logged). `/v1/chat/completions` is appended to it,
+ * so a trailing `/v1`, as OpenAI SDKs write base URLs, is dropped. Messages never echo the value.
+ */
+const cloudBaseUrl = makeValidator<string>((value) => {
+  let parsed: URL;
+  try {
+    parsed = new URL(value.trim());
+  } catch {
+    throw new Error("must be an http(s) URL such as https://api.openai.com/v1");
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new Error("must be an http(s) URL");
+  if (parsed.username || parsed.password) throw new Error("must not hold credentials (the key goes in CLOUD_API_KEY)");
+  if (parsed.search || parsed.hash) throw new Error("must not have a query or fragment");
+  parsed.pathname = parsed.pathname.replace(/\/+$/, "").replace(/\/v1$/, "");
+  return parsed.toString().replace(/\/+$/, "");
+});
+
+/** The cloud API is configured by all three CLOUD_* variables together, or not at all. */
+const CLOUD_VARIABLES = ["CLOUD_BASE_URL", "CLOUD_API_KEY", "CLOUD_MODELS"] as const;
+const cloudPart = {
+  default: undefined,
+  requiredWhen: (env: Record<string, unknown>) => CLOUD_VARIABLES.some((name) => env[name] !== undefined),
+  desc: `required when any of ${CLOUD_VARIABLES.join(", ")} is set`,
+};
 
 /** A positive whole number of milliseconds. */
 const millis = makeValidator<number>((value) => {
@@ -33,7 +61,7 @@ const millis = makeValidator<number>((value) => {
 });
 
 export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
-  return loadConfig(
+  const config = loadConfig(
     {
       ...commonSpecs,
       GRPC_HOST: host({ default: "127.0.0.1" }),
@@ -50,7 +78,13 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       LOCAL_MODEL_URL: url({ default: "http://127.0.0.1:8090" }),
       // A secret: no default, never logged.
       LOCAL_MODEL_TOKEN: secret(),
-      LOCAL_MODELS: localModels({ default: parseLocalModels(DEFAULT_LOCAL_MODELS) }),
+      LOCAL_MODELS: configuredModels({ default: parseConfiguredModels(DEFAULT_LOCAL_MODELS) }),
+      // A cloud OpenAI-compatible API served as provider `cloud`; unset: no cloud models.
+      CLOUD_BASE_URL: cloudBaseUrl(cloudPart),
+      // A secret: no default, never logged, sent only to CLOUD_BASE_URL.
+      CLOUD_API_KEY: secret(cloudPart),
+      // Same format as LOCAL_MODELS; the prices are what customers pay.
+      CLOUD_MODELS: configuredModels(cloudPart),
       UPSTREAM_CONNECT_TIMEOUT_MS: millis({ default: 5_000 }),
       UPSTREAM_FIRST_BYTE_TIMEOUT_MS: millis({ default: 30_000 }),
       UPSTREAM_IDLE_TIMEOUT_MS: millis({ default: 30_000 }),
@@ -58,6 +92,14 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
     },
     env,
   );
+  // Local and cloud models resolve in one namespace, so a name may belong to one of them only.
+  const clash = config.CLOUD_MODELS && sharedName(config.LOCAL_MODELS, config.CLOUD_MODELS);
+  if (clash) {
+    throw new ConfigError(
+      `invalid configuration:\n  CLOUD_MODELS: "${clash}" is already a model id or alias in LOCAL_MODELS`,
+    );
+  }
+  return config;
 }
 
 export type RegistryConfig = ReturnType<typeof loadRegistryConfig>;

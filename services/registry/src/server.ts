@@ -9,8 +9,8 @@ import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { RegistryServiceService } from "@mkt/proto/registry/v1/registry";
 import { migrations } from "../migrations/index.ts";
 import { hosterCatalog } from "./catalog/hoster-catalog.ts";
-import { localCatalog } from "./catalog/local-catalog.ts";
-import { compositeCatalog } from "./catalog/model-catalog.ts";
+import { compositeCatalog, type ModelCatalog } from "./catalog/model-catalog.ts";
+import { platformCatalog } from "./catalog/platform-catalog.ts";
 import type { ChatDeps } from "./chat/chat-completion.ts";
 import { UsagePublisher } from "./chat/usage-publisher.ts";
 import type { RegistryConfig } from "./config.ts";
@@ -79,10 +79,29 @@ export async function startRegistry(
     log,
     clock: options.clock ?? (() => new Date()),
   };
+  const startedAt = new Date();
+  const cloud: ModelCatalog[] =
+    config.CLOUD_BASE_URL && config.CLOUD_API_KEY && config.CLOUD_MODELS
+      ? [
+          platformCatalog(
+            "cloud",
+            config.CLOUD_MODELS,
+            { url: config.CLOUD_BASE_URL, token: config.CLOUD_API_KEY },
+            startedAt,
+          ),
+        ]
+      : [];
   const deps: ChatDeps = {
-    // Normal keys see the local models; a scoped key sees only its hoster's (each catalog's rule).
+    // Normal keys see the local then the cloud models (so `auto` picks a local one); a scoped key
+    // sees only its hoster's (each catalog's rule).
     catalog: compositeCatalog(
-      localCatalog(config.LOCAL_MODELS, { url: config.LOCAL_MODEL_URL, token: config.LOCAL_MODEL_TOKEN }, new Date()),
+      platformCatalog(
+        "local",
+        config.LOCAL_MODELS,
+        { url: config.LOCAL_MODEL_URL, token: config.LOCAL_MODEL_TOKEN },
+        startedAt,
+      ),
+      ...cloud,
       hosterCatalog({
         store: hosters.store,
         box: hosters.box,
@@ -126,7 +145,14 @@ export async function startRegistry(
     intervalMs: config.HOSTER_PROBE_INTERVAL_MS,
     unhealthyAfter: config.HOSTER_UNHEALTHY_AFTER,
   });
-  log.info({ port: grpc.port, models: config.LOCAL_MODELS.map((m) => m.modelId) }, "registry listening");
+  log.info(
+    {
+      port: grpc.port,
+      models: config.LOCAL_MODELS.map((m) => m.modelId),
+      cloudModels: (config.CLOUD_MODELS ?? []).map((m) => m.modelId),
+    },
+    "registry listening",
+  );
 
   let closing: Promise<void> | undefined;
   return {

@@ -77,3 +77,75 @@ describe("registry configuration", () => {
     expect(() => loadRegistryConfig({ ...base, UPSTREAM_IDLE_TIMEOUT_MS: "0" })).toThrow(/UPSTREAM_IDLE_TIMEOUT_MS/);
   });
 });
+
+describe("the cloud API (CLOUD_BASE_URL, CLOUD_API_KEY, CLOUD_MODELS)", () => {
+  const KEY = "sk-cloud-config-SECRET-91";
+  const MODELS =
+    '[{"model_id":"gpt-4o-mini","model_alias":"GPT Mini","context_window":128000,' +
+    '"input_price_per_1m_usd":"0.15","output_price_per_1m_usd":"0.60"}]';
+  const cloud = { CLOUD_BASE_URL: "https://api.openai.com/v1", CLOUD_API_KEY: KEY, CLOUD_MODELS: MODELS };
+  const failure = (env: Record<string, string>) => {
+    try {
+      loadRegistryConfig({ ...base, ...env });
+    } catch (err) {
+      return String((err as Error).message);
+    }
+    throw new Error("the configuration was accepted");
+  };
+
+  it("is off when unset: no cloud models, no key", () => {
+    const config = loadRegistryConfig(base);
+    expect(config.CLOUD_BASE_URL).toBeUndefined();
+    expect(config.CLOUD_API_KEY).toBeUndefined();
+    expect(config.CLOUD_MODELS).toBeUndefined();
+  });
+
+  it("parses CLOUD_MODELS exactly as LOCAL_MODELS, and drops an SDK-style trailing /v1 from the URL", () => {
+    const config = loadRegistryConfig({ ...base, ...cloud });
+    expect(config.CLOUD_API_KEY).toBe(KEY);
+    expect(config.CLOUD_BASE_URL).toBe("https://api.openai.com");
+    expect(config.CLOUD_MODELS).toEqual([
+      {
+        modelId: "gpt-4o-mini",
+        modelAlias: "GPT Mini",
+        contextWindow: 128_000n,
+        inputPricePer1mMicros: 150_000n,
+        outputPricePer1mMicros: 600_000n,
+        upstreamModel: "gpt-4o-mini",
+      },
+    ]);
+    const groq = loadRegistryConfig({ ...base, ...cloud, CLOUD_BASE_URL: "https://api.groq.com/openai/v1/" });
+    expect(groq.CLOUD_BASE_URL).toBe("https://api.groq.com/openai");
+  });
+
+  it("needs all three variables once one is set, naming the missing ones and never echoing the key", () => {
+    const onlyKey = failure({ CLOUD_API_KEY: KEY });
+    expect(onlyKey).toMatch(/CLOUD_BASE_URL: required/);
+    expect(onlyKey).toMatch(/CLOUD_MODELS: required/);
+    expect(onlyKey).not.toContain(KEY);
+    const noKey = failure({ CLOUD_BASE_URL: cloud.CLOUD_BASE_URL, CLOUD_MODELS: MODELS });
+    expect(noKey).toMatch(/CLOUD_API_KEY: required/);
+    expect(failure({ ...cloud, CLOUD_API_KEY: "  " })).toMatch(/CLOUD_API_KEY: must not be empty/);
+  });
+
+  it.each([
+    ["not http(s)", "ftp://api.example.com"],
+    ["not a URL", "api.openai.com"],
+    ["credentials in the URL", `https://user:${KEY}@api.example.com/v1`],
+    ["a query", `https://api.example.com/v1?key=${KEY}`],
+  ])("refuses a CLOUD_BASE_URL with %s, without echoing it", (_case, value) => {
+    const message = failure({ ...cloud, CLOUD_BASE_URL: value });
+    expect(message).toMatch(/CLOUD_BASE_URL/);
+    expect(message).not.toContain(KEY);
+  });
+
+  it("refuses bad CLOUD_MODELS and a name a local model already uses", () => {
+    expect(failure({ ...cloud, CLOUD_MODELS: "[]" })).toMatch(/CLOUD_MODELS: must list at least one model/);
+    const clash = failure({
+      ...cloud,
+      CLOUD_MODELS:
+        '[{"model_id":"demo small","context_window":8,"input_price_per_1m_usd":1,"output_price_per_1m_usd":1}]',
+    });
+    expect(clash).toMatch(/CLOUD_MODELS: "demo small" is already a model id or alias in LOCAL_MODELS/);
+  });
+});

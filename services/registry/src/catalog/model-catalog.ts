@@ -2,8 +2,9 @@ import type { Route, RouteScope } from "@mkt/proto/registry/v1/registry";
 
 /**
  * Who runs an upstream server: `platform` servers are configured by the operator (the local model
- * server) and called as they are; `hoster` servers belong to third parties and are called only
- * through the guarded connector, which refuses private and metadata addresses at connect time.
+ * server, the cloud API) and called as they are; `hoster` servers belong to third parties and are
+ * called only through the guarded connector, which refuses private and metadata addresses at
+ * connect time.
  */
 export type UpstreamTrust = "platform" | "hoster";
 
@@ -29,9 +30,9 @@ export interface CatalogModel {
 }
 
 /**
- * A source of models. Local models come from configuration, hosters' models from the database;
- * cloud models join later as a further catalog behind this same interface. Each catalog decides
- * which callers see its models (local: normal keys only; hosters: only a scope's own hoster).
+ * A source of models. Local and cloud models come from configuration, hosters' models from the
+ * database. Each catalog decides which callers see its models (local and cloud: normal keys only;
+ * hosters: only a scope's own hoster).
  */
 export interface ModelCatalog {
   /** Models a caller with this scope (none for a normal key) may call, in routing order. */
@@ -50,8 +51,8 @@ export function isScoped(scope: RouteScope | undefined): boolean {
 
 /**
  * The catalogs in routing order as one: models are concatenated (each catalog applies its own
- * scope rule, so a scoped key never sees local models), and a route's upstream comes from the
- * first catalog that knows it.
+ * scope rule, so a scoped key never sees local or cloud models), and a route's upstream comes from
+ * the first catalog that knows it.
  */
 export function compositeCatalog(...catalogs: ModelCatalog[]): ModelCatalog {
   return {

@@ -1,7 +1,7 @@
 import { usdToMicros } from "@mkt/runtime/money";
 
-/** One platform-served model, as configured in LOCAL_MODELS. */
-export interface LocalModel {
+/** One platform-served model, as configured in LOCAL_MODELS or CLOUD_MODELS (one format for both). */
+export interface ConfiguredModel {
   modelId: string;
   modelAlias: string;
   contextWindow: bigint;
@@ -36,10 +36,10 @@ function optionalString(entry: Record<string, unknown>, field: string, where: st
 }
 
 /**
- * Parses the LOCAL_MODELS JSON array. Throws an Error describing the first bad entry; the config
- * loader prefixes it with the variable's name.
+ * Parses a LOCAL_MODELS or CLOUD_MODELS JSON array. Throws an Error describing the first bad
+ * entry; the config loader prefixes it with the variable's name.
  */
-export function parseLocalModels(text: string): LocalModel[] {
+export function parseConfiguredModels(text: string): ConfiguredModel[] {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -48,7 +48,7 @@ export function parseLocalModels(text: string): LocalModel[] {
   }
   if (!Array.isArray(parsed)) throw new Error("must be a JSON array");
   if (parsed.length === 0) throw new Error("must list at least one model");
-  const models: LocalModel[] = [];
+  const models: ConfiguredModel[] = [];
   const seen = new Set<string>();
   parsed.forEach((raw: unknown, i) => {
     const where = `entry ${i}`;
@@ -61,7 +61,7 @@ export function parseLocalModels(text: string): LocalModel[] {
     if (!Number.isSafeInteger(contextWindow) || (contextWindow as number) <= 0) {
       throw new Error(`${where}: context_window must be a positive integer`);
     }
-    const model: LocalModel = {
+    const model: ConfiguredModel = {
       modelId,
       modelAlias: optionalString(entry, "model_alias", where) ?? "",
       contextWindow: BigInt(contextWindow as number),
@@ -78,4 +78,21 @@ export function parseLocalModels(text: string): LocalModel[] {
     models.push(model);
   });
   return models;
+}
+
+/**
+ * The first id or alias of `models` that `taken` already uses (case-insensitively), if any: local
+ * and cloud models resolve in one namespace, so a name may belong to one model only.
+ */
+export function sharedName(taken: readonly ConfiguredModel[], models: readonly ConfiguredModel[]): string | undefined {
+  const used = new Set(
+    taken
+      .flatMap((m) => [m.modelId, m.modelAlias])
+      .filter(Boolean)
+      .map((n) => n.toLowerCase()),
+  );
+  for (const m of models) {
+    for (const name of [m.modelId, m.modelAlias]) if (name && used.has(name.toLowerCase())) return name;
+  }
+  return undefined;
 }
