@@ -1,32 +1,54 @@
-import type { FastifyInstance } from "fastify";
-import { ListModelsRequest } from "@mkt/proto/registry/v1/registry";
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { ListModelsRequest, type ModelInfo } from "@mkt/proto/registry/v1/registry";
+import { AppError } from "@mkt/runtime/errors";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
-/** GET /v1/models: the models the key may call, in OpenAI's list shape. */
+/** One model in OpenAI's shape, plus our alias, provider and context window. */
+const renderModel = (model: ModelInfo) => ({
+  id: model.modelId,
+  object: "model",
+  created: Number(model.created),
+  owned_by: model.ownedBy,
+  name: model.modelAlias,
+  provider: model.provider,
+  context_window: Number(model.contextWindow),
+});
+
+/** GET /v1/models and /v1/models/{model}: the models the key may call, in OpenAI's shapes. */
 export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
+  const modelsOf = async (request: FastifyRequest) => {
+    const scope = principalOf(request).scope;
+    return (await deps.backends.registry.listModels(ListModelsRequest.fromPartial({ scope }))).models;
+  };
+
   app.get(
     "/v1/models",
     {
       onRequest: deps.auth({ allowScoped: true }),
       schema: { summary: "List the models your key may call", tags: ["chat"], security: [{ apiKey: [] }] },
     },
+    async (request) => ({ object: "list", data: (await modelsOf(request)).map(renderModel) }),
+  );
+
+  // The openai SDK's `models.retrieve(id)`. Only ids the key may call are found (as in the list);
+  // an alias is not an id here, as OpenAI's own endpoint knows no aliases.
+  app.get<{ Params: { model: string } }>(
+    "/v1/models/:model",
+    {
+      onRequest: deps.auth({ allowScoped: true }),
+      schema: {
+        summary: "One model your key may call",
+        tags: ["chat"],
+        security: [{ apiKey: [] }],
+        params: { type: "object", properties: { model: { type: "string", minLength: 1, maxLength: 256 } } },
+      },
+    },
     async (request) => {
-      const { models } = await deps.backends.registry.listModels(
-        ListModelsRequest.fromPartial({ scope: principalOf(request).scope }),
-      );
-      return {
-        object: "list",
-        data: models.map((model) => ({
-          id: model.modelId,
-          object: "model",
-          created: Number(model.created),
-          owned_by: model.ownedBy,
-          name: model.modelAlias,
-          provider: model.provider,
-          context_window: Number(model.contextWindow),
-        })),
-      };
+      const id = request.params.model;
+      const model = (await modelsOf(request)).find((m) => m.modelId === id);
+      if (!model) throw new AppError("model_not_found", `The model \`${id}\` does not exist.`, { param: "model" });
+      return renderModel(model);
     },
   );
 }
