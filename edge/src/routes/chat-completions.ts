@@ -46,6 +46,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
       const bodyBytes = Buffer.from(JSON.stringify(body));
       const promptTokens = await deps.promptTokens.count(body.messages, bodyBytes);
       const requested = body.max_completion_tokens ?? body.max_tokens ?? 0;
+      const choices = body.n ?? 1;
       const grant = await deps.backends.billing.authorize(
         AuthorizeRequest.fromPartial({
           requestId: request.id,
@@ -63,6 +64,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
           requestedMaxOutputTokens: BigInt(requested),
           // A scoped key's subscription is checked in Authorize's transaction, not from the cache.
           subscriptionId: principal.scope?.subscriptionId ?? "",
+          choices: BigInt(choices),
         }),
       );
       rateLimitHeaders(reply, grant.rateLimit);
@@ -80,6 +82,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
           maxOutputTokens: grant.maxOutputTokens,
           promptTokens: BigInt(promptTokens),
           receivedAtMs: BigInt(receivedAt),
+          choices: BigInt(choices),
         }),
       );
       return relayCompletion(call, reply, { stream, model: route.modelId, requestId: request.id });

@@ -1,4 +1,4 @@
-import { countTokens } from "gpt-tokenizer";
+import { countTokens, decode, encode } from "gpt-tokenizer";
 
 /** A chat message as far as token counting is concerned. */
 export interface ChatMessageLike {
@@ -21,9 +21,23 @@ function contentText(content: unknown): string {
   return content == null ? "" : JSON.stringify(content);
 }
 
+// Text that spells a special token (`<|endoftext|>`) is counted as the ordinary text it is, as
+// OpenAI counts user content; gpt-tokenizer would throw on it by default.
+const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
+
 /** Tokens in a text, with the o200k BPE encoding. */
 export function countTextTokens(text: string): number {
-  return text.length === 0 ? 0 : countTokens(text);
+  return text.length === 0 ? 0 : countTokens(text, PLAIN_TEXT);
+}
+
+/** The o200k token ids of a text (special-token spellings as plain text, as in countTextTokens). */
+export function encodeText(text: string): number[] {
+  return encode(text, PLAIN_TEXT);
+}
+
+/** The text of o200k token ids (a cut inside a character decodes to U+FFFD). */
+export function decodeTokens(tokens: readonly number[]): string {
+  return decode(tokens);
 }
 
 /**

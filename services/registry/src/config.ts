@@ -89,6 +89,9 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       UPSTREAM_FIRST_BYTE_TIMEOUT_MS: millis({ default: 30_000 }),
       UPSTREAM_IDLE_TIMEOUT_MS: millis({ default: 30_000 }),
       UPSTREAM_TOTAL_TIMEOUT_MS: millis({ default: 600_000 }),
+      // A body past this is cut (a hoster streaming a multi-GB body); 32 MiB holds ~100k streamed
+      // tokens, or ~20k with top_logprobs=20.
+      UPSTREAM_MAX_RESPONSE_BYTES: intBetween(1_024, Number.MAX_SAFE_INTEGER)({ default: 32 * 1024 * 1024 }),
     },
     env,
   );

@@ -111,10 +111,11 @@ export async function startRegistry(
       }),
     ),
     pools,
-    timeouts: {
+    limits: {
       firstByteMs: config.UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
       idleMs: config.UPSTREAM_IDLE_TIMEOUT_MS,
       totalMs: config.UPSTREAM_TOTAL_TIMEOUT_MS,
+      maxResponseBytes: config.UPSTREAM_MAX_RESPONSE_BYTES,
     },
     billing: promiseClient(billingClient),
     inflight: new Set(),

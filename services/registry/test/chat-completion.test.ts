@@ -104,9 +104,13 @@ describe("ChatCompletion, streaming caller", () => {
     const body = h.upstream.calls.at(-1)!.body;
     expect(body.max_tokens).toBe(3);
     expect("max_completion_tokens" in body).toBe(false);
-    // The upstream ignored max_tokens; billing never goes past the granted cap.
+    // The upstream ignored max_tokens: the gateway ended the answer at the granted cap (before the
+    // upstream's usage report, so input is the edge's count) and bills no more than that.
+    expect(
+      chunks.flatMap((c) => (c.choices as Array<{ finish_reason: unknown }>).map((ch) => ch.finish_reason)),
+    ).toContain("length");
     const event = await theUsageEvent(request);
-    expect(event).toMatchObject({ inputTokens: 12n, outputTokens: 3n, success: true });
+    expect(event).toMatchObject({ inputTokens: 20n, outputTokens: 3n, success: true });
     releasedOnce(request);
   });
 });

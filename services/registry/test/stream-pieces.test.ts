@@ -2,7 +2,10 @@ import { describe, expect, it } from "vitest";
 import { SseParser, SseTooLargeError } from "../src/upstream/sse-parser.ts";
 import { billedUsage } from "../src/chat/billed-usage.ts";
 import { upstreamBody } from "../src/chat/request-body.ts";
+import { OutputBudget } from "../src/chat/output-budget.ts";
+import { ChunkAccumulator } from "../src/chat/chunk-accumulator.ts";
 import { AppError } from "@mkt/runtime/errors";
+import { countTextTokens } from "@mkt/runtime/tokens";
 
 describe("SseParser", () => {
   it("yields data payloads across arbitrary chunk boundaries and line endings", () => {
@@ -107,5 +110,76 @@ describe("upstreamBody", () => {
   it("refuses a body that is not a JSON object", () => {
     expect(() => upstreamBody(Buffer.from("[1]"), "m", 5n)).toThrow(AppError);
     expect(() => upstreamBody(Buffer.from("{"), "m", 5n)).toThrow(AppError);
+  });
+});
+
+describe("OutputBudget", () => {
+  it("lets pieces through whole while they fit, then cuts the one that does not to the tokens left", () => {
+    const budget = new OutputBudget(5);
+    expect(budget.take(" one two")).toBe(" one two");
+    expect(budget.take(" three")).toBe(" three");
+    expect(budget.exhausted).toBe(false);
+    expect(budget.take(" four five six seven")).toBe(" four five");
+    expect(budget.exhausted).toBe(true);
+    expect(budget.take(" eight")).toBe("");
+    expect(budget.text).toBe(" one two three four five");
+  });
+
+  it("decides on the whole text's count, not the sum of the pieces' counts", () => {
+    // One character per piece: the pieces count ~4x the tokens the text holds.
+    const text = " hello world, this is a long enough sentence to count";
+    const limit = 6;
+    const budget = new OutputBudget(limit);
+    for (const ch of text) budget.take(ch);
+    expect(countTextTokens(budget.text)).toBe(limit);
+    expect(text.startsWith(budget.text)).toBe(true);
+  });
+
+  it("never cuts inside a character", () => {
+    const budget = new OutputBudget(1);
+    const kept = budget.take("日本語");
+    expect("日本語".startsWith(kept)).toBe(true);
+    expect(kept).not.toContain("\uFFFD");
+  });
+
+  it("counts text that spells a special token as plain text", () => {
+    expect(countTextTokens("<|endoftext|>")).toBeGreaterThan(1);
+    expect(new OutputBudget(100).take("<|endoftext|>")).toBe("<|endoftext|>");
+  });
+});
+
+describe("ChunkAccumulator", () => {
+  const chunk = (delta: object, finish: string | null = null, index = 0) =>
+    JSON.stringify({ id: "c", choices: [{ index, delta, finish_reason: finish }] });
+
+  it("cuts content, tool arguments and reasoning against one budget and finishes open choices with length", () => {
+    const acc = new ChunkAccumulator("m", 4);
+    acc.accept(chunk({ role: "assistant", reasoning_content: " a b" }));
+    const cut = acc.accept(
+      chunk({ tool_calls: [{ index: 0, id: "t", function: { name: "", arguments: " c d e f" } }] }),
+    ) as { choices: Array<{ delta: { tool_calls: Array<{ function: { arguments: string } }> } }> };
+    expect(cut.choices[0]!.delta.tool_calls[0]!.function.arguments).toBe(" c d");
+    expect(acc.atLimit).toBe(true);
+    expect(acc.deliveredTokens()).toBe(4n);
+    expect(acc.closeAtLimit()).toMatchObject([{ choices: [{ index: 0, delta: {}, finish_reason: "length" }] }]);
+    expect(acc.finished).toBe(true);
+  });
+
+  it("marks a choice whose finishing chunk was cut as ending at length", () => {
+    const acc = new ChunkAccumulator("m", 2);
+    const out = acc.accept(chunk({ content: " one two three" }, "stop")) as {
+      choices: Array<{ finish_reason: string }>;
+    };
+    expect(out.choices[0]!.finish_reason).toBe("length");
+    expect(acc.closeAtLimit()).toEqual([]);
+  });
+
+  it("refuses a broken event mid-answer, and ignores one after every choice finished", () => {
+    const acc = new ChunkAccumulator("m", 100);
+    acc.accept(chunk({ content: "hi" }));
+    expect(() => acc.accept("{broken")).toThrow(/not a JSON object/);
+    acc.accept(chunk({}, "stop"));
+    expect(acc.accept('{"usage":{"prompt_tokens":NaN}}')).toBeUndefined();
+    expect(acc.reportedUsage).toBeUndefined();
   });
 });

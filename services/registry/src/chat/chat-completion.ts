@@ -6,7 +6,7 @@ import { ReleaseSlotRequest, type BillingServiceClient } from "@mkt/proto/billin
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { ChatCompletionResponse, type ChatCompletionRequest, type Route } from "@mkt/proto/registry/v1/registry";
 import type { ModelCatalog } from "../catalog/model-catalog.ts";
-import { streamChat, UpstreamFailure, type UpstreamTimeouts } from "../upstream/stream-chat.ts";
+import { streamChat, UpstreamFailure, type UpstreamLimits } from "../upstream/stream-chat.ts";
 import type { UpstreamPools } from "../upstream/upstream-pools.ts";
 import { billedUsage, type BilledUsage } from "./billed-usage.ts";
 import { ChunkAccumulator } from "./chunk-accumulator.ts";
@@ -19,7 +19,7 @@ export type SlotReleaser = Pick<PromiseClient<BillingServiceClient>, "releaseSlo
 export interface ChatDeps {
   catalog: ModelCatalog;
   pools: UpstreamPools;
-  timeouts: UpstreamTimeouts;
+  limits: UpstreamLimits;
   billing: SlotReleaser;
   /** Handlers still running (so shutdown can wait for their usage events). */
   inflight: Set<Promise<void>>;
@@ -65,8 +65,10 @@ const json = (value: unknown) => Buffer.from(JSON.stringify(value));
 
 /**
  * ChatCompletion: relays one request to the route's upstream. Failures before the first event
- * are gRPC errors; after it, a final `error` event. On every exit path the reservation's slot is
- * released and exactly one usage.completed event is published, before the call ends.
+ * are gRPC errors; after it, a final `error` event. Output past the granted cap is never relayed:
+ * the answer ends there with finish_reason `length` and the upstream call is closed. On every exit
+ * path the reservation's slot is released and exactly one usage.completed event is published,
+ * before the call ends.
  */
 export function chatCompletion(deps: ChatDeps): (call: Call) => Promise<void> {
   return async (call) => {
@@ -90,17 +92,18 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
   if (call.cancelled) cancel.abort();
 
   const route = request.route;
-  const accumulator = new ChunkAccumulator(route?.modelId ?? "");
+  let accumulator: ChunkAccumulator | undefined;
   let written = 0;
   let billed: BilledUsage;
   let errorCode = "";
   let failure: AppError | undefined;
   const bill = () =>
     billedUsage({
-      reported: accumulator.reportedUsage,
+      reported: accumulator?.reportedUsage,
       promptTokens: request.promptTokens,
-      deliveredOutputTokens: accumulator.deliveredTokens(),
-      maxOutputTokens: request.maxOutputTokens,
+      deliveredOutputTokens: accumulator?.deliveredTokens() ?? 0n,
+      // Each of the client's `n` choices may use the whole cap.
+      maxOutputTokens: request.maxOutputTokens * (request.choices > 1n ? request.choices : 1n),
     });
 
   try {
@@ -110,12 +113,24 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
       throw new AppError("no_healthy_upstream", `No upstream is available for the model \`${route.modelId}\`.`);
     }
     const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
-    const events = streamChat(deps.pools, target, body, deps.timeouts, cancel.signal, log);
+    // max_tokens bounds each of the n choices upstream, so the relay allows n caps in all.
+    const choices = request.choices > 1n ? request.choices : 1n;
+    accumulator = new ChunkAccumulator(route.modelId, Number(request.maxOutputTokens * choices));
+    const events = streamChat(deps.pools, target, body, deps.limits, cancel.signal, log);
     for await (const data of events) {
       const chunk = accumulator.accept(data);
       if (chunk && request.stream) {
         await send(call, ChatCompletionResponse.fromPartial({ chunk: json(chunk) }), cancel.signal);
         written++;
+      }
+      if (accumulator.atLimit) {
+        log.info({ limit: accumulator.outputLimit }, "upstream output reached the granted cap; closing it");
+        for (const closing of accumulator.closeAtLimit()) {
+          if (!request.stream) continue;
+          await send(call, ChatCompletionResponse.fromPartial({ chunk: json(closing) }), cancel.signal);
+          written++;
+        }
+        break; // leaving the loop closes the upstream connection (streamChat's finally)
       }
     }
     if (!accumulator.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");

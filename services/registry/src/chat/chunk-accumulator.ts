@@ -1,6 +1,7 @@
 import { randomToken } from "@mkt/runtime/ids";
 import { countTextTokens } from "@mkt/runtime/tokens";
 import type { BilledUsage, ReportedUsage } from "./billed-usage.ts";
+import { OutputBudget } from "./output-budget.ts";
 import { UpstreamFailure } from "../upstream/stream-chat.ts";
 
 type Json = Record<string, unknown>;
@@ -19,15 +20,18 @@ interface ChoiceState {
   toolCalls: Map<number, ToolCallState>;
   finishReason: string | null;
   logprobs: unknown[] | undefined;
+  /** Some of its text was cut at the output limit. */
+  cut: boolean;
 }
 
 const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Array.isArray(v);
-const text = (v: unknown): string => (typeof v === "string" ? v : "");
 
 /**
  * Reads upstream chat.completion.chunk payloads: rewrites each for the caller (model name, no
  * usage), remembers the upstream's usage report, collects the text delivered (for counting
  * output tokens) and assembles the equivalent chat.completion for non-streaming callers.
+ * Text past `outputLimit` tokens is cut (OutputBudget): `atLimit` then tells the caller to stop
+ * reading and `closeAtLimit` finishes the open choices with `length`.
  */
 export class ChunkAccumulator {
   readonly #modelId: string;
@@ -36,13 +40,29 @@ export class ChunkAccumulator {
   #systemFingerprint: string | undefined;
   readonly #choices = new Map<number, ChoiceState>();
   // Everything the caller receives as text: content, reasoning, refusals, tool names and arguments.
-  readonly #delivered: string[] = [];
+  readonly #delivered: OutputBudget;
   reportedUsage: ReportedUsage | undefined;
   /** True once any choice carried a finish_reason: the answer is complete, not truncated. */
   finished = false;
 
-  constructor(modelId: string) {
+  constructor(modelId: string, outputLimit: number) {
     this.#modelId = modelId;
+    this.#delivered = new OutputBudget(outputLimit);
+  }
+
+  /** Output tokens the caller may receive in all. */
+  get outputLimit(): number {
+    return this.#delivered.limit;
+  }
+
+  /** The output limit was reached: nothing more may be relayed. */
+  get atLimit(): boolean {
+    return this.#delivered.exhausted;
+  }
+
+  /** Every choice seen has finished: only a usage report may still follow. */
+  get #complete(): boolean {
+    return this.#choices.size > 0 && [...this.#choices.values()].every((c) => c.finishReason !== null);
   }
 
   get id(): string {
@@ -59,12 +79,17 @@ export class ChunkAccumulator {
     try {
       chunk = JSON.parse(data);
     } catch {
-      throw new UpstreamFailure("upstream_error", "upstream sent a chunk that is not JSON");
+      chunk = undefined;
     }
-    if (!isObject(chunk)) throw new UpstreamFailure("upstream_error", "upstream sent a chunk that is not an object");
-    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
-    if (chunk.error !== undefined && choices.length === 0) {
-      throw new UpstreamFailure("upstream_error", "upstream reported an error mid-stream");
+    const choices = isObject(chunk) && Array.isArray(chunk.choices) ? chunk.choices : [];
+    if (!isObject(chunk) || (chunk.error !== undefined && choices.length === 0)) {
+      // After every choice finished the answer is whole and only an (untrusted) usage report is
+      // awaited, so a broken trailer (Python servers write NaN into JSON) costs nothing.
+      if (this.#complete) return undefined;
+      throw new UpstreamFailure(
+        "upstream_error",
+        isObject(chunk) ? "upstream reported an error mid-stream" : "upstream sent a chunk that is not a JSON object",
+      );
     }
     if (typeof chunk.id === "string" && this.#id === undefined) this.#id = chunk.id;
     if (typeof chunk.created === "number" && this.#created === undefined) this.#created = chunk.created;
@@ -90,6 +115,7 @@ export class ChunkAccumulator {
         toolCalls: new Map(),
         finishReason: null,
         logprobs: undefined,
+        cut: false,
       };
       this.#choices.set(index, state);
     }
@@ -101,14 +127,33 @@ export class ChunkAccumulator {
       (state.logprobs ??= []).push(...(choice.logprobs.content as unknown[]));
     }
     const delta = isObject(choice.delta) ? choice.delta : undefined;
-    if (!delta) return;
-    if (typeof delta.content === "string") {
-      state.content += delta.content;
-      state.sawContent = true;
-      this.#delivered.push(delta.content);
+    if (delta) this.#addDelta(state, delta);
+    if (state.cut && state.finishReason !== null && state.finishReason !== "length") {
+      // The upstream finished in the chunk whose text was cut: the caller's answer ends at the limit.
+      choice.finish_reason = state.finishReason = "length";
     }
-    state.refusal += text(delta.refusal);
-    this.#delivered.push(text(delta.refusal), text(delta.reasoning_content), text(delta.reasoning));
+  }
+
+  /** Takes the text of `field` within the output budget, writing back what the caller may have. */
+  #take(state: ChoiceState, holder: Json, field: string): string {
+    const piece = holder[field];
+    if (typeof piece !== "string" || piece === "") return "";
+    const kept = this.#delivered.take(piece);
+    if (kept !== piece) {
+      holder[field] = kept;
+      state.cut = true;
+    }
+    return kept;
+  }
+
+  #addDelta(state: ChoiceState, delta: Json): void {
+    if (typeof delta.content === "string") {
+      state.content += this.#take(state, delta, "content");
+      state.sawContent = true;
+    }
+    state.refusal += this.#take(state, delta, "refusal");
+    this.#take(state, delta, "reasoning_content");
+    this.#take(state, delta, "reasoning");
     if (!Array.isArray(delta.tool_calls)) return;
     for (const call of delta.tool_calls) {
       if (!isObject(call)) continue;
@@ -122,15 +167,35 @@ export class ChunkAccumulator {
       if (typeof call.type === "string") tool.type = call.type;
       const fn = isObject(call.function) ? call.function : {};
       // Deltas append, as in OpenAI's own stream accumulation.
-      tool.name += text(fn.name);
-      tool.arguments += text(fn.arguments);
-      this.#delivered.push(text(fn.name), text(fn.arguments));
+      tool.name += this.#take(state, fn, "name");
+      tool.arguments += this.#take(state, fn, "arguments");
     }
+  }
+
+  /**
+   * Once the output limit is reached: finishes every open choice with `length` (as a model that
+   * ran into max_tokens does) and returns one closing chunk per choice for a streaming caller.
+   */
+  closeAtLimit(): Json[] {
+    const closing: Json[] = [];
+    for (const [index, state] of [...this.#choices.entries()].sort(([a], [b]) => a - b)) {
+      if (state.finishReason !== null) continue;
+      state.finishReason = "length";
+      closing.push({
+        id: this.id,
+        object: "chat.completion.chunk",
+        created: this.created,
+        model: this.#modelId,
+        choices: [{ index, delta: {}, logprobs: null, finish_reason: "length" }],
+      });
+    }
+    this.finished = true;
+    return closing;
   }
 
   /** Output tokens in the text relayed so far (gpt-tokenizer BPE). */
   deliveredTokens(): bigint {
-    return BigInt(countTextTokens(this.#delivered.join("")));
+    return BigInt(countTextTokens(this.#delivered.text));
   }
 
   /** The final usage chunk a streaming caller asked for with stream_options.include_usage. */

@@ -3,13 +3,21 @@ import type { UpstreamTarget } from "../catalog/model-catalog.ts";
 import { SseParser } from "./sse-parser.ts";
 import type { UpstreamPools } from "./upstream-pools.ts";
 
-export interface UpstreamTimeouts {
-  /** From sending the request to the first body chunk (headers included). */
+/**
+ * Bounds of one upstream call (the connect limit belongs to the connection pool). Progress is
+ * counted in complete SSE events, not bytes: an upstream dripping a byte at a time, or sending
+ * headers, comments or keep-alive blank lines only, makes no progress and is cut at the
+ * first-byte or idle bound instead of holding the call until the total one.
+ */
+export interface UpstreamLimits {
+  /** From sending the request to the first complete SSE event (headers alone do not count). */
   firstByteMs: number;
-  /** Longest gap between two body chunks. */
+  /** Longest gap between two complete SSE events. */
   idleMs: number;
   /** The whole call. */
   totalMs: number;
+  /** Most body bytes read from one response. */
+  maxResponseBytes: number;
 }
 
 export type UpstreamFailureCode = "upstream_error" | "upstream_timeout" | "client_cancelled";
@@ -35,13 +43,14 @@ function chatPath(baseUrl: URL): string {
  * POSTs a streaming chat request to the upstream and yields the `data` payload of each SSE event,
  * stopping at `[DONE]`. Throws UpstreamFailure: client_cancelled when `signal` aborts,
  * upstream_timeout when a deadline passes, upstream_error for anything else (non-2xx,
- * connection failure, an oversized event).
+ * connection failure, an oversized event or body). A consumer that stops early (returns) closes
+ * the upstream connection.
  */
 export async function* streamChat(
   pools: UpstreamPools,
   target: UpstreamTarget,
   body: Buffer,
-  timeouts: UpstreamTimeouts,
+  limits: UpstreamLimits,
   signal: AbortSignal,
   log: Logger,
 ): AsyncGenerator<string, void, undefined> {
@@ -53,14 +62,16 @@ export async function* streamChat(
     internal.abort();
   };
   const started = Date.now();
-  const totalTimer = setTimeout(() => expire("total"), timeouts.totalMs);
+  const totalTimer = setTimeout(() => expire("total"), limits.totalMs);
   let phaseTimer: NodeJS.Timeout | undefined;
-  // First byte is one deadline across headers and the first chunk; after that, each wait is idle.
-  const firstByteDeadline = started + timeouts.firstByteMs;
-  let gotFirstChunk = false;
+  // First byte is one deadline across connect, headers and the first event; after that, the gap
+  // between events. The timer is stopped while the consumer handles events (a slow client is not
+  // the upstream's fault) and re-armed afresh after them.
+  const firstByteDeadline = started + limits.firstByteMs;
+  let gotFirstEvent = false;
   const armPhase = () => {
-    const ms = gotFirstChunk ? timeouts.idleMs : Math.max(0, firstByteDeadline - Date.now());
-    phaseTimer = setTimeout(() => expire(gotFirstChunk ? "idle" : "first_byte"), ms);
+    const ms = gotFirstEvent ? limits.idleMs : Math.max(0, firstByteDeadline - Date.now());
+    phaseTimer = setTimeout(() => expire(gotFirstEvent ? "idle" : "first_byte"), ms);
   };
   const disarmPhase = () => clearTimeout(phaseTimer);
   const combined = AbortSignal.any([signal, internal.signal]);
@@ -99,12 +110,21 @@ export async function* streamChat(
     const decoder = new TextDecoder();
     const parser = new SseParser();
     const chunks = response.body[Symbol.asyncIterator]();
+    let bytes = 0;
     for (;;) {
       const next = await chunks.next();
-      disarmPhase();
       if (next.done) break;
-      gotFirstChunk = true;
-      const events = parser.push(decoder.decode(next.value as Buffer, { stream: true }));
+      const piece = next.value as Buffer;
+      bytes += piece.length;
+      if (bytes > limits.maxResponseBytes) {
+        log.warn({ origin: url.origin, bytes }, "upstream response exceeded its size limit");
+        throw new UpstreamFailure("upstream_error", "upstream response too large");
+      }
+      const events = parser.push(decoder.decode(piece, { stream: true }));
+      // Bytes that complete no event are no progress: the running deadline keeps running.
+      if (events.length === 0) continue;
+      disarmPhase();
+      gotFirstEvent = true;
       for (const data of events) {
         if (data.trim() === "[DONE]") {
           sawDone = true;
@@ -114,6 +134,7 @@ export async function* streamChat(
       }
       armPhase();
     }
+    disarmPhase();
     for (const data of parser.end()) {
       if (data.trim() === "[DONE]") return;
       yield data;
