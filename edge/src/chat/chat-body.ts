@@ -8,6 +8,8 @@ export interface ChatBody {
   stream_options?: { include_usage?: boolean | null } | null;
   max_tokens?: number | null;
   max_completion_tokens?: number | null;
+  /** Choices to generate (1 to 128, checked by the schema). */
+  n?: number | null;
   [field: string]: unknown;
 }
 

@@ -53,6 +53,26 @@ describe("Authorize", () => {
     expect(roomBound.maxOutputTokens).toBe(192n);
   });
 
+  it("holds every choice's output when the client asks for n choices", async () => {
+    const accountId = randomUUID();
+    const res = await t.client.authorize(
+      authorizeRequest({ accountId, inputTokens: 100n, requestedMaxOutputTokens: 200n, choices: 3n }),
+    );
+    // ceil((100 × 0.50 + 3 × 200 × 1.50) / 1M USD) = 950 micro-USD; the cap stays per choice.
+    expect(res.reservedMicros).toBe(950n);
+    expect(res.maxOutputTokens).toBe(200n);
+    const [row] = await t.query(`select max_output_tokens from reservations where id = $1`, [res.reservationId]);
+    expect(row).toEqual({ max_output_tokens: "600" });
+
+    // Without max_tokens, what the balance pays is shared between the choices.
+    const shared = await t.client.authorize(authorizeRequest({ accountId: randomUUID(), ...pricey, choices: 4n }));
+    expect(shared.maxOutputTokens).toBe(1250n);
+    expect(shared.reservedMicros).toBe(5_000_000n);
+
+    const tooMany = await refusal(t.client.authorize(authorizeRequest({ choices: 129n })));
+    expect(tooMany).toMatchObject({ code: "invalid_request", param: "n" });
+  });
+
   it("caps output at what the balance pays when max_tokens is not given", async () => {
     const accountId = randomUUID();
     const res = await t.client.authorize(authorizeRequest({ accountId, ...pricey }));

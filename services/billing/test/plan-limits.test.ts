@@ -396,6 +396,25 @@ describe("plan limits per subscriber", () => {
     expect(none.headers["x-ratelimit-remaining-tokens"]).toBe("0");
   });
 
+  it("n choices: the hold and tpm cover every choice's output; the cap stays per choice", async () => {
+    const s = await subscribed({
+      pricingModel: "payg",
+      inputPricePer1mMicros: 1_000_000n,
+      outputPricePer1mMicros: 2_000_000n,
+      tpmLimit: 1_000n,
+    });
+    const res = await t.client.authorize(scoped(s, { inputTokens: 100n, requestedMaxOutputTokens: 200n, choices: 3n }));
+    // (100 × 1 + 3 × 200 × 2) / 1M USD = 1300 micro-USD
+    expect(res.reservedMicros).toBe(1_300n);
+    expect(res.maxOutputTokens).toBe(200n);
+    // tpm counted 100 + 600: a second such request (700 more) no longer fits in 1000.
+    const err = await refusal(
+      t.client.authorize(scoped(s, { inputTokens: 100n, requestedMaxOutputTokens: 200n, choices: 3n })),
+    );
+    expect(err).toMatchObject({ code: "rate_limit_exceeded" });
+    expect(err.headers["x-ratelimit-remaining-tokens"]).toBe("300");
+  });
+
   it("max_concurrent: slots are held until ReleaseSlot, settlement or expiry; subscribers are independent", async () => {
     const plan = planOf({ pricingModel: "free", maxConcurrent: 2n });
     const [a, b] = [await subscriber(plan), await subscriber(plan)];

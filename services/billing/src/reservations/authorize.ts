@@ -5,7 +5,7 @@ import { isUuid, type BillingContext } from "../context.ts";
 import { admitRequest, tierLimits } from "../rate-limits/rate-limiter.ts";
 import { authorizePlanRequest } from "../subscriptions/plan-authorize.ts";
 import { lockWallet, openWallet } from "../wallets/ledger.ts";
-import { checkContext, holdReservation, insufficientCredits } from "./reservation-hold.ts";
+import { checkContext, choicesOf, holdReservation, insufficientCredits, MAX_CHOICES } from "./reservation-hold.ts";
 
 export const PROVIDERS = ["local", "hoster", "cloud"] as const;
 
@@ -22,6 +22,7 @@ function validate(req: AuthorizeRequest): void {
   if (req.maxOutputTokensCap <= 0n) throw bad("max_output_tokens_cap", "must be positive");
   if (req.inputTokens < 0n) throw bad("input_tokens", "must not be negative");
   if (req.requestedMaxOutputTokens < 0n) throw bad("max_tokens", "must not be negative");
+  if (req.choices < 0n || req.choices > MAX_CHOICES) throw bad("n", `must be from 1 to ${MAX_CHOICES}`);
 }
 
 const minBig = (...values: bigint[]) => values.reduce((a, b) => (b < a ? b : a));
@@ -52,25 +53,27 @@ export async function authorize(ctx: BillingContext, req: AuthorizeRequest): Pro
     const available = wallet.posted - wallet.held;
 
     const room = req.contextWindow - req.inputTokens;
+    const choices = choicesOf(req);
     const maxOutput =
       req.requestedMaxOutputTokens > 0n
         ? req.requestedMaxOutputTokens
         : minBig(
             req.maxOutputTokensCap,
             room,
-            affordableOutputTokens(available > 0n ? available : 0n, req.inputTokens, ...prices),
+            affordableOutputTokens(available > 0n ? available : 0n, req.inputTokens, ...prices) / choices,
           );
-    const reserved = costMicros(req.inputTokens, maxOutput, ...prices);
+    const reserved = costMicros(req.inputTokens, maxOutput * choices, ...prices);
     // A free route (reserved = 0) is admitted whatever the balance: it moves no money.
     if (maxOutput === 0n || (reserved > 0n && reserved > available)) {
-      const needed = maxOutput === 0n ? costMicros(req.inputTokens, 1n, ...prices) : reserved;
+      const needed = maxOutput === 0n ? costMicros(req.inputTokens, choices, ...prices) : reserved;
       throw insufficientCredits(available, needed, req.requestedMaxOutputTokens > 0n);
     }
     const reservationId = await holdReservation(
       ctx,
       em,
       req,
-      { maxOutput, reserved, inputPricePer1m: prices[0], outputPricePer1m: prices[1] },
+      // The reservation covers every choice's output.
+      { maxOutput: maxOutput * choices, reserved, inputPricePer1m: prices[0], outputPricePer1m: prices[1] },
       now,
     );
     return { reservationId, reservedMicros: reserved, maxOutputTokens: maxOutput, rateLimit };

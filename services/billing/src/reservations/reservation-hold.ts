@@ -5,6 +5,16 @@ import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext, Em } from "../context.ts";
 import { formatUsd } from "../wallets/ledger.ts";
 
+/** OpenAI's own bound on `n`. */
+export const MAX_CHOICES = 128n;
+
+/**
+ * How many choices the upstream generates (the client's `n`). Each may use the whole output cap,
+ * so every worst case (hold, tpm, included-tokens claim) covers cap × choices, while the cap
+ * granted stays per choice.
+ */
+export const choicesOf = (req: AuthorizeRequest): bigint => (req.choices > 1n ? req.choices : 1n);
+
 /** The request limits a context check needs; a plan narrows the route's. */
 export type ContextLimits = Pick<
   AuthorizeRequest,

@@ -3,7 +3,7 @@ import type { AuthorizeRequest, AuthorizeResponse, RateLimitStatus } from "@mkt/
 import type { TierLimits } from "../config.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { admitRequest, currentWindows } from "../rate-limits/rate-limiter.ts";
-import { checkContext, holdReservation, insufficientCredits } from "../reservations/reservation-hold.ts";
+import { checkContext, choicesOf, holdReservation, insufficientCredits } from "../reservations/reservation-hold.ts";
 import { lockWallet, openWallet } from "../wallets/ledger.ts";
 import {
   admitToPlan,
@@ -67,8 +67,9 @@ export async function authorizePlanRequest(
   // tpm counts each admitted request's worst case, prompt + output cap, when it is admitted.
   const prompt = req.inputTokens;
   const requested = req.requestedMaxOutputTokens;
+  const choices = choicesOf(req);
   const tokenRoom = plan.tpmLimit - period.minuteTokens;
-  const needed = prompt + (requested > 0n ? requested : 1n);
+  const needed = prompt + (requested > 0n ? requested : 1n) * choices;
   if (needed > tokenRoom) throw tokenRateRefusal(plan.tpmLimit, tokenRoom, needed, window.minuteResetSeconds);
 
   await openWallet(em, req.accountId, ctx.config.STARTING_CREDIT_USD);
@@ -82,15 +83,16 @@ export async function authorizePlanRequest(
       : minBig(
           limits.maxOutputTokensCap,
           limits.contextWindow - prompt,
-          tokenRoom - prompt,
-          affordableOutput(plan, period, available, prompt),
+          (tokenRoom - prompt) / choices,
+          affordableOutput(plan, period, available, prompt) / choices,
         );
-  const hold = holdFor(plan, period, prompt, maxOutput);
+  // Every worst case below covers all `n` choices; the cap granted is per choice.
+  const hold = holdFor(plan, period, prompt, maxOutput * choices);
   if (maxOutput === 0n || (hold.reserved > 0n && hold.reserved > available)) {
-    const short = maxOutput === 0n ? holdFor(plan, period, prompt, 1n).reserved : hold.reserved;
+    const short = maxOutput === 0n ? holdFor(plan, period, prompt, choices).reserved : hold.reserved;
     throw insufficientCredits(available, short, requested > 0n);
   }
-  await countPlanTokens(em, plan.subscriptionId, window.minuteStart, prompt + maxOutput);
+  await countPlanTokens(em, plan.subscriptionId, window.minuteStart, prompt + maxOutput * choices);
 
   // payg keeps its per-1M prices in the usual columns; the other models price through the plan
   // snapshot (0 per token, or the overage price beyond the included tokens).
@@ -100,7 +102,7 @@ export async function authorizePlanRequest(
     em,
     req,
     {
-      maxOutput,
+      maxOutput: maxOutput * choices,
       reserved: hold.reserved,
       inputPricePer1m: payg ? plan.inputPricePer1m : 0n,
       outputPricePer1m: payg ? plan.outputPricePer1m : 0n,

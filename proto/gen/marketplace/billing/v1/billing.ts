@@ -52,6 +52,12 @@ export interface AuthorizeRequest {
    * output cap are narrowed by the plan's max_context_tokens and max_output_tokens.
    */
   subscriptionId: string;
+  /**
+   * The client's `n`: how many choices the upstream generates, each up to the output cap. The
+   * hold (and tpm, and the included-tokens claim) covers the cap times this; the cap granted is
+   * per choice. 0 means 1.
+   */
+  choices: bigint;
 }
 
 export interface AuthorizeResponse {
@@ -418,6 +424,7 @@ function createBaseAuthorizeRequest(): AuthorizeRequest {
     inputTokens: 0n,
     requestedMaxOutputTokens: 0n,
     subscriptionId: "",
+    choices: 0n,
   };
 }
 
@@ -482,6 +489,12 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
     }
     if (message.subscriptionId !== "") {
       writer.uint32(114).string(message.subscriptionId);
+    }
+    if (message.choices !== 0n) {
+      if (BigInt.asIntN(64, message.choices) !== message.choices) {
+        throw new globalThis.Error("value provided for field message.choices of type int64 too large");
+      }
+      writer.uint32(120).int64(message.choices);
     }
     return writer;
   },
@@ -611,6 +624,14 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
             message.subscriptionId = reader.string();
             continue;
           }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.choices = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -687,6 +708,7 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
         : isSet(object.subscription_id)
         ? globalThis.String(object.subscription_id)
         : "",
+      choices: isSet(object.choices) ? BigInt(object.choices) : 0n,
     };
   },
 
@@ -734,6 +756,9 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
     if (message.subscriptionId !== "") {
       obj.subscriptionId = message.subscriptionId;
     }
+    if (message.choices !== 0n) {
+      obj.choices = message.choices.toString();
+    }
     return obj;
   },
 
@@ -771,6 +796,7 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
         ? BigInt(object.requestedMaxOutputTokens)
         : 0n;
     message.subscriptionId = object.subscriptionId ?? "";
+    message.choices = (object.choices !== undefined && object.choices !== null) ? BigInt(object.choices) : 0n;
     return message;
   },
 };

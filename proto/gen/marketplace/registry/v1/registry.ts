@@ -91,6 +91,11 @@ export interface ChatCompletionRequest {
   promptTokens: bigint;
   /** Unix milliseconds when the edge received the request (for latency). */
   receivedAtMs: bigint;
+  /**
+   * The client's `n`: choices the upstream generates, each up to max_output_tokens, so billed
+   * output is capped at max_output_tokens × choices. 0 means 1.
+   */
+  choices: bigint;
 }
 
 /** One event of the relayed answer. */
@@ -1122,6 +1127,7 @@ function createBaseChatCompletionRequest(): ChatCompletionRequest {
     maxOutputTokens: 0n,
     promptTokens: 0n,
     receivedAtMs: 0n,
+    choices: 0n,
   };
 }
 
@@ -1168,6 +1174,12 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
         throw new globalThis.Error("value provided for field message.receivedAtMs of type int64 too large");
       }
       writer.uint32(88).int64(message.receivedAtMs);
+    }
+    if (message.choices !== 0n) {
+      if (BigInt.asIntN(64, message.choices) !== message.choices) {
+        throw new globalThis.Error("value provided for field message.choices of type int64 too large");
+      }
+      writer.uint32(96).int64(message.choices);
     }
     return writer;
   },
@@ -1273,6 +1285,14 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
             message.receivedAtMs = reader.int64() as bigint;
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.choices = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1330,6 +1350,7 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
         : isSet(object.received_at_ms)
         ? BigInt(object.received_at_ms)
         : 0n,
+      choices: isSet(object.choices) ? BigInt(object.choices) : 0n,
     };
   },
 
@@ -1368,6 +1389,9 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
     if (message.receivedAtMs !== 0n) {
       obj.receivedAtMs = message.receivedAtMs.toString();
     }
+    if (message.choices !== 0n) {
+      obj.choices = message.choices.toString();
+    }
     return obj;
   },
 
@@ -1393,6 +1417,7 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
     message.receivedAtMs = (object.receivedAtMs !== undefined && object.receivedAtMs !== null)
       ? BigInt(object.receivedAtMs)
       : 0n;
+    message.choices = (object.choices !== undefined && object.choices !== null) ? BigInt(object.choices) : 0n;
     return message;
   },
 };
