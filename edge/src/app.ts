@@ -11,6 +11,7 @@ import { apiKeyAuth } from "./plugins/api-key-auth.ts";
 import { installCsrfGuard, sessionAuth } from "./plugins/session-auth.ts";
 import { installErrorHandler } from "./plugins/error-handler.ts";
 import { installJsonBodyParser } from "./plugins/json-body.ts";
+import { installMetrics } from "./plugins/metrics.ts";
 import { registerOpenApi } from "./plugins/openapi.ts";
 import { installValidation } from "./plugins/validation.ts";
 import { accountRoutes } from "./routes/accounts.ts";
@@ -74,6 +75,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       "request",
     );
   });
+  installMetrics(app);
   await registerOpenApi(app);
 
   const routeDeps: RouteDeps = {

@@ -328,6 +328,24 @@ describe("deploy/k8s/base", () => {
     }
   });
 
+  it("lets Prometheus scrape the edge's /metrics and the registry's METRICS_PORT from the pods", () => {
+    const annotations = (name: string) =>
+      (deployment(name)!.spec as { template: { metadata: { annotations?: Record<string, string> } } }).template.metadata
+        .annotations ?? {};
+    const metricsPort = container("registry").ports!.find((p) => p.name === "metrics")!;
+    expect(String(metricsPort.containerPort)).toBe(containerEnv(container("registry")).METRICS_PORT);
+    expect(annotations("registry")).toEqual({
+      "prometheus.io/scrape": "true",
+      "prometheus.io/port": String(metricsPort.containerPort),
+      "prometheus.io/path": "/metrics",
+    });
+    expect(annotations("edge")).toEqual({
+      "prometheus.io/scrape": "true",
+      "prometheus.io/port": containerEnv(container("edge")).PORT,
+      "prometheus.io/path": "/metrics",
+    });
+  });
+
   it("runs every container as non-root on a read-only root filesystem, with requests and limits", () => {
     expect(deployments.length).toBeGreaterThanOrEqual(processes.length + 1);
     for (const d of deployments) {

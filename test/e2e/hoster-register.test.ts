@@ -57,7 +57,13 @@ describe("POST /hosters/register through the edge", () => {
     const me = await fetch(`${system.url}/hosters/me`, { headers: { cookie: setCookie.split(";")[0]! } });
     expect(me.status).toBe(200);
     const profile = (await me.json()) as Record<string, unknown>;
-    expect(profile).toMatchObject({ hoster_id: body.hoster_id, email, endpoint_url: server.url, status: "healthy" });
+    expect(profile).toMatchObject({
+      hoster_id: body.hoster_id,
+      email,
+      endpoint_url: server.url,
+      status: "healthy",
+      usage_mismatches: 0,
+    });
     expect(JSON.stringify(profile)).not.toContain(server.token);
 
     // The generated password logs in on the hoster login.
@@ -77,6 +83,8 @@ describe("POST /hosters/register through the edge", () => {
     const { data } = JSON.parse(text) as { data: Array<{ hoster_id: string; status: string; models: unknown[] }> };
     const listed = data.find((h) => h.hoster_id === hoster.hosterId);
     expect(listed).toMatchObject({ name: "Listed Hoster", status: "healthy" });
+    // The hoster's own figure, not the public list's.
+    expect(listed).not.toHaveProperty("usage_mismatches");
     expect(listed!.models).toEqual([{ model_id: hoster.modelId, model_alias: "Llama 3 8B", context_window: 8192 }]);
 
     expect((await fetch(`${system.url}/v1/hosters`)).status).toBe(401);
@@ -188,5 +196,40 @@ describe("hoster sessions", () => {
     const cookie = (login.headers.getSetCookie()[0] ?? "").split(";")[0]!;
     expect(cookie).not.toBe(hoster.cookie);
     expect((await fetch(`${system.url}/hosters/me`, { headers: { cookie } })).status).toBe(200);
+  });
+});
+
+describe("GET /metrics on the edge", () => {
+  /** The samples of a Prometheus text exposition, keyed by name and labels. */
+  async function scrape(): Promise<Map<string, number>> {
+    const res = await fetch(`${system.url}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
+    const samples = new Map<string, number>();
+    for (const line of (await res.text()).split("\n")) {
+      if (line === "" || line.startsWith("#")) continue;
+      const at = line.lastIndexOf(" ");
+      samples.set(line.slice(0, at), Number(line.slice(at + 1)));
+    }
+    return samples;
+  }
+
+  it("counts requests by route pattern and status, never by raw URL, with process metrics", async () => {
+    const before = await scrape();
+    const keyId = `key_${randomToken(8)}`;
+    const stray = `/no-such-page-${randomToken(8)}`;
+    expect((await fetch(`${system.url}/healthz`)).status).toBe(200);
+    expect((await fetch(`${system.url}/v1/keys/${keyId}`, { method: "DELETE" })).status).toBe(401);
+    expect((await fetch(`${system.url}${stray}`)).status).toBe(404);
+    const after = await scrape();
+    const grew = (sample: string) => (after.get(sample) ?? 0) - (before.get(sample) ?? 0);
+    expect(grew('mkt_http_requests_total{method="GET",route="/healthz",status="200"}')).toBe(1);
+    expect(grew('mkt_http_requests_total{method="DELETE",route="/v1/keys/:key_id",status="401"}')).toBe(1);
+    expect(grew('mkt_http_requests_total{method="GET",route="unmatched",status="404"}')).toBe(1);
+    expect(grew('mkt_http_request_duration_seconds_count{method="GET",route="/healthz"}')).toBe(1);
+    expect(after.has("process_resident_memory_bytes")).toBe(true);
+    const names = [...after.keys()].join("\n");
+    expect(names).not.toContain(keyId);
+    expect(names).not.toContain(stray);
   });
 });

@@ -70,6 +70,7 @@ export async function startSystem(
     loadRegistryConfig({
       ...common,
       GRPC_PORT: String(registryPort),
+      METRICS_PORT: "0",
       BILLING_ADDR: `127.0.0.1:${billing.port}`,
       ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
       LOCAL_MODEL_URL: model.url,

@@ -134,6 +134,9 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
         endpoint_url: hoster!.endpointUrl,
         last_checked_at: hoster!.lastCheckedAt || null,
         consecutive_failures: hoster!.consecutiveFailures,
+        // Reports that disagreed with the registry's count (DESIGN.md §5): the hoster's own view
+        // only, not the public list.
+        usage_mismatches: Number(hoster!.usageMismatches),
         created_at: hoster!.createdAt,
       };
     },

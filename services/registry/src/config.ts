@@ -10,7 +10,6 @@ import {
   secret,
   secretsKey,
   str,
-  url,
 } from "@mkt/runtime/config";
 import { parseConfiguredModels, sharedName, type ConfiguredModel } from "./catalog/configured-models.ts";
 
@@ -60,12 +59,34 @@ const millis = makeValidator<number>((value) => {
   return n;
 });
 
+/** Comma-separated http(s) URLs, at least one, no duplicates (messages never echo a value). */
+const urlList = makeValidator<string[]>((value) => {
+  const urls = value
+    .split(",")
+    .map((part) => part.trim())
+    .filter(Boolean);
+  if (urls.length === 0) throw new Error("must list at least one http(s) URL");
+  for (const u of urls) {
+    let parsed: URL;
+    try {
+      parsed = new URL(u);
+    } catch {
+      throw new Error("must be http(s) URLs separated by commas");
+    }
+    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new Error("must be http(s) URLs");
+  }
+  if (new Set(urls).size !== urls.length) throw new Error("must not list a URL twice");
+  return urls;
+});
+
 export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
   const config = loadConfig(
     {
       ...commonSpecs,
       GRPC_HOST: host({ default: "127.0.0.1" }),
       GRPC_PORT: listenPort({ default: 50053 }),
+      // Prometheus text at GET /metrics, on GRPC_HOST; 0 picks a free port (tests).
+      METRICS_PORT: listenPort({ default: 9464 }),
       BILLING_ADDR: str({ default: "127.0.0.1:50052" }),
       ACCOUNTS_ADDR: str({ default: "127.0.0.1:50051" }),
       // Seals hosters' tokens at rest (AES-256-GCM). A secret: no default, never logged.
@@ -75,7 +96,9 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       HOSTER_CHECK_TIMEOUT_MS: millis({ default: 5_000 }),
       HOSTER_PROBE_INTERVAL_MS: millis({ default: 30_000 }),
       HOSTER_UNHEALTHY_AFTER: intBetween(1, 1_000)({ default: 2 }),
-      LOCAL_MODEL_URL: url({ default: "http://127.0.0.1:8090" }),
+      // One URL, or several comma-separated (replicas serving every LOCAL_MODELS model, tried in
+      // this order: a request fails over to the next before its first byte).
+      LOCAL_MODEL_URL: urlList({ default: ["http://127.0.0.1:8090"] }),
       // A secret: no default, never logged.
       LOCAL_MODEL_TOKEN: secret(),
       LOCAL_MODELS: configuredModels({ default: parseConfiguredModels(DEFAULT_LOCAL_MODELS) }),
@@ -92,6 +115,10 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       // A body past this is cut (a hoster streaming a multi-GB body); 32 MiB holds ~100k streamed
       // tokens, or ~20k with top_logprobs=20.
       UPSTREAM_MAX_RESPONSE_BYTES: intBetween(1_024, Number.MAX_SAFE_INTEGER)({ default: 32 * 1024 * 1024 }),
+      // Outlier ejection: live failures in a row that take a server out of routing, and the first
+      // back-off (doubled on each further ejection, at most 8×).
+      UPSTREAM_EJECT_AFTER_FAILURES: intBetween(1, 1_000)({ default: 5 }),
+      UPSTREAM_EJECT_BACKOFF_MS: millis({ default: 30_000 }),
     },
     env,
   );

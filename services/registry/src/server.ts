@@ -18,9 +18,13 @@ import { entities } from "./entities.ts";
 import { startHealthProber } from "./hosters/health-prober.ts";
 import { HosterStore } from "./hosters/hoster-store.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
+import { UsageMismatchRecorder } from "./hosters/usage-mismatch-recorder.ts";
+import { startMetricsServer } from "./metrics/metrics-server.ts";
+import { createRegistryMetrics } from "./metrics/registry-metrics.ts";
 import { ProductStore } from "./products/product-store.ts";
 import { registryService } from "./registry-service.ts";
 import { hosterAgent } from "./upstream/hoster-agent.ts";
+import { OutlierTracker } from "./upstream/outlier-tracker.ts";
 import { UpstreamPools } from "./upstream/upstream-pools.ts";
 
 /** Longest time a hoster row is reused for routing before it is read again. */
@@ -29,10 +33,14 @@ const HOSTER_CACHE_MAX_MS = 5_000;
 export interface RegistryOptions {
   /** The clock of hosters' check times; tests may set it. */
   clock?: () => Date;
+  /** How often hosters' usage mismatch counts are written (default 1 s). */
+  mismatchFlushMs?: number;
 }
 
 export interface RegistryHandle {
   port: number;
+  /** The Prometheus listener's port (METRICS_PORT, or the free one picked for 0). */
+  metricsPort: number;
   /**
    * Stop accepting → let running streams finish (grace) → stop the prober → close upstream pools
    * → nats.drain() → orm.close().
@@ -79,6 +87,18 @@ export async function startRegistry(
     log,
     clock: options.clock ?? (() => new Date()),
   };
+  const metrics = createRegistryMetrics();
+  const mismatches = new UsageMismatchRecorder(
+    hosters.store,
+    metrics.usageMismatches,
+    log,
+    options.mismatchFlushMs ?? 1_000,
+  );
+  // Per replica, in memory: ejection reacts to what this replica sees within a few calls.
+  const outliers = new OutlierTracker({
+    ejectAfterFailures: config.UPSTREAM_EJECT_AFTER_FAILURES,
+    backoffMs: config.UPSTREAM_EJECT_BACKOFF_MS,
+  });
   const startedAt = new Date();
   const cloud: ModelCatalog[] =
     config.CLOUD_BASE_URL && config.CLOUD_API_KEY && config.CLOUD_MODELS
@@ -86,8 +106,9 @@ export async function startRegistry(
           platformCatalog(
             "cloud",
             config.CLOUD_MODELS,
-            { url: config.CLOUD_BASE_URL, token: config.CLOUD_API_KEY },
+            [{ url: config.CLOUD_BASE_URL, token: config.CLOUD_API_KEY }],
             startedAt,
+            outliers,
           ),
         ]
       : [];
@@ -98,8 +119,9 @@ export async function startRegistry(
       platformCatalog(
         "local",
         config.LOCAL_MODELS,
-        { url: config.LOCAL_MODEL_URL, token: config.LOCAL_MODEL_TOKEN },
+        config.LOCAL_MODEL_URL.map((url) => ({ url, token: config.LOCAL_MODEL_TOKEN })),
         startedAt,
+        outliers,
       ),
       ...cloud,
       hosterCatalog({
@@ -108,6 +130,7 @@ export async function startRegistry(
         // A probe's status change reaches routing within one probe interval (and 5 s at most).
         cacheTtlMs: Math.min(config.HOSTER_PROBE_INTERVAL_MS, HOSTER_CACHE_MAX_MS),
         log,
+        outliers,
       }),
     ),
     pools,
@@ -119,10 +142,14 @@ export async function startRegistry(
     },
     billing: promiseClient(billingClient),
     inflight: new Set(),
+    outliers,
     usage: new UsagePublisher(nc, names.usageCompleted, log),
+    mismatches,
+    metrics,
     log,
   };
   const cleanup = async () => {
+    await mismatches.close();
     billingClient.close();
     accountsClient.close();
     await pools.close();
@@ -142,13 +169,22 @@ export async function startRegistry(
     await cleanup();
     throw err;
   });
+  const metricsServer = await startMetricsServer(config.GRPC_HOST, config.METRICS_PORT, metrics.registry, log).catch(
+    async (err: unknown) => {
+      await grpc.close(0);
+      await cleanup();
+      throw err;
+    },
+  );
   const stopProber = startHealthProber(hosters, {
     intervalMs: config.HOSTER_PROBE_INTERVAL_MS,
     unhealthyAfter: config.HOSTER_UNHEALTHY_AFTER,
+    outliers,
   });
   log.info(
     {
       port: grpc.port,
+      metricsPort: metricsServer.port,
       models: config.LOCAL_MODELS.map((m) => m.modelId),
       cloudModels: (config.CLOUD_MODELS ?? []).map((m) => m.modelId),
     },
@@ -158,6 +194,7 @@ export async function startRegistry(
   let closing: Promise<void> | undefined;
   return {
     port: grpc.port,
+    metricsPort: metricsServer.port,
     close(graceMs = 10_000) {
       closing ??= (async () => {
         await grpc.close(graceMs);
@@ -167,6 +204,8 @@ export async function startRegistry(
         await pools.close();
         await agent.close();
         await Promise.allSettled([...deps.inflight]);
+        await mismatches.close();
+        await metricsServer.close();
         billingClient.close();
         accountsClient.close();
         await nc.drain();

@@ -76,6 +76,22 @@ describe("registry configuration", () => {
   it("rejects a non-positive timeout", () => {
     expect(() => loadRegistryConfig({ ...base, UPSTREAM_IDLE_TIMEOUT_MS: "0" })).toThrow(/UPSTREAM_IDLE_TIMEOUT_MS/);
   });
+
+  it("takes one local model server or several replicas, in order, and ejection bounds", () => {
+    const config = loadRegistryConfig(base);
+    expect(config.LOCAL_MODEL_URL).toEqual(["http://127.0.0.1:8090"]);
+    expect(config.UPSTREAM_EJECT_AFTER_FAILURES).toBe(5);
+    expect(config.UPSTREAM_EJECT_BACKOFF_MS).toBe(30_000);
+    const replicas = loadRegistryConfig({ ...base, LOCAL_MODEL_URL: "http://a:8090, http://b:8090/base" });
+    expect(replicas.LOCAL_MODEL_URL).toEqual(["http://a:8090", "http://b:8090/base"]);
+    for (const bad of ["", "http://a:8090,ftp://b", "http://a:8090,http://a:8090", "not a url"]) {
+      expect(() => loadRegistryConfig({ ...base, LOCAL_MODEL_URL: bad })).toThrow(/LOCAL_MODEL_URL/);
+    }
+    expect(() => loadRegistryConfig({ ...base, UPSTREAM_EJECT_AFTER_FAILURES: "0" })).toThrow(
+      /UPSTREAM_EJECT_AFTER_FAILURES/,
+    );
+    expect(() => loadRegistryConfig({ ...base, UPSTREAM_EJECT_BACKOFF_MS: "-1" })).toThrow(/UPSTREAM_EJECT_BACKOFF_MS/);
+  });
 });
 
 describe("the cloud API (CLOUD_BASE_URL, CLOUD_API_KEY, CLOUD_MODELS)", () => {

@@ -59,7 +59,7 @@ describe("hosterCatalog", () => {
 
   it("reuses a hoster row within the TTL, with concurrent misses sharing one read", async () => {
     const { catalog, store, scope, advance } = setup(hoster());
-    await Promise.all([catalog.models(scope), catalog.models(scope), catalog.upstreamFor(routeOf(scope.hosterId))]);
+    await Promise.all([catalog.models(scope), catalog.models(scope), catalog.candidatesFor(routeOf(scope.hosterId))]);
     expect(store.reads).toBe(1);
     advance(99);
     await catalog.models(scope);
@@ -73,11 +73,11 @@ describe("hosterCatalog", () => {
     const row = hoster();
     const { catalog, store, scope, advance } = setup(row);
     expect((await catalog.models(scope))[0]?.healthy).toBe(true);
-    expect(await catalog.upstreamFor(routeOf(row.id))).toBeDefined();
+    expect(await catalog.candidatesFor(routeOf(row.id))).toHaveLength(1);
     store.row = { ...row, status: "unhealthy" };
     advance(100);
     expect((await catalog.models(scope))[0]?.healthy).toBe(false);
-    expect(await catalog.upstreamFor(routeOf(row.id))).toBeUndefined();
+    expect(await catalog.candidatesFor(routeOf(row.id))).toEqual([]);
   });
 
   it("does not remember a failed read", async () => {
@@ -92,26 +92,29 @@ describe("hosterCatalog", () => {
   it("never queries for a malformed hoster id", async () => {
     const { catalog, store, scope } = setup(hoster());
     expect(await catalog.models({ ...scope, hosterId: "h_1' or 1=1" })).toEqual([]);
-    expect(await catalog.upstreamFor(routeOf("not-a-uuid"))).toBeUndefined();
+    expect(await catalog.candidatesFor(routeOf("not-a-uuid"))).toEqual([]);
     expect(store.reads).toBe(0);
   });
 
   it("opens the token for the upstream, and refuses a route of another provider or an unknown model", async () => {
     const row = hoster();
     const { catalog } = setup(row);
-    expect(await catalog.upstreamFor(routeOf(row.id))).toEqual({
-      baseUrl: "http://127.0.0.1:9/base",
-      token: TOKEN,
-      upstreamModel: "m-1",
-      trust: "hoster",
-    });
-    expect(await catalog.upstreamFor(routeOf(row.id, "m-2"))).toBeUndefined();
-    expect(await catalog.upstreamFor({ ...routeOf(row.id), provider: "local" })).toBeUndefined();
+    expect(await catalog.candidatesFor(routeOf(row.id))).toEqual([
+      {
+        baseUrl: "http://127.0.0.1:9/base",
+        token: TOKEN,
+        upstreamModel: "m-1",
+        trust: "hoster",
+        key: `hoster ${row.id}`,
+      },
+    ]);
+    expect(await catalog.candidatesFor(routeOf(row.id, "m-2"))).toEqual([]);
+    expect(await catalog.candidatesFor({ ...routeOf(row.id), provider: "local" })).toEqual([]);
   });
 
   it("treats a token sealed for another row as no upstream, without throwing", async () => {
     const row = hoster();
     const { catalog } = setup({ ...row, apiKeySealed: box.seal(TOKEN, `hoster:${randomUUID()}:api_key`) });
-    expect(await catalog.upstreamFor(routeOf(row.id))).toBeUndefined();
+    expect(await catalog.candidatesFor(routeOf(row.id))).toEqual([]);
   });
 });

@@ -209,6 +209,7 @@ export async function startHarness(env: Record<string, string> = {}) {
     NATS_URL: TEST_NATS_URL,
     EVENTS_PREFIX: prefix,
     GRPC_PORT: "0",
+    METRICS_PORT: "0",
     BILLING_ADDR: `127.0.0.1:${billing.port}`,
     LOCAL_MODEL_URL: upstream.url,
     LOCAL_MODEL_TOKEN: UPSTREAM_TOKEN,
@@ -217,7 +218,7 @@ export async function startHarness(env: Record<string, string> = {}) {
     UPSTREAM_IDLE_TIMEOUT_MS: "1500",
     ...env,
   });
-  const registry = await startRegistry(config, log);
+  const registry = await startRegistry(config, log, { mismatchFlushMs: 100 });
   const grpcClient = createClient(RegistryServiceClient, `127.0.0.1:${registry.port}`);
   const client = promiseClient(grpcClient) as unknown as {
     resolveRoute(request: ResolveRouteRequest): Promise<ResolveRouteResponse>;

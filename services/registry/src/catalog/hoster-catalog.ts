@@ -3,7 +3,13 @@ import { SecretBoxError, type SecretBox } from "@mkt/runtime/secret-box";
 import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
 import { hosterKeyContext } from "../hosters/hoster.entity.ts";
 import type { HosterStore, RoutableHoster } from "../hosters/hoster-store.ts";
-import { isScoped, type CatalogModel, type ModelCatalog, type UpstreamTarget } from "./model-catalog.ts";
+import {
+  isScoped,
+  type CatalogModel,
+  type EjectionView,
+  type ModelCatalog,
+  type UpstreamTarget,
+} from "./model-catalog.ts";
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -17,9 +23,14 @@ export interface HosterCatalogOptions {
    */
   cacheTtlMs: number;
   log: Logger;
+  /** Live failures eject a hoster (its models answer no_healthy_upstream) until a probe succeeds. */
+  outliers?: EjectionView;
   /** Milliseconds; tests may set it. */
   now?: () => number;
 }
+
+/** A hoster's outlier key: its id, so its health probe can clear it whatever its URL. */
+export const hosterUpstreamKey = (hosterId: string) => `hoster ${hosterId.toLowerCase()}`;
 
 interface CacheEntry {
   expiresAt: number;
@@ -35,6 +46,7 @@ interface CacheEntry {
  */
 export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog {
   const now = options.now ?? Date.now;
+  const outliers = options.outliers ?? { isEjected: () => false };
   const cache = new Map<string, CacheEntry>();
 
   /** The hoster's row, at most cacheTtlMs old; concurrent misses share one read. */
@@ -65,7 +77,7 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog {
       modelAlias: m.modelAlias,
       ownedBy: h.name,
       created,
-      healthy: h.status === "healthy",
+      healthy: h.status === "healthy" && !outliers.isEjected(hosterUpstreamKey(h.id)),
       route: Route.fromPartial({
         modelId: m.modelId,
         provider: "hoster",
@@ -86,14 +98,16 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog {
       return found ? catalogModels(found, scope) : [];
     },
 
-    async upstreamFor(route): Promise<UpstreamTarget | undefined> {
-      if (route.provider !== "hoster") return undefined;
+    // One server per hoster, so a hoster route has no failover; an ejected one is still returned
+    // (the relay answers no_healthy_upstream for it).
+    async candidatesFor(route): Promise<UpstreamTarget[]> {
+      if (route.provider !== "hoster") return [];
       const found = await hoster(route.hosterId);
       // Checked again here: a route may have been resolved (or cached by the edge) before a probe
       // marked the hoster unhealthy.
-      if (!found || found.status !== "healthy") return undefined;
+      if (!found || found.status !== "healthy") return [];
       const model = found.models.find((m) => m.modelId === route.modelId);
-      if (!model) return undefined;
+      if (!model) return [];
       let token: string;
       try {
         // Opened per call, so the plain token is not kept in the cache.
@@ -101,9 +115,10 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog {
       } catch (err) {
         if (!(err instanceof SecretBoxError)) throw err;
         options.log.error({ hosterId: found.id, reason: err.message }, "cannot open a hoster's stored token");
-        return undefined;
+        return [];
       }
-      return { baseUrl: found.endpointUrl, token, upstreamModel: model.modelId, trust: "hoster" };
+      const key = hosterUpstreamKey(found.id);
+      return [{ baseUrl: found.endpointUrl, token, upstreamModel: model.modelId, trust: "hoster", key }];
     },
   };
 }

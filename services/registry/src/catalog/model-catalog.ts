@@ -15,6 +15,16 @@ export interface UpstreamTarget {
   token: string;
   upstreamModel: string;
   trust: UpstreamTrust;
+  /**
+   * Names the server for outlier ejection (OutlierTracker): `<provider> <url> <model id>` for a
+   * platform server's model, `hoster <id>` for a hoster (its health probe clears it). Never holds the token.
+   */
+  key: string;
+}
+
+/** Whether an upstream is ejected for now (OutlierTracker); catalogs only read it. */
+export interface EjectionView {
+  isEjected(key: string): boolean;
 }
 
 /** A callable model: its public listing and the route billing prices it by. */
@@ -38,10 +48,12 @@ export interface ModelCatalog {
   /** Models a caller with this scope (none for a normal key) may call, in routing order. */
   models(scope: RouteScope | undefined): Promise<CatalogModel[]>;
   /**
-   * The upstream serving a route previously resolved from this catalog, if it still exists and
-   * can take calls now; undefined also for routes of another catalog's provider.
+   * The upstream servers able to serve a route previously resolved from this catalog now, in the
+   * order to try them: each serves the route's very model at the route's price (failover never
+   * changes what the reservation priced). Ejected servers are included (the caller skips them);
+   * empty when the model is gone, its hoster is unhealthy, or the route is another catalog's.
    */
-  upstreamFor(route: Route): Promise<UpstreamTarget | undefined>;
+  candidatesFor(route: Route): Promise<UpstreamTarget[]>;
 }
 
 /** True when a request carries a subscription scope (a scoped key). */
@@ -51,7 +63,7 @@ export function isScoped(scope: RouteScope | undefined): boolean {
 
 /**
  * The catalogs in routing order as one: models are concatenated (each catalog applies its own
- * scope rule, so a scoped key never sees local or cloud models), and a route's upstream comes from
+ * scope rule, so a scoped key never sees local or cloud models), and a route's upstreams come from
  * the first catalog that knows it.
  */
 export function compositeCatalog(...catalogs: ModelCatalog[]): ModelCatalog {
@@ -60,12 +72,12 @@ export function compositeCatalog(...catalogs: ModelCatalog[]): ModelCatalog {
       const lists = await Promise.all(catalogs.map((c) => c.models(scope)));
       return lists.flat();
     },
-    async upstreamFor(route) {
+    async candidatesFor(route) {
       for (const catalog of catalogs) {
-        const target = await catalog.upstreamFor(route);
-        if (target) return target;
+        const targets = await catalog.candidatesFor(route);
+        if (targets.length > 0) return targets;
       }
-      return undefined;
+      return [];
     },
   };
 }

@@ -1,6 +1,12 @@
 import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { ConfiguredModel } from "./configured-models.ts";
-import { isScoped, type CatalogModel, type ModelCatalog, type UpstreamTarget } from "./model-catalog.ts";
+import {
+  isScoped,
+  type CatalogModel,
+  type EjectionView,
+  type ModelCatalog,
+  type UpstreamTarget,
+} from "./model-catalog.ts";
 
 /** Platform models (local and cloud) are capped at this many output tokens per request (DESIGN.md §4). */
 export const PLATFORM_MAX_OUTPUT_TOKENS = 4096n;
@@ -19,26 +25,33 @@ export interface PlatformServer {
   token: string;
 }
 
+const serverName = (url: string) => {
+  const parsed = new URL(url);
+  return `${parsed.origin}${parsed.pathname.replace(/\/+$/, "")}`;
+};
+
 /**
- * Platform-served models from configuration, all behind one server the operator configured: the
- * local model server or the cloud API. They are called through the ordinary (unguarded) upstream
- * pools, since the operator chose the address. The server's token lives only in the upstream
- * target, which never leaves the registry: routes and listings carry no URL or token.
+ * Platform-served models from configuration, served by the servers the operator configured (the
+ * local model server's replicas, or the cloud API): every server serves every model, and they are
+ * tried in the configured order. They are called through the ordinary (unguarded) upstream pools,
+ * since the operator chose the addresses. A server's token lives only in the upstream targets,
+ * which never leave the registry: routes and listings carry no URL or token. A model is listed as
+ * unhealthy (routing answers no_healthy_upstream, and `auto` passes over it) while every one of
+ * its servers is ejected.
  */
 export function platformCatalog(
   provider: PlatformProvider,
   models: readonly ConfiguredModel[],
-  server: PlatformServer,
+  servers: readonly PlatformServer[],
   createdAt: Date,
+  outliers: EjectionView = { isEjected: () => false },
 ): ModelCatalog {
   const created = BigInt(Math.floor(createdAt.getTime() / 1000));
-  const entries: Array<CatalogModel & { upstream: UpstreamTarget }> = models.map((m) => ({
+  const entries = models.map((m) => ({
     modelId: m.modelId,
     modelAlias: m.modelAlias,
     ownedBy: "platform",
     created,
-    // The server's health is the operator's business (it is not probed): a failing call is a 502.
-    healthy: true,
     route: Route.fromPartial({
       modelId: m.modelId,
       provider,
@@ -47,18 +60,31 @@ export function platformCatalog(
       contextWindow: m.contextWindow,
       maxOutputTokensCap: PLATFORM_MAX_OUTPUT_TOKENS,
     }),
-    upstream: { baseUrl: server.url, token: server.token, upstreamModel: m.upstreamModel, trust: "platform" },
+    upstreams: servers.map((server): UpstreamTarget => ({
+      baseUrl: server.url,
+      token: server.token,
+      upstreamModel: m.upstreamModel,
+      trust: "platform",
+      // Per model: a server whose one model is broken keeps serving the others. Logged, so
+      // origin and path only (never credentials a URL might hold).
+      key: `${provider} ${serverName(server.url)} ${m.modelId}`,
+    })),
   }));
   const byId = new Map(entries.map((e) => [e.modelId, e]));
 
   return {
     // Platform models are for normal keys; a scoped key only reaches its hoster's models.
-    async models(scope: RouteScope | undefined) {
-      return isScoped(scope) ? [] : entries;
+    async models(scope: RouteScope | undefined): Promise<CatalogModel[]> {
+      if (isScoped(scope)) return [];
+      // Servers are not probed (the operator runs them): only live failures eject one.
+      return entries.map(({ upstreams, ...model }) => ({
+        ...model,
+        healthy: upstreams.some((u) => !outliers.isEjected(u.key)),
+      }));
     },
-    async upstreamFor(route: Route): Promise<UpstreamTarget | undefined> {
-      if (route.provider !== provider) return undefined;
-      return byId.get(route.modelId)?.upstream;
+    async candidatesFor(route: Route): Promise<UpstreamTarget[]> {
+      if (route.provider !== provider) return [];
+      return byId.get(route.modelId)?.upstreams ?? [];
     },
   };
 }

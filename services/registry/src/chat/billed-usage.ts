@@ -9,7 +9,8 @@ export interface BilledUsage {
   outputTokens: bigint;
 }
 
-function validCount(value: unknown): bigint | undefined {
+/** A token count as a report should carry it: a finite number, not negative; else undefined. */
+export function validCount(value: unknown): bigint | undefined {
   if (typeof value !== "number" || !Number.isFinite(value) || value < 0) return undefined;
   return BigInt(Math.floor(value));
 }

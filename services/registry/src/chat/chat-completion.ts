@@ -5,12 +5,17 @@ import type { Logger } from "@mkt/runtime/logger";
 import { ReleaseSlotRequest, type BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { ChatCompletionResponse, type ChatCompletionRequest, type Route } from "@mkt/proto/registry/v1/registry";
-import type { ModelCatalog } from "../catalog/model-catalog.ts";
+import type { ModelCatalog, UpstreamTarget } from "../catalog/model-catalog.ts";
+import type { UsageMismatchRecorder } from "../hosters/usage-mismatch-recorder.ts";
+import type { RegistryMetrics } from "../metrics/registry-metrics.ts";
 import { streamChat, UpstreamFailure, type UpstreamLimits } from "../upstream/stream-chat.ts";
+import type { OutlierTracker } from "../upstream/outlier-tracker.ts";
 import type { UpstreamPools } from "../upstream/upstream-pools.ts";
 import { billedUsage, type BilledUsage } from "./billed-usage.ts";
 import { ChunkAccumulator } from "./chunk-accumulator.ts";
 import { upstreamBody } from "./request-body.ts";
+import { isUpstreamFault, liveCandidates } from "./upstream-failover.ts";
+import { usageMismatch } from "./usage-check.ts";
 import type { UsagePublisher } from "./usage-publisher.ts";
 
 /** The one billing call registry makes (a narrow view of the billing client, easy to fake). */
@@ -23,7 +28,12 @@ export interface ChatDeps {
   billing: SlotReleaser;
   /** Handlers still running (so shutdown can wait for their usage events). */
   inflight: Set<Promise<void>>;
+  /** Ejects servers after live failures in a row; the relay skips ejected ones. */
+  outliers: Pick<OutlierTracker, "isEjected" | "succeeded" | "failed">;
   usage: UsagePublisher;
+  /** Flags hosters whose usage reports disagree with the registry's count. */
+  mismatches: Pick<UsageMismatchRecorder, "record">;
+  metrics: Pick<RegistryMetrics, "upstreamRequests">;
   log: Logger;
 }
 
@@ -64,8 +74,10 @@ async function send(call: Call, event: ChatCompletionResponse, cancelled: AbortS
 const json = (value: unknown) => Buffer.from(JSON.stringify(value));
 
 /**
- * ChatCompletion: relays one request to the route's upstream. Failures before the first event
- * are gRPC errors; after it, a final `error` event. Output past the granted cap is never relayed:
+ * ChatCompletion: relays one request to the route's upstream. A server that fails before anything
+ * reached the caller hands the request to the route's next server (same model and price; ejected
+ * servers are skipped, none left is no_healthy_upstream). Failures before the first event are
+ * gRPC errors; after it, a final `error` event and no retry. Output past the granted cap is never relayed:
  * the answer ends there with finish_reason `length` and the upstream call is closed. On every exit
  * path the reservation's slot is released and exactly one usage.completed event is published,
  * before the call ends.
@@ -108,33 +120,48 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
 
   try {
     if (!route) throw new AppError("invalid_request", "A route is required.");
-    const target = await deps.catalog.upstreamFor(route);
-    if (!target) {
-      throw new AppError("no_healthy_upstream", `No upstream is available for the model \`${route.modelId}\`.`);
-    }
-    const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
+    const targets = await liveCandidates(deps.catalog, deps.outliers, route);
     // max_tokens bounds each of the n choices upstream, so the relay allows n caps in all.
     const choices = request.choices > 1n ? request.choices : 1n;
-    accumulator = new ChunkAccumulator(route.modelId, Number(request.maxOutputTokens * choices));
-    const events = streamChat(deps.pools, target, body, deps.limits, cancel.signal, log);
-    for await (const data of events) {
-      const chunk = accumulator.accept(data);
-      if (chunk && request.stream) {
-        await send(call, ChatCompletionResponse.fromPartial({ chunk: json(chunk) }), cancel.signal);
-        written++;
-      }
-      if (accumulator.atLimit) {
-        log.info({ limit: accumulator.outputLimit }, "upstream output reached the granted cap; closing it");
-        for (const closing of accumulator.closeAtLimit()) {
-          if (!request.stream) continue;
-          await send(call, ChatCompletionResponse.fromPartial({ chunk: json(closing) }), cancel.signal);
+    const relayFrom = async (target: UpstreamTarget, acc: ChunkAccumulator) => {
+      const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
+      const events = streamChat(deps.pools, target, body, deps.limits, cancel.signal, log);
+      for await (const data of events) {
+        const chunk = acc.accept(data);
+        if (chunk && request.stream) {
+          await send(call, ChatCompletionResponse.fromPartial({ chunk: json(chunk) }), cancel.signal);
           written++;
         }
-        break; // leaving the loop closes the upstream connection (streamChat's finally)
+        if (acc.atLimit) {
+          log.info({ limit: acc.outputLimit }, "upstream output reached the granted cap; closing it");
+          for (const closing of acc.closeAtLimit()) {
+            if (!request.stream) continue;
+            await send(call, ChatCompletionResponse.fromPartial({ chunk: json(closing) }), cancel.signal);
+            written++;
+          }
+          break; // leaving the loop closes the upstream connection (streamChat's finally)
+        }
+      }
+      if (!acc.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
+    };
+    // Failover: the next server (same model, same price) only while nothing reached the caller.
+    for (const [i, target] of targets.entries()) {
+      accumulator = new ChunkAccumulator(route.modelId, Number(request.maxOutputTokens * choices));
+      try {
+        await relayFrom(target, accumulator);
+        deps.outliers.succeeded(target.key);
+        if (i > 0) log.info({ upstream: target.key }, "served by a later upstream after failover");
+        break;
+      } catch (err) {
+        if (cancel.signal.aborted || !isUpstreamFault(err)) throw err;
+        if (deps.outliers.failed(target.key)) log.warn({ upstream: target.key }, "upstream ejected after failures");
+        if (written > 0 || i === targets.length - 1) throw err;
+        log.warn({ upstream: target.key, code: err.code }, "upstream failed before the first byte; trying the next");
       }
     }
-    if (!accumulator.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
+    if (!accumulator?.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
     billed = bill();
+    checkReportedUsage(deps, request, route, accumulator);
     if (request.stream) {
       if (request.includeUsage) {
         await send(
@@ -172,6 +199,20 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
   if (failure) throw failure;
 }
 
+/**
+ * Flags a hoster whose usage report disagrees with what the registry relayed (DESIGN.md §5). Only
+ * for an answer relayed whole: one cut at the cap had more generated than relayed.
+ */
+function checkReportedUsage(deps: ChatDeps, request: ChatCompletionRequest, route: Route, acc: ChunkAccumulator) {
+  if (route.provider !== "hoster" || acc.atLimit) return;
+  const mismatch = usageMismatch({
+    reported: acc.reportedUsage,
+    promptTokens: request.promptTokens,
+    deliveredOutputTokens: acc.deliveredTokens(),
+  });
+  if (mismatch) deps.mismatches.record(route.hosterId, mismatch);
+}
+
 /** Frees the concurrency slot, then records the outcome; neither failure reaches the caller. */
 async function finish(
   deps: ChatDeps,
@@ -182,6 +223,7 @@ async function finish(
   handlerStart: number,
   log: Logger,
 ): Promise<void> {
+  deps.metrics.upstreamRequests.inc({ provider: route?.provider || "none", code: errorCode || "ok" });
   try {
     await deps.billing.releaseSlot(ReleaseSlotRequest.fromPartial({ reservationId: request.reservationId }), {
       timeoutMs: 2_000,

@@ -1,4 +1,6 @@
 import { SecretBoxError } from "@mkt/runtime/secret-box";
+import { hosterUpstreamKey } from "../catalog/hoster-catalog.ts";
+import type { OutlierTracker } from "../upstream/outlier-tracker.ts";
 import { hosterKeyContext } from "./hoster.entity.ts";
 import type { ProbeTarget } from "./hoster-store.ts";
 import type { HostersContext } from "./hosters-context.ts";
@@ -30,13 +32,21 @@ async function probe(ctx: HostersContext, target: ProbeTarget): Promise<string |
   }
 }
 
-/** Probes every registered hoster once and records each result. */
-export async function probeAllHosters(ctx: HostersContext, unhealthyAfter: number): Promise<void> {
+/**
+ * Probes every registered hoster once and records each result. A success also ends the hoster's
+ * ejection for live failures in this replica (`outliers`): the probe is the proof it is back.
+ */
+export async function probeAllHosters(
+  ctx: HostersContext,
+  unhealthyAfter: number,
+  outliers?: Pick<OutlierTracker, "recovered">,
+): Promise<void> {
   const queue = await ctx.store.probeTargets();
   const worker = async () => {
     for (let target = queue.shift(); target; target = queue.shift()) {
       const error = await probe(ctx, target);
       await ctx.store.recordProbe(target.id, ctx.clock(), error, unhealthyAfter);
+      if (!error) outliers?.recovered(hosterUpstreamKey(target.id));
       if (error) ctx.log.debug({ hosterId: target.id, error }, "hoster probe failed");
     }
   };
@@ -52,12 +62,12 @@ export async function probeAllHosters(ctx: HostersContext, unhealthyAfter: numbe
  */
 export function startHealthProber(
   ctx: HostersContext,
-  options: { intervalMs: number; unhealthyAfter: number },
+  options: { intervalMs: number; unhealthyAfter: number; outliers?: Pick<OutlierTracker, "recovered"> },
 ): () => Promise<void> {
   let running: Promise<unknown> | undefined;
   const timer = setInterval(() => {
     if (running) return;
-    running = probeAllHosters(ctx, options.unhealthyAfter)
+    running = probeAllHosters(ctx, options.unhealthyAfter, options.outliers)
       .catch((err: unknown) => ctx.log.error({ err }, "hoster probe round failed"))
       .finally(() => (running = undefined));
   }, options.intervalMs);

@@ -15,6 +15,8 @@ export interface StoredHoster {
   status: HosterStatus;
   lastCheckedAt: Date | null;
   consecutiveFailures: number;
+  /** Usage reports that disagreed with the registry's count (DESIGN.md §5). */
+  usageMismatches: bigint;
   createdAt: Date;
   models: StoredModel[];
 }
@@ -45,6 +47,7 @@ interface HosterRow {
   status: HosterStatus;
   last_checked_at: Date | null;
   consecutive_failures: number;
+  usage_mismatches: string | number | bigint;
   created_at: Date;
 }
 
@@ -176,10 +179,17 @@ export class HosterStore {
     );
   }
 
+  /** Adds to a hoster's usage_mismatches (one statement on the current value, so replicas add up). */
+  async addUsageMismatches(id: string, count: number): Promise<void> {
+    await this.#orm.em
+      .fork()
+      .execute(`update hosters set usage_mismatches = usage_mismatches + ? where id = ?`, [count, id]);
+  }
+
   async #select(where: string, params: unknown[]): Promise<StoredHoster[]> {
     const em = this.#orm.em.fork();
     const rows = (await em.execute(
-      `select id, name, endpoint_url, status, last_checked_at, consecutive_failures, created_at
+      `select id, name, endpoint_url, status, last_checked_at, consecutive_failures, usage_mismatches, created_at
        from hosters ${where} order by created_at, id`,
       params,
     )) as HosterRow[];
@@ -191,6 +201,7 @@ export class HosterStore {
       status: r.status,
       lastCheckedAt: r.last_checked_at ? new Date(r.last_checked_at) : null,
       consecutiveFailures: Number(r.consecutive_failures),
+      usageMismatches: BigInt(r.usage_mismatches),
       createdAt: new Date(r.created_at),
       models: models.get(r.id) ?? [],
     }));

@@ -13,6 +13,7 @@ export function hosterView(hoster: StoredHoster): Hoster {
     ),
     lastCheckedAt: hoster.lastCheckedAt?.toISOString() ?? "",
     consecutiveFailures: hoster.consecutiveFailures,
+    usageMismatches: hoster.usageMismatches,
     createdAt: hoster.createdAt.toISOString(),
   });
 }

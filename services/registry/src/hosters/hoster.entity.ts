@@ -20,6 +20,7 @@ export const Hoster = defineEntity({
     lastCheckedAt: p.datetime().nullable(),
     lastError: p.text().nullable(),
     consecutiveFailures: p.integer(),
+    usageMismatches: p.bigint("bigint"),
     createdAt: p.datetime(),
   },
 });

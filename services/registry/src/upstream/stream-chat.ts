@@ -26,10 +26,13 @@ export type UpstreamFailureCode = "upstream_error" | "upstream_timeout" | "clien
 export class UpstreamFailure extends Error {
   override name = "UpstreamFailure";
   readonly code: UpstreamFailureCode;
+  /** The upstream's HTTP status, when it answered with an error status. */
+  readonly status: number | undefined;
 
-  constructor(code: UpstreamFailureCode, message: string) {
+  constructor(code: UpstreamFailureCode, message: string, status?: number) {
     super(message);
     this.code = code;
+    this.status = status;
   }
 }
 
@@ -105,7 +108,7 @@ export async function* streamChat(
       // The body may echo the request or hold upstream internals: drain it, never relay it.
       log.warn({ status: response.statusCode, origin: url.origin }, "upstream answered with an error status");
       await response.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
-      throw new UpstreamFailure("upstream_error", `upstream status ${response.statusCode}`);
+      throw new UpstreamFailure("upstream_error", `upstream status ${response.statusCode}`, response.statusCode);
     }
     const decoder = new TextDecoder();
     const parser = new SseParser();

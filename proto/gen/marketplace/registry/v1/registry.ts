@@ -173,6 +173,11 @@ export interface Hoster {
   createdAt: string;
   /** Active plans, oldest first (set by ListHosters; GetHoster leaves it empty). */
   plans: Product[];
+  /**
+   * Usage reports that disagreed with registry's own token count beyond the tolerance (DESIGN.md
+   * §5); for the hoster's own view and the operator's, the public hoster list does not show it.
+   */
+  usageMismatches: bigint;
 }
 
 export interface GetHosterRequest {
@@ -2029,6 +2034,7 @@ function createBaseHoster(): Hoster {
     consecutiveFailures: 0,
     createdAt: "",
     plans: [],
+    usageMismatches: 0n,
   };
 }
 
@@ -2060,6 +2066,12 @@ export const Hoster: MessageFns<Hoster> = {
     }
     for (const v of message.plans) {
       Product.encode(v!, writer.uint32(74).fork()).join();
+    }
+    if (message.usageMismatches !== 0n) {
+      if (BigInt.asIntN(64, message.usageMismatches) !== message.usageMismatches) {
+        throw new globalThis.Error("value provided for field message.usageMismatches of type int64 too large");
+      }
+      writer.uint32(80).int64(message.usageMismatches);
     }
     return writer;
   },
@@ -2149,6 +2161,14 @@ export const Hoster: MessageFns<Hoster> = {
             message.plans.push(Product.decode(reader, reader.uint32()));
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.usageMismatches = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2194,6 +2214,11 @@ export const Hoster: MessageFns<Hoster> = {
       plans: globalThis.Array.isArray(object?.plans)
         ? object.plans.map((e: any) => Product.fromJSON(e))
         : [],
+      usageMismatches: isSet(object.usageMismatches)
+        ? BigInt(object.usageMismatches)
+        : isSet(object.usage_mismatches)
+        ? BigInt(object.usage_mismatches)
+        : 0n,
     };
   },
 
@@ -2226,6 +2251,9 @@ export const Hoster: MessageFns<Hoster> = {
     if (message.plans?.length) {
       obj.plans = message.plans.map((e) => Product.toJSON(e));
     }
+    if (message.usageMismatches !== 0n) {
+      obj.usageMismatches = message.usageMismatches.toString();
+    }
     return obj;
   },
 
@@ -2243,6 +2271,9 @@ export const Hoster: MessageFns<Hoster> = {
     message.consecutiveFailures = object.consecutiveFailures ?? 0;
     message.createdAt = object.createdAt ?? "";
     message.plans = object.plans?.map((e) => Product.fromPartial(e)) || [];
+    message.usageMismatches = (object.usageMismatches !== undefined && object.usageMismatches !== null)
+      ? BigInt(object.usageMismatches)
+      : 0n;
     return message;
   },
 };

@@ -1,0 +1,39 @@
+import type { FastifyInstance } from "fastify";
+import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
+
+/** Request durations: API calls take milliseconds, streamed chat completions up to minutes. */
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+/**
+ * GET /metrics (DESIGN.md §4): the process's default metrics and every request counted by method,
+ * route and status, with its duration. The route label is the route's pattern
+ * (`/v1/subscriptions/:subscription_id`), never the raw URL, and `unmatched` for a 404 with no
+ * route, so a scanner cannot grow the label set. Each app has a registry of its own (not
+ * prom-client's global one), so several apps in one process do not share counters.
+ */
+export function installMetrics(app: FastifyInstance): void {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const requests = new Counter({
+    name: "mkt_http_requests_total",
+    help: "HTTP requests answered by the edge, by method, route pattern and status.",
+    labelNames: ["method", "route", "status"],
+    registers: [registry],
+  });
+  const duration = new Histogram({
+    name: "mkt_http_request_duration_seconds",
+    help: "HTTP request duration at the edge (receipt to last byte), by method and route pattern.",
+    labelNames: ["method", "route"],
+    buckets: DURATION_BUCKETS,
+    registers: [registry],
+  });
+  app.addHook("onResponse", async (request, reply) => {
+    const labels = { method: request.method, route: request.routeOptions.url ?? "unmatched" };
+    requests.inc({ ...labels, status: String(reply.statusCode) });
+    duration.observe(labels, reply.elapsedTime / 1_000);
+  });
+  app.get("/metrics", { schema: { hide: true } }, async (_request, reply) => {
+    const text = await registry.metrics();
+    return reply.type(registry.contentType).send(text);
+  });
+}
