@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AppError } from "@mkt/runtime/errors";
 import { authorizeRequest, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { refusal } from "@mkt/testkit/refusal";
 
 let t: TestBilling;
 beforeAll(async () => {
@@ -10,15 +10,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await t?.close();
 });
-
-async function refusal(promise: Promise<unknown>): Promise<AppError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(AppError);
-  return err as AppError;
-}
 
 // $1000 per 1M output tokens: one output token costs exactly $0.001, so 5.00 pays 5000 tokens.
 const pricey = {

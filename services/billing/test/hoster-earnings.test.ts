@@ -1,12 +1,12 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AppError } from "@mkt/runtime/errors";
 import { createLogger } from "@mkt/runtime/logger";
 import type { Product } from "@mkt/proto/registry/v1/registry";
 import { startTestAccounts, type TestAccounts } from "../../accounts/test/accounts-harness.ts";
 import { maskEmail } from "../src/earnings/masked-email.ts";
 import { authorizeRequest, startTestBilling, type TestBilling } from "./billing-harness.ts";
 import { startRegistryDouble, type RegistryDouble } from "./registry-double.ts";
+import { refusal } from "@mkt/testkit/refusal";
 
 // The hoster's reports against real accounts (e-mails) and a registry double (plans), on
 // billing's clock: fees are posted at subscription and renewal, per-request shares by settling
@@ -90,15 +90,6 @@ async function posted(hosterId: string, kind: "usage" | "subscription_fee", from
     [`hoster:${hosterId}`, kind, from ?? null],
   );
   return BigInt(row?.v ?? "0");
-}
-
-async function refusal(promise: Promise<unknown>): Promise<AppError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(AppError);
-  return err as AppError;
 }
 
 describe("hoster earnings and subscribers", () => {

@@ -1,6 +1,5 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AppError } from "@mkt/runtime/errors";
 import { openDatabase, type Orm } from "@mkt/runtime/db";
 import { createLogger } from "@mkt/runtime/logger";
 import type { AuthorizeRequest, AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
@@ -11,6 +10,7 @@ import { entities } from "../src/entities.ts";
 import { settleUsageBatch } from "../src/settlement/settle-batch.ts";
 import { authorizeRequest, ledgerInvariants, startTestBilling, waitFor, type TestBilling } from "./billing-harness.ts";
 import { startRegistryDouble, type RegistryDouble } from "./registry-double.ts";
+import { refusal } from "@mkt/testkit/refusal";
 
 // A subscription's requests are priced and limited by its plan's terms snapshot. Real accounts
 // (scoped keys) and a registry double serving the plans; billing's clock is the test's, 30 s into
@@ -43,15 +43,6 @@ afterAll(async () => {
   await registry?.close();
   await accounts?.close();
 });
-
-async function refusal(promise: Promise<unknown>): Promise<AppError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(AppError);
-  return err as AppError;
-}
 
 interface Subscriber {
   accountId: string;

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AppError } from "@mkt/runtime/errors";
 import { authorizeRequest, startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { refusal } from "@mkt/testkit/refusal";
 
 let t: TestBilling;
 // 30 s into a UTC minute, 10 h into the day: the windows reset in 30 s and 14 h.
@@ -20,15 +20,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await t?.close();
 });
-
-async function refusal(promise: Promise<unknown>): Promise<AppError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(AppError);
-  return err as AppError;
-}
 
 describe("tier rate limits", () => {
   it("admits the per-minute limit, then refuses with rate-limit headers", async () => {

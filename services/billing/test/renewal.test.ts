@@ -1,11 +1,11 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AppError } from "@mkt/runtime/errors";
 import { createLogger } from "@mkt/runtime/logger";
 import { startTestAccounts, type TestAccounts } from "../../accounts/test/accounts-harness.ts";
 import { startBilling } from "../src/server.ts";
 import { authorizeRequest, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
 import { startRegistryDouble, type RegistryDouble } from "./registry-double.ts";
+import { refusal } from "@mkt/testkit/refusal";
 
 // Renewal against a real accounts service and a registry double, on billing's clock: every test
 // subscribes at a time it sets, then moves the clock across period ends and runs passes itself.
@@ -83,15 +83,6 @@ async function feeCount(subscriptionId: string): Promise<number> {
     `${subscriptionId}:%`,
   ]);
   return rows.length;
-}
-
-async function refusal(promise: Promise<unknown>): Promise<AppError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(AppError);
-  return err as AppError;
 }
 
 /** An Authorize for the subscription's scoped key, as the edge sends it for a hoster model. */

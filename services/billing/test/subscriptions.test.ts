@@ -1,13 +1,14 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isWellFormedApiKey, newApiKey } from "@mkt/runtime/api-key-format";
-import { AppError } from "@mkt/runtime/errors";
+import type { AppError } from "@mkt/runtime/errors";
 import { createLogger } from "@mkt/runtime/logger";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
 import { KeyRevoked } from "@mkt/proto/events/v1/events";
 import { startTestAccounts, type TestAccounts } from "../../accounts/test/accounts-harness.ts";
 import { authorizeRequest, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
 import { startRegistryDouble, type RegistryDouble } from "./registry-double.ts";
+import { refusal } from "@mkt/testkit/refusal";
 
 // The saga against a real accounts service (scoped keys, keys.revoked) and a registry double
 // that serves plans. The clock is billing's own, so the 24 h window can be crossed.
@@ -32,15 +33,6 @@ afterAll(async () => {
 async function customer(): Promise<string> {
   const { account } = await accounts.signUp();
   return account!.accountId;
-}
-
-async function refusal(promise: Promise<unknown>): Promise<AppError> {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(AppError);
-  return err as AppError;
 }
 
 const balance = async (accountId: string) => (await t.client.getBalance({ accountId })).creditBalanceMicros;
