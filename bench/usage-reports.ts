@@ -12,6 +12,7 @@
  * them): settling a million events would measure settlement, which bench/settlement.ts covers.
  * The database and the NATS stream are the bench's own and are removed at the end.
  */
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
@@ -64,7 +65,18 @@ const supervisor = startProcesses(
   root,
   [
     { name: "accounts", entry: "services/accounts/src/main.ts", env: { ...common, GRPC_PORT: accountsPort } },
-    { name: "billing", entry: "services/billing/src/main.ts", env: { ...common, GRPC_PORT: billingPort } },
+    {
+      name: "billing",
+      entry: "services/billing/src/main.ts",
+      env: {
+        ...common,
+        GRPC_PORT: billingPort,
+        // Subscriptions need these; the usage reports never call them.
+        ACCOUNTS_ADDR: `127.0.0.1:${accountsPort}`,
+        REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
+        SECRETS_KEY: randomBytes(32).toString("hex"),
+      },
+    },
     {
       name: "edge",
       entry: "edge/src/main.ts",
@@ -90,9 +102,8 @@ const db = new pg.Client({ connectionString: databaseUrl, options: "-c search_pa
 
 try {
   if (!(await waitForHttp(`${base}/healthz`, 60_000))) throw new Error("the edge did not start; see logs/edge.log");
-  // Sign-up also opens the wallet, which means billing has migrated its schema.
   let signUp: Response | undefined;
-  for (let attempt = 0; attempt < 40 && signUp?.status !== 201; attempt++) {
+  for (let attempt = 0; attempt < 120 && signUp?.status !== 201; attempt++) {
     if (attempt > 0) await new Promise((r) => setTimeout(r, 250));
     signUp = await fetch(`${base}/v1/accounts`, {
       method: "POST",
@@ -105,6 +116,13 @@ try {
   const auth = { authorization: `Bearer ${apiKey}` };
 
   await db.connect();
+  // Billing migrates its schema when it starts, which sign-up does not wait for.
+  for (let waited = 0; ; waited += 250) {
+    const { rows } = await db.query(`select to_regclass('billing.usage_hourly') is not null as ready`);
+    if (rows[0].ready) break;
+    if (waited > 60_000) throw new Error("billing did not create its tables; see logs/billing.log");
+    await new Promise((r) => setTimeout(r, 250));
+  }
   let t = performance.now();
   // Four routes (two hoster models, one local, one cloud), about 3% failed requests, one record
   // every 365 days / ROWS, the newest now. Costs follow DESIGN.md §3: ceil(tokens × price / 1M),

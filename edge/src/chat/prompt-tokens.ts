@@ -1,26 +1,30 @@
-import { availableParallelism } from "node:os";
 import { Piscina } from "piscina";
-import { countPromptTokens, type ChatMessageLike } from "@mkt/runtime/tokens";
 
 /**
- * Below this body size a prompt is tokenized inline: it takes well under a millisecond, less than
- * handing it to a worker would. Larger prompts go to worker threads so a big context never stalls
- * the event loop that streams everyone else's answers (DESIGN.md §2).
+ * Counts prompt tokens for the reservation estimate, always in a worker thread (DESIGN.md §2: a
+ * large prompt must not stall the event loop that streams everyone else's answers and exports).
+ *
+ * The tokenizer lives only in the workers. Each copy of gpt-tokenizer's o200k ranks is a worker
+ * of about 85 MB of RSS that takes some 150 ms to start, so the main thread holds none (this
+ * module must not import it) and the pool has `threads` copies, not one per core
+ * (PROMPT_TOKEN_THREADS). Workers start on the first prompt and leave after ten idle minutes: an
+ * edge serving chat keeps its tokenizer loaded, one that serves none gives the memory back. A
+ * prompt pays the hop to the worker, about 30–70 µs (docs/decisions.md).
  */
-const INLINE_LIMIT_BYTES = 16 * 1024;
-
-/** Counts prompt tokens for the reservation estimate, off the event loop for large prompts. */
 export class PromptTokenCounter {
-  readonly #pool = new Piscina<Uint8Array, number>({
-    filename: new URL("./prompt-token-worker.ts", import.meta.url).href,
-    minThreads: 0,
-    maxThreads: Math.max(1, Math.min(4, availableParallelism() - 1)),
-    idleTimeout: 30_000,
-  });
+  readonly #pool: Piscina<Uint8Array, number>;
 
-  /** `body` is the serialized request whose `messages` are `messages`. */
-  async count(messages: readonly ChatMessageLike[], body: Uint8Array): Promise<number> {
-    if (body.byteLength <= INLINE_LIMIT_BYTES) return countPromptTokens(messages);
+  constructor(threads: number) {
+    this.#pool = new Piscina<Uint8Array, number>({
+      filename: new URL("./prompt-token-worker.ts", import.meta.url).href,
+      minThreads: 0,
+      maxThreads: threads,
+      idleTimeout: 10 * 60_000,
+    });
+  }
+
+  /** Prompt tokens of `body`, a serialized chat request (its `messages`). */
+  async count(body: Uint8Array): Promise<number> {
     return this.#pool.run(body);
   }
 

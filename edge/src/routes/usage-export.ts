@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { ExportUsageRequest } from "@mkt/proto/billing/v1/billing";
 import { principalOf } from "../plugins/api-key-auth.ts";
-import { EXPORT_COLUMNS, sendUsageCsv } from "../usage/export-csv.ts";
+import { EXPORT_COLUMNS, openUsageExport, sendUsageCsv } from "../usage/export-csv.ts";
 import { daysQuerySchema, type DaysQuery } from "../usage/usage-query.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
@@ -23,7 +23,8 @@ export function usageExportRoutes(app: FastifyInstance, deps: RouteDeps): void {
     async (request, reply) => {
       const { days } = request.query as DaysQuery;
       // No deadline: a year of records takes a while; the client leaving cancels the call instead.
-      const call = deps.backends.billingStream.exportUsage(
+      const call = openUsageExport(
+        deps.backends.billingStream,
         ExportUsageRequest.fromPartial({ accountId: principalOf(request).accountId, days }),
       );
       return sendUsageCsv(call, reply, `usage-${days}d.csv`);
