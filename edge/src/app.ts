@@ -38,6 +38,8 @@ export interface AppDeps {
   principals: PrincipalCache;
   promptTokens: PromptTokenCounter;
   readiness: Readiness;
+  /** Aborts when the shutdown grace period is over (see RouteDeps.shutdown). */
+  shutdown: AbortSignal;
 }
 
 /**
@@ -81,6 +83,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const routeDeps: RouteDeps = {
     backends: deps.backends,
     promptTokens: deps.promptTokens,
+    shutdown: deps.shutdown,
     auth: apiKeyAuth(deps.backends, deps.principals),
     session: sessionAuth(deps.backends),
   };

@@ -28,6 +28,12 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       TRUSTED_PROXIES: proxyList({ default: [] }),
       // Chat prompts can be long; Fastify's 1 MiB default would refuse big contexts.
       BODY_LIMIT_BYTES: intBetween(1024, 64 * 1024 * 1024)({ default: 16 * 1024 * 1024 }),
+      // Worker threads counting prompt tokens; each holds its own tokenizer (about 85 MB of RSS).
+      PROMPT_TOKEN_THREADS: intBetween(1, 32)({ default: 1 }),
+      // Shutdown: /readyz answers 503 for SHUTDOWN_READINESS_DELAY_MS while requests are still
+      // served (load balancers stop sending), then running answers get SHUTDOWN_GRACE_MS to finish.
+      SHUTDOWN_READINESS_DELAY_MS: intBetween(0, 60_000)({ default: 0 }),
+      SHUTDOWN_GRACE_MS: intBetween(0, 600_000)({ default: 10_000 }),
     },
     env,
   );

@@ -6,4 +6,5 @@ import { startEdge } from "./server.ts";
 const config = loadEdgeConfig();
 const log = createLogger("edge", config.LOG_LEVEL);
 const edge = await startEdge(config, log);
-onShutdown(log, [["edge", () => edge.close()]]);
+// The process deadline leaves room for the readiness delay, the grace period and the NATS drain.
+onShutdown(log, [["edge", () => edge.close()]], config.SHUTDOWN_READINESS_DELAY_MS + config.SHUTDOWN_GRACE_MS + 10_000);

@@ -8,11 +8,18 @@ import { followKeyRevocations } from "./key-revocations.ts";
 import { PrincipalCache } from "./principal-cache.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
 
+/** After the grace period, how long answers get to send their final error event before their sockets are cut. */
+const FINAL_EVENT_MS = 1_000;
+
 export interface EdgeHandle {
   /** Base URL, e.g. http://127.0.0.1:8080 (no trailing slash). */
   url: string;
   port: number;
-  /** Readiness off → stop accepting → let running answers finish (up to graceMs) → NATS drain. */
+  /**
+   * Readiness off (SHUTDOWN_READINESS_DELAY_MS, still serving) → stop accepting → let running
+   * answers finish (up to graceMs, default SHUTDOWN_GRACE_MS; then they end with an error event)
+   * → NATS drain.
+   */
   close(graceMs?: number): Promise<void>;
 }
 
@@ -26,8 +33,9 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const principals = new PrincipalCache(config.PRINCIPAL_CACHE_TTL_MS);
   const stopRevocations = followKeyRevocations(nc, eventNames(config.EVENTS_PREFIX).keysRevoked, principals, log);
   await nc.flush(); // the subscription is live at the server before any key is cached
-  const promptTokens = new PromptTokenCounter();
+  const promptTokens = new PromptTokenCounter(config.PROMPT_TOKEN_THREADS);
   let closing = false;
+  const shutdown = new AbortController();
 
   const app = await buildApp({
     config,
@@ -35,6 +43,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     backends,
     principals,
     promptTokens,
+    shutdown: shutdown.signal,
     readiness: {
       async check() {
         if (closing) throw new Error("shutting down");
@@ -55,16 +64,24 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   return {
     url,
     port,
-    async close(graceMs = 10_000) {
+    async close(graceMs = config.SHUTDOWN_GRACE_MS) {
       closing = true;
-      // Streams still running after the grace period are cut; their usage is still recorded
-      // by the registry, which sees the cancellation.
-      const cut = setTimeout(() => app.server.closeAllConnections(), graceMs);
+      // Load balancers see /readyz fail and stop sending here before the listener closes.
+      await new Promise((resolve) => setTimeout(resolve, config.SHUTDOWN_READINESS_DELAY_MS));
+      // Answers still running after the grace period end with a final error event (never a silent
+      // truncation); the registry sees the cancellation and records what was delivered. A
+      // connection still open after that is cut.
+      let cut: NodeJS.Timeout | undefined;
+      const stop = setTimeout(() => {
+        shutdown.abort();
+        cut = setTimeout(() => app.server.closeAllConnections(), FINAL_EVENT_MS);
+      }, graceMs);
       try {
         const closed = app.close();
         connections.destroyUnused();
         await closed;
       } finally {
+        clearTimeout(stop);
         clearTimeout(cut);
       }
       stopRevocations();

@@ -7,6 +7,9 @@ import { SSE_DONE, sseData, sseError } from "./sse.ts";
 
 type Call = ClientReadableStream<ChatCompletionResponse>;
 
+/** What an answer still running when the edge's shutdown grace ends is told. */
+const SHUTTING_DOWN = "The server is shutting down; please retry the request.";
+
 /** Reads the next event of the registry's stream; gRPC failures arrive as AppErrors. */
 async function next(events: AsyncIterator<ChatCompletionResponse>): Promise<ChatCompletionResponse | undefined> {
   try {
@@ -31,26 +34,35 @@ const completionIdOf = (chunk: Uint8Array | undefined): string | undefined => {
  * Answers the client from the registry's ChatCompletion stream. Nothing is sent until the first
  * event arrives, so a failure before it is an ordinary HTTP error; after it, a streamed answer ends
  * with an error event (never a silent truncation). A client that goes away cancels the call, which
- * aborts the upstream request.
+ * aborts the upstream request. When `shutdown` aborts (the edge's grace period is over), the call is
+ * cancelled and the answer ends with a `service_unavailable` error event.
  */
 export async function relayCompletion(
   call: Call,
   reply: FastifyReply,
-  options: { stream: boolean; model: string; requestId: string },
+  options: { stream: boolean; model: string; requestId: string; shutdown?: AbortSignal },
 ): Promise<FastifyReply> {
   const cancel = () => call.cancel();
+  const { shutdown } = options;
+  // A call cancelled by shutdown says so, rather than "The request was cancelled.".
+  const failure = (err: unknown) =>
+    shutdown?.aborted ? new AppError("service_unavailable", SHUTTING_DOWN) : AppError.fromGrpc(err);
   reply.raw.once("close", cancel);
+  shutdown?.addEventListener("abort", cancel, { once: true });
+  if (shutdown?.aborted) cancel();
   const events = call[Symbol.asyncIterator]() as AsyncIterator<ChatCompletionResponse>;
   let first: ChatCompletionResponse | undefined;
   try {
     first = await next(events);
   } catch (err) {
     reply.raw.off("close", cancel);
-    throw err;
+    shutdown?.removeEventListener("abort", cancel);
+    throw shutdown?.aborted ? failure(err) : err;
   }
 
   if (!options.stream) {
     reply.raw.off("close", cancel);
+    shutdown?.removeEventListener("abort", cancel);
     if (first?.error) throw AppError.fromCode(first.error.code, first.error.message);
     if (!first?.completion) throw new AppError("upstream_error", "The model server sent no answer.");
     call.cancel(); // nothing follows a completion; do not leave the call open
@@ -73,9 +85,10 @@ export async function relayCompletion(
       yield SSE_DONE;
     } catch (err) {
       if (reply.raw.destroyed) return; // the client left; the cancelled call is why we are here
-      yield sseError(AppError.fromGrpc(err), options.model, completionId);
+      yield sseError(failure(err), options.model, completionId);
     } finally {
       reply.raw.off("close", cancel);
+      shutdown?.removeEventListener("abort", cancel);
       call.cancel();
     }
   }

@@ -44,7 +44,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
         throw new AppError("model_not_found", `The model \`${body.model}\` does not exist.`, { param: "model" });
 
       const bodyBytes = Buffer.from(JSON.stringify(body));
-      const promptTokens = await deps.promptTokens.count(body.messages, bodyBytes);
+      const promptTokens = await deps.promptTokens.count(bodyBytes);
       const requested = body.max_completion_tokens ?? body.max_tokens ?? 0;
       const choices = body.n ?? 1;
       const grant = await deps.backends.billing.authorize(
@@ -85,7 +85,12 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
           choices: BigInt(choices),
         }),
       );
-      return relayCompletion(call, reply, { stream, model: route.modelId, requestId: request.id });
+      return relayCompletion(call, reply, {
+        stream,
+        model: route.modelId,
+        requestId: request.id,
+        shutdown: deps.shutdown,
+      });
     },
   );
 }

@@ -8,6 +8,8 @@ import type { SessionKind } from "../plugins/session-auth.ts";
 export interface RouteDeps {
   backends: Backends;
   promptTokens: PromptTokenCounter;
+  /** Aborts when the shutdown grace period is over: answers still running end with an error event. */
+  shutdown: AbortSignal;
   /** The API-key onRequest hook (`request.principal`). */
   auth(options: ApiKeyAuthOptions): onRequestAsyncHookHandler;
   /** The session-cookie onRequest hook (`request.session`) for one kind of login. */

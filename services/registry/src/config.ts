@@ -119,6 +119,9 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       // back-off (doubled on each further ejection, at most 8×).
       UPSTREAM_EJECT_AFTER_FAILURES: intBetween(1, 1_000)({ default: 5 }),
       UPSTREAM_EJECT_BACKOFF_MS: millis({ default: 30_000 }),
+      // On SIGTERM, running ChatCompletion streams get this long to finish before they are cut
+      // (each still releases its slot and publishes its usage event before the process exits).
+      SHUTDOWN_GRACE_MS: intBetween(0, 600_000)({ default: 10_000 }),
     },
     env,
   );

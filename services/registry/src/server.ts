@@ -27,6 +27,9 @@ import { hosterAgent } from "./upstream/hoster-agent.ts";
 import { OutlierTracker } from "./upstream/outlier-tracker.ts";
 import { UpstreamPools } from "./upstream/upstream-pools.ts";
 
+/** After the shutdown grace, how long cut streams get to send their final event before calls are forced closed. */
+const FINAL_EVENT_MS = 1_000;
+
 /** Longest time a hoster row is reused for routing before it is read again. */
 const HOSTER_CACHE_MAX_MS = 5_000;
 
@@ -112,6 +115,7 @@ export async function startRegistry(
           ),
         ]
       : [];
+  const cutStreams = new AbortController();
   const deps: ChatDeps = {
     // Normal keys see the local then the cloud models (so `auto` picks a local one); a scoped key
     // sees only its hoster's (each catalog's rule).
@@ -142,6 +146,7 @@ export async function startRegistry(
     },
     billing: promiseClient(billingClient),
     inflight: new Set(),
+    shutdown: cutStreams.signal,
     outliers,
     usage: new UsagePublisher(nc, names.usageCompleted, log),
     mismatches,
@@ -195,9 +200,13 @@ export async function startRegistry(
   return {
     port: grpc.port,
     metricsPort: metricsServer.port,
-    close(graceMs = 10_000) {
+    close(graceMs = config.SHUTDOWN_GRACE_MS) {
       closing ??= (async () => {
-        await grpc.close(graceMs);
+        // At the grace, streams still running end themselves with a final event (in order after
+        // their chunks); calls still open after that are forced closed.
+        const cut = setTimeout(() => cutStreams.abort(), graceMs);
+        await grpc.close(graceMs + FINAL_EVENT_MS);
+        clearTimeout(cut);
         await stopProber();
         // Streams still running after the grace period are cut here; each handler then releases
         // its slot and publishes its usage event, which must happen before NATS drains.

@@ -28,6 +28,11 @@ export interface ChatDeps {
   billing: SlotReleaser;
   /** Handlers still running (so shutdown can wait for their usage events). */
   inflight: Set<Promise<void>>;
+  /**
+   * Aborted when the shutdown grace is over: streams still running stop reading their upstream and
+   * end with a final `service_unavailable` event, written after every chunk they relayed.
+   */
+  shutdown?: AbortSignal;
   /** Ejects servers after live failures in a row; the relay skips ejected ones. */
   outliers: Pick<OutlierTracker, "isEjected" | "succeeded" | "failed">;
   usage: UsagePublisher;
@@ -73,6 +78,8 @@ async function send(call: Call, event: ChatCompletionResponse, cancelled: AbortS
 
 const json = (value: unknown) => Buffer.from(JSON.stringify(value));
 
+const SHUTTING_DOWN = "The server is shutting down; please retry the request.";
+
 /**
  * ChatCompletion: relays one request to the route's upstream. A server that fails before anything
  * reached the caller hands the request to the route's next server (same model and price; ejected
@@ -102,6 +109,17 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
   const onCancel = () => cancel.abort();
   call.on("cancelled", onCancel);
   if (call.cancelled) cancel.abort();
+  // Shutdown's cut is not the caller's cancel: the call stays open for the final event, so the
+  // caller receives everything counted as delivered (and billed).
+  const callGone = new AbortController();
+  const onGone = () => callGone.abort();
+  call.on("cancelled", onGone);
+  let cutByShutdown = false;
+  const onShutdown = () => {
+    cutByShutdown = true;
+    cancel.abort();
+  };
+  deps.shutdown?.addEventListener("abort", onShutdown, { once: true });
 
   const route = request.route;
   let accumulator: ChunkAccumulator | undefined;
@@ -179,8 +197,14 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
       written++;
     }
   } catch (err) {
-    const cancelled = cancel.signal.aborted || (err instanceof UpstreamFailure && err.code === "client_cancelled");
-    const appError = cancelled ? undefined : toAppError(err, log);
+    const cut = cutByShutdown && !call.cancelled;
+    const cancelled =
+      !cut && (cancel.signal.aborted || (err instanceof UpstreamFailure && err.code === "client_cancelled"));
+    const appError = cut
+      ? new AppError("service_unavailable", SHUTTING_DOWN)
+      : cancelled
+        ? undefined
+        : toAppError(err, log);
     errorCode = appError?.code ?? "client_cancelled";
     // The caller pays for what reached it; a request that failed before anything did costs nothing.
     billed = written > 0 ? bill() : NOTHING_BILLED;
@@ -188,12 +212,14 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
     if (appError && written > 0) {
       // Mid-stream: the caller already has a 200 and chunks, so the failure is a final event.
       const event = ChatCompletionResponse.fromPartial({ error: { code: appError.code, message: appError.message } });
-      await send(call, event, cancel.signal).catch(() => undefined);
+      await send(call, event, cut ? callGone.signal : cancel.signal).catch(() => undefined);
     } else {
       failure = appError;
     }
   } finally {
     call.off("cancelled", onCancel);
+    call.off("cancelled", onGone);
+    deps.shutdown?.removeEventListener("abort", onShutdown);
   }
   await finish(deps, request, route, billed, errorCode, handlerStart, log);
   if (failure) throw failure;
