@@ -1,11 +1,11 @@
 import { newId } from "@mkt/runtime/ids";
-import { costMicros, splitRevenue, type Micros } from "@mkt/runtime/money";
+import { splitRevenue, type Micros } from "@mkt/runtime/money";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { int8, type Em } from "../context.ts";
+import type { Em } from "../context.ts";
 import { countPeriodUsage } from "../subscriptions/period-usage.ts";
 import { ledgerAccounts } from "../wallets/ledger.ts";
-import { settleUsageEvent, type SettleOutcome } from "./settle-usage.ts";
+import { clampTokens, reservationCharge, settleUsageEvent, type SettleOutcome } from "./settle-usage.ts";
 
 /** One event of the common case: its reservation is still held and it has no usage record yet. */
 interface Charge {
@@ -21,7 +21,6 @@ interface Charge {
   reserved: Micros;
 }
 
-const clampTokens = (n: bigint) => (n < 0n ? 0n : n);
 const placeholders = (count: number, row: string) => Array.from({ length: count }, () => row).join(", ");
 
 /**
@@ -81,26 +80,9 @@ export async function settleUsageBatch(
   return outcomes as SettleOutcome[];
 }
 
-/** The charge for one event, from its reservation's price snapshot (as settleUsageEvent does). */
+/** The charge for one event, priced as settleUsageEvent prices it. */
 function priced(event: UsageCompleted, reservation: Record<string, unknown>, log: Logger): Charge {
-  const accountId = reservation.account_id as string;
-  if (event.accountId && event.accountId !== accountId) {
-    log.warn(
-      { requestId: event.requestId },
-      "usage event account differs from its reservation; the reservation's is charged",
-    );
-  }
-  const inputTokens = clampTokens(event.inputTokens);
-  const outputTokens = clampTokens(event.outputTokens);
-  const reserved = int8(reservation.reserved_micros);
-  const full = costMicros(
-    inputTokens,
-    outputTokens,
-    int8(reservation.input_price_per_1m_micros),
-    int8(reservation.output_price_per_1m_micros),
-  );
-  // Never charge beyond the hold: the balance can then never go below zero (DESIGN.md §3).
-  const cost = full > reserved ? reserved : full;
+  const { accountId, inputTokens, outputTokens, reserved, cost } = reservationCharge(event, reservation, log);
   return {
     event,
     reservation,

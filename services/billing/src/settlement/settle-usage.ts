@@ -10,7 +10,32 @@ export const EXPIRED_ERROR_CODE = "reservation_expired";
 
 export type SettleOutcome = "settled" | "late_settled" | "duplicate" | "no_reservation" | "dropped";
 
-const clampTokens = (n: bigint) => (n < 0n ? 0n : n);
+export const clampTokens = (n: bigint) => (n < 0n ? 0n : n);
+
+/**
+ * What an event costs, from its reservation's price snapshot, never beyond the hold (so the
+ * balance cannot go below zero, DESIGN.md §3). The reservation's account is the one charged. One
+ * rule for the batched path and the one-by-one path.
+ */
+export function reservationCharge(event: UsageCompleted, reservation: Record<string, unknown>, log: Logger) {
+  const accountId = reservation.account_id as string;
+  if (event.accountId && event.accountId !== accountId) {
+    log.warn(
+      { requestId: event.requestId },
+      "usage event account differs from its reservation; the reservation's is charged",
+    );
+  }
+  const inputTokens = clampTokens(event.inputTokens);
+  const outputTokens = clampTokens(event.outputTokens);
+  const reserved = int8(reservation.reserved_micros);
+  const full = costMicros(
+    inputTokens,
+    outputTokens,
+    int8(reservation.input_price_per_1m_micros),
+    int8(reservation.output_price_per_1m_micros),
+  );
+  return { accountId, inputTokens, outputTokens, reserved, cost: full > reserved ? reserved : full };
+}
 
 /** Reads a usage_records row back into a UsageRow (timestamps stay Postgres text). */
 function toUsageRow(r: Record<string, unknown>): UsageRow {
@@ -88,22 +113,8 @@ export async function settleUsageEvent(em: Em, event: UsageCompleted, log: Logge
   if (existing && !lateAfterExpiry) return "duplicate";
   if (status === "settled") return "duplicate"; // settled without a record cannot happen; be safe
 
-  const accountId = reservation.account_id as string;
-  if (event.accountId && event.accountId !== accountId) {
-    log.warn(
-      { requestId: event.requestId },
-      "usage event account differs from its reservation; the reservation's is charged",
-    );
-  }
-  const reserved = int8(reservation.reserved_micros);
-  const priced = costMicros(
-    inputTokens,
-    outputTokens,
-    int8(reservation.input_price_per_1m_micros),
-    int8(reservation.output_price_per_1m_micros),
-  );
-  // Never charge beyond the hold: the balance can then never go below zero (DESIGN.md §3).
-  const charge = { reservation, inputTokens, outputTokens, cost: priced > reserved ? reserved : priced };
+  const { accountId, reserved, cost: priced } = reservationCharge(event, reservation, log);
+  const charge = { reservation, inputTokens, outputTokens, cost: priced };
   // A subscription request counts in its period, and an overage plan prices it there.
   await countPeriodUsage(em, [charge]);
   const cost = charge.cost;
