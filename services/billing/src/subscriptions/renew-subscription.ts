@@ -6,6 +6,7 @@ import { nextPeriod } from "./calendar-month.ts";
 import { monthlyCharge, type Plan } from "./plan.ts";
 import { Subscription, type SubscriptionRow } from "./subscription.entity.ts";
 import { SNAPSHOT_SET, snapshotParams } from "./terms-snapshot.ts";
+import { snapshotTerms } from "./subscription-view.ts";
 
 /** Statuses that renew at period_end: a paused subscription renews too, a cancelled one never. */
 export const RENEWING_STATUSES = ["active", "paused", "past_due"] as const;
@@ -86,21 +87,11 @@ export async function renewSubscription(
 
 /** The subscription's own terms snapshot, as a plan. */
 function snapshotPlan(row: SubscriptionRow): Plan {
-  const n = (value: bigint | null | undefined) => value ?? 0n;
   const terms: ProductTerms = {
+    ...snapshotTerms(row),
     name: row.productName ?? "",
     description: "",
     pricingModel: row.pricingModel ?? "free",
-    monthlyPriceMicros: n(row.monthlyPriceMicros),
-    includedTokens: n(row.includedTokens),
-    inputPricePer1mMicros: n(row.inputPricePer1mMicros),
-    outputPricePer1mMicros: n(row.outputPricePer1mMicros),
-    overagePricePer1mMicros: n(row.overagePricePer1mMicros),
-    rpmLimit: n(row.rpmLimit),
-    tpmLimit: n(row.tpmLimit),
-    maxConcurrent: n(row.maxConcurrent),
-    maxOutputTokens: n(row.maxOutputTokens),
-    maxContextTokens: n(row.maxContextTokens),
   };
   return { productId: row.productId, hosterId: row.hosterId ?? "", hosterName: row.hosterName ?? "", terms };
 }

@@ -1,4 +1,4 @@
-import type { Subscription as SubscriptionMessage } from "@mkt/proto/billing/v1/billing";
+import type { Subscription as SubscriptionMessage, SubscriptionTerms } from "@mkt/proto/billing/v1/billing";
 import type { SubscriptionRow } from "./subscription.entity.ts";
 
 const iso = (date: Date | null | undefined) => (date ? date.toISOString() : "");
@@ -18,19 +18,24 @@ export function subscriptionMessage(row: SubscriptionRow): SubscriptionMessage {
     periodEnd: iso(row.periodEnd),
     createdAt: iso(row.createdAt),
     cancelledAt: iso(row.cancelledAt),
-    terms: {
-      pricingModel: row.pricingModel ?? "",
-      monthlyPriceMicros: n(row.monthlyPriceMicros),
-      includedTokens: n(row.includedTokens),
-      inputPricePer1mMicros: n(row.inputPricePer1mMicros),
-      outputPricePer1mMicros: n(row.outputPricePer1mMicros),
-      overagePricePer1mMicros: n(row.overagePricePer1mMicros),
-      rpmLimit: n(row.rpmLimit),
-      tpmLimit: n(row.tpmLimit),
-      maxConcurrent: n(row.maxConcurrent),
-      maxOutputTokens: n(row.maxOutputTokens),
-      maxContextTokens: n(row.maxContextTokens),
-    },
+    terms: snapshotTerms(row),
+  };
+}
+
+/** The plan terms snapshotted in a subscription row (empty pricing model before activation). */
+export function snapshotTerms(row: SubscriptionRow): SubscriptionTerms {
+  return {
+    pricingModel: row.pricingModel ?? "",
+    monthlyPriceMicros: n(row.monthlyPriceMicros),
+    includedTokens: n(row.includedTokens),
+    inputPricePer1mMicros: n(row.inputPricePer1mMicros),
+    outputPricePer1mMicros: n(row.outputPricePer1mMicros),
+    overagePricePer1mMicros: n(row.overagePricePer1mMicros),
+    rpmLimit: n(row.rpmLimit),
+    tpmLimit: n(row.tpmLimit),
+    maxConcurrent: n(row.maxConcurrent),
+    maxOutputTokens: n(row.maxOutputTokens),
+    maxContextTokens: n(row.maxContextTokens),
   };
 }
 
