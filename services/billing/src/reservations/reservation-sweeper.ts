@@ -3,6 +3,7 @@ import { int8 } from "../context.ts";
 import { pruneCounters } from "../rate-limits/rate-limiter.ts";
 import { insertUsageRecord } from "../usage/usage-records.ts";
 import { EXPIRED_ERROR_CODE } from "../settlement/settle-usage.ts";
+import { repeatEvery } from "@mkt/runtime/periodic";
 
 export interface SweepResult {
   /** False when the settlement consumer still had events pending, so nothing was swept. */
@@ -81,16 +82,5 @@ export function startSweeper(
   consumerIdle: () => Promise<boolean>,
   intervalMs: number,
 ): () => Promise<void> {
-  let running: Promise<unknown> | undefined;
-  const timer = setInterval(() => {
-    if (running) return; // a slow sweep is still going; never overlap
-    running = sweepExpiredReservations(ctx, consumerIdle)
-      .catch((err: unknown) => ctx.log.error({ err }, "reservation sweep failed"))
-      .finally(() => (running = undefined));
-  }, intervalMs);
-  timer.unref();
-  return async () => {
-    clearInterval(timer);
-    await running;
-  };
+  return repeatEvery(intervalMs, () => sweepExpiredReservations(ctx, consumerIdle), ctx.log, "reservation sweep");
 }

@@ -2,6 +2,7 @@ import type { BillingContext } from "../context.ts";
 import { REPLAY_WINDOW_MS } from "./create-subscription.ts";
 import { Subscription } from "./subscription.entity.ts";
 import { revokeSubscriptionKey } from "./subscription-keys.ts";
+import { repeatEvery } from "@mkt/runtime/periodic";
 
 /**
  * A saga step waits at most 10 s on each of registry and accounts; an attempt still pending after
@@ -72,16 +73,5 @@ export async function tidySubscriptions(ctx: BillingContext): Promise<TidyResult
 
 /** Runs a pass every `intervalMs`; returns a stop function. */
 export function startSubscriptionJanitor(ctx: BillingContext, intervalMs: number): () => Promise<void> {
-  let running: Promise<unknown> | undefined;
-  const timer = setInterval(() => {
-    if (running) return;
-    running = tidySubscriptions(ctx)
-      .catch((err: unknown) => ctx.log.error({ err }, "subscription janitor failed"))
-      .finally(() => (running = undefined));
-  }, intervalMs);
-  timer.unref();
-  return async () => {
-    clearInterval(timer);
-    await running;
-  };
+  return repeatEvery(intervalMs, () => tidySubscriptions(ctx), ctx.log, "subscription janitor");
 }

@@ -5,6 +5,7 @@ import { hosterKeyContext } from "./hoster.entity.ts";
 import type { ProbeTarget } from "./hoster-store.ts";
 import type { HostersContext } from "./hosters-context.ts";
 import { checkHealth, checkModels, ServerCheckError } from "./server-checks.ts";
+import { repeatEvery } from "@mkt/runtime/periodic";
 
 /** Probes at most this many hosters at once, so a long list of slow servers cannot pile up sockets. */
 const PARALLEL_PROBES = 8;
@@ -64,16 +65,10 @@ export function startHealthProber(
   ctx: HostersContext,
   options: { intervalMs: number; unhealthyAfter: number; outliers?: Pick<OutlierTracker, "recovered"> },
 ): () => Promise<void> {
-  let running: Promise<unknown> | undefined;
-  const timer = setInterval(() => {
-    if (running) return;
-    running = probeAllHosters(ctx, options.unhealthyAfter, options.outliers)
-      .catch((err: unknown) => ctx.log.error({ err }, "hoster probe round failed"))
-      .finally(() => (running = undefined));
-  }, options.intervalMs);
-  timer.unref();
-  return async () => {
-    clearInterval(timer);
-    await running;
-  };
+  return repeatEvery(
+    options.intervalMs,
+    () => probeAllHosters(ctx, options.unhealthyAfter, options.outliers),
+    ctx.log,
+    "hoster probe round",
+  );
 }

@@ -1,0 +1,36 @@
+import { describe, expect, it } from "vitest";
+import { createLogger } from "../src/logger.ts";
+import { repeatEvery } from "../src/periodic.ts";
+
+const log = createLogger("test", "silent");
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe("repeatEvery", () => {
+  it("never overlaps runs, keeps going after a failure, and stop waits for the run in progress", async () => {
+    let active = 0;
+    let maxActive = 0;
+    let runs = 0;
+    let finished = 0;
+    const stop = repeatEvery(
+      5,
+      async () => {
+        runs++;
+        active++;
+        maxActive = Math.max(maxActive, active);
+        await sleep(20); // four ticks' worth: the ticks in between must be skipped
+        active--;
+        finished++;
+        if (runs === 1) throw new Error("first run fails");
+      },
+      log,
+      "test task",
+    );
+    while (runs < 3) await sleep(5);
+    await stop();
+    expect(maxActive).toBe(1);
+    expect(finished).toBe(runs); // stop returned only after the run it found had ended
+    const after = runs;
+    await sleep(30);
+    expect(runs).toBe(after); // nothing runs after stop
+  });
+});
