@@ -9,3 +9,10 @@ export function newId(): string {
 export function randomToken(bytes = 32): string {
   return randomBytes(bytes).toString("base64url");
 }
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Ids arrive as strings from other services and clients; a malformed one must never reach a uuid column. */
+export function isUuid(value: string): boolean {
+  return UUID_RE.test(value);
+}

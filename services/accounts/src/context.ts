@@ -16,10 +16,3 @@ export interface AccountsContext {
 
 /** The entity manager of a transaction (or of a fork). */
 export type Em = Orm["em"];
-
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** Ids arrive as strings from other services; a malformed one must never reach a uuid column. */
-export function isUuid(value: string): boolean {
-  return UUID_RE.test(value);
-}

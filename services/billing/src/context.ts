@@ -27,10 +27,3 @@ export function int8(value: unknown): bigint {
   if (value === null || value === undefined) return 0n;
   return BigInt(value as string | number | bigint);
 }
-
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** Ids arrive as strings from other services; a malformed one must never reach a uuid column. */
-export function isUuid(value: string): boolean {
-  return UUID_RE.test(value);
-}

@@ -1,10 +1,11 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import type {
   Account as AccountMessage,
   GetAccountResponse,
   GetAccountsResponse,
 } from "@mkt/proto/accounts/v1/accounts";
-import { isUuid, type AccountsContext } from "../context.ts";
+import type { AccountsContext } from "../context.ts";
 import { Account } from "./account.entity.ts";
 
 /** The most ids one GetAccounts call takes (a hoster's subscriber list is read in pages of this). */

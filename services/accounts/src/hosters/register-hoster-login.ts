@@ -1,8 +1,8 @@
 import { AppError } from "@mkt/runtime/errors";
-import { randomToken } from "@mkt/runtime/ids";
+import { isUuid, randomToken } from "@mkt/runtime/ids";
 import type { RegisterHosterLoginRequest, RegisterHosterLoginResponse } from "@mkt/proto/accounts/v1/accounts";
 import { cleanEmail, normalizeEmail, validateEmail } from "../accounts/email.ts";
-import { isUuid, type AccountsContext } from "../context.ts";
+import type { AccountsContext } from "../context.ts";
 import { consumeInvite, invalidInvite } from "../invites/invites.ts";
 import { hashPassword, validatePassword } from "../passwords.ts";
 

@@ -1,6 +1,6 @@
 import type { InferEntity } from "@mikro-orm/core";
 import { AppError } from "@mkt/runtime/errors";
-import { newId } from "@mkt/runtime/ids";
+import { isUuid, newId } from "@mkt/runtime/ids";
 import type {
   ApiKey as ApiKeyMessage,
   CreateApiKeyRequest,
@@ -8,7 +8,7 @@ import type {
   ListApiKeysResponse,
 } from "@mkt/proto/accounts/v1/accounts";
 import { Account } from "../accounts/account.entity.ts";
-import { isUuid, type AccountsContext, type Em } from "../context.ts";
+import type { AccountsContext, Em } from "../context.ts";
 import { ApiKey } from "./api-key.entity.ts";
 import { newKeySecret } from "./key-secret.ts";
 

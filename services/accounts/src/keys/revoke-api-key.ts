@@ -1,7 +1,8 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import { KeyRevoked } from "@mkt/proto/events/v1/events";
 import type { RevokeApiKeyRequest, RevokeApiKeyResponse } from "@mkt/proto/accounts/v1/accounts";
-import { isUuid, type AccountsContext } from "../context.ts";
+import type { AccountsContext } from "../context.ts";
 import { ApiKey } from "./api-key.entity.ts";
 import { apiKeyMessage } from "./api-keys.ts";
 

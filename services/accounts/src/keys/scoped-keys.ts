@@ -1,13 +1,13 @@
 import { AppError } from "@mkt/runtime/errors";
 import { isWellFormedApiKey } from "@mkt/runtime/api-key-format";
-import { newId } from "@mkt/runtime/ids";
+import { isUuid, newId } from "@mkt/runtime/ids";
 import type {
   IssueScopedKeyRequest,
   IssueScopedKeyResponse,
   RevokeScopedKeyRequest,
   RevokeScopedKeyResponse,
 } from "@mkt/proto/accounts/v1/accounts";
-import { isUuid, type AccountsContext, type Em } from "../context.ts";
+import type { AccountsContext, Em } from "../context.ts";
 import { ApiKey } from "./api-key.entity.ts";
 import { apiKeyMessage, keyName, requireAccountId } from "./api-keys.ts";
 import { keySecret } from "./key-secret.ts";

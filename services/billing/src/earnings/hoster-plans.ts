@@ -1,6 +1,7 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import type { Product } from "@mkt/proto/registry/v1/registry";
-import { int8, isUuid, type BillingContext, type Em } from "../context.ts";
+import { int8, type BillingContext, type Em } from "../context.ts";
 import { ledgerAccounts } from "../wallets/ledger.ts";
 
 /** Statuses counted as a plan's subscribers: everyone who still holds the plan. */

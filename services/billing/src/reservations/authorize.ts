@@ -1,7 +1,8 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import { affordableOutputTokens, costMicros } from "@mkt/runtime/money";
 import type { AuthorizeRequest, AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
-import { isUuid, type BillingContext } from "../context.ts";
+import type { BillingContext } from "../context.ts";
 import { admitRequest, tierLimits } from "../rate-limits/rate-limiter.ts";
 import { authorizePlanRequest } from "../subscriptions/plan-authorize.ts";
 import { lockWallet, openWallet } from "../wallets/ledger.ts";

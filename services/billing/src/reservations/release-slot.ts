@@ -1,5 +1,6 @@
+import { isUuid } from "@mkt/runtime/ids";
 import type { BillingContext } from "../context.ts";
-import { isUuid } from "../context.ts";
+
 import { Reservation } from "./reservation.entity.ts";
 
 /**

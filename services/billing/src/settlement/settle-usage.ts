@@ -1,7 +1,8 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { costMicros, splitRevenue } from "@mkt/runtime/money";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { int8, isUuid, type Em } from "../context.ts";
+import { int8, type Em } from "../context.ts";
 import { countPeriodUsage } from "../subscriptions/period-usage.ts";
 import { ledgerAccounts, postEntry } from "../wallets/ledger.ts";
 import { insertUsageRecord, replaceUsageRecord, type UsageRow } from "../usage/usage-records.ts";

@@ -1,10 +1,11 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import type {
   CancelSubscriptionRequest,
   CancelSubscriptionResponse,
   ListSubscriptionsResponse,
 } from "@mkt/proto/billing/v1/billing";
-import { isUuid, type BillingContext } from "../context.ts";
+import type { BillingContext } from "../context.ts";
 import { requireAccount } from "../usage/usage-summary.ts";
 import { Subscription } from "./subscription.entity.ts";
 import { revokeSubscriptionKey } from "./subscription-keys.ts";

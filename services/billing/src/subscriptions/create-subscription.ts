@@ -1,8 +1,8 @@
 import { AppError } from "@mkt/runtime/errors";
 import { newApiKey } from "@mkt/runtime/api-key-format";
-import { newId } from "@mkt/runtime/ids";
+import { isUuid, newId } from "@mkt/runtime/ids";
 import type { CreateSubscriptionRequest, CreateSubscriptionResponse } from "@mkt/proto/billing/v1/billing";
-import { isUuid, type BillingContext, type Em } from "../context.ts";
+import type { BillingContext, Em } from "../context.ts";
 import { requireAccount } from "../usage/usage-summary.ts";
 import { activateSubscription } from "./activate-subscription.ts";
 import { fetchPlan, productNotFound } from "./plan.ts";

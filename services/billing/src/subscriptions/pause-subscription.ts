@@ -1,6 +1,7 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import type { HosterSubscriber } from "@mkt/proto/billing/v1/billing";
-import { isUuid, type BillingContext } from "../context.ts";
+import type { BillingContext } from "../context.ts";
 import { hosterSubscriber } from "../earnings/hoster-subscribers.ts";
 import { requireHoster } from "../earnings/hoster-plans.ts";
 import { Subscription } from "./subscription.entity.ts";

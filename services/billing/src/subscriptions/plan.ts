@@ -1,6 +1,7 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import type { ProductTerms } from "@mkt/proto/registry/v1/registry";
-import { isUuid, type BillingContext } from "../context.ts";
+import type { BillingContext } from "../context.ts";
 
 /** What a subscription needs of a plan: its hoster and the terms to snapshot. */
 export interface Plan {

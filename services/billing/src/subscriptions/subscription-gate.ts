@@ -1,5 +1,6 @@
+import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
-import { isUuid, type Em } from "../context.ts";
+import type { Em } from "../context.ts";
 
 export const PAUSED_MESSAGE = "Your access has been temporarily paused by the hoster.";
 

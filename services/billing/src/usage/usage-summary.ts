@@ -1,7 +1,8 @@
+import { isUuid } from "@mkt/runtime/ids";
 import type { GetUsageSummaryResponse } from "@mkt/proto/billing/v1/billing";
 import { IsolationLevel } from "@mikro-orm/core";
 import { AppError } from "@mkt/runtime/errors";
-import { int8, isUuid, type BillingContext } from "../context.ts";
+import { int8, type BillingContext } from "../context.ts";
 import { currentCounts, tierLimits } from "../rate-limits/rate-limiter.ts";
 import { openWallet } from "../wallets/ledger.ts";
 import { Wallet } from "../wallets/wallet.entity.ts";

@@ -1,7 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
-import { newId } from "@mkt/runtime/ids";
+import { isUuid, newId } from "@mkt/runtime/ids";
 import type { AddCreditsRequest, AddCreditsResponse } from "@mkt/proto/billing/v1/billing";
-import { int8, isUuid, type BillingContext } from "../context.ts";
+import { int8, type BillingContext } from "../context.ts";
 import { formatUsd, ledgerAccounts, lockWallet, openWallet, postEntry } from "./ledger.ts";
 
 /** The largest single top-up: a typo of a few zeros should not mint a fortune. */

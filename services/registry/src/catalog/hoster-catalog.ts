@@ -1,3 +1,4 @@
+import { isUuid } from "@mkt/runtime/ids";
 import type { Logger } from "@mkt/runtime/logger";
 import { SecretBoxError, type SecretBox } from "@mkt/runtime/secret-box";
 import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
@@ -10,8 +11,6 @@ import {
   type ModelCatalog,
   type UpstreamTarget,
 } from "./model-catalog.ts";
-
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface HosterCatalogOptions {
   store: Pick<HosterStore, "routable">;
@@ -52,7 +51,7 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog {
   /** The hoster's row, at most cacheTtlMs old; concurrent misses share one read. */
   function hoster(hosterId: string): Promise<RoutableHoster | undefined> {
     // Ids arrive from other services as strings; a malformed one must never reach a uuid column.
-    if (!UUID_RE.test(hosterId)) return Promise.resolve(undefined);
+    if (!isUuid(hosterId)) return Promise.resolve(undefined);
     const id = hosterId.toLowerCase();
     const at = now();
     const cached = cache.get(id);

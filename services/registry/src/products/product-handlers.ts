@@ -1,5 +1,5 @@
 import { AppError } from "@mkt/runtime/errors";
-import { newId } from "@mkt/runtime/ids";
+import { isUuid, newId } from "@mkt/runtime/ids";
 import {
   ProductTerms,
   type ArchiveProductRequest,
@@ -21,15 +21,13 @@ import { productView } from "./product-view.ts";
 export const MAX_ACTIVE_PRODUCTS = 50;
 export const MAX_PRODUCTS = 500;
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 // Another hoster's plan gets the same answer as no plan at all, so ids cannot be probed.
 const productNotFound = () => new AppError("not_found", "No such product.", { param: "product_id" });
 const hosterNotFound = () => new AppError("not_found", "No such hoster.", { param: "hoster_id" });
 
 /** POST /hosters/products: a new active plan of the calling hoster. */
 export async function createProduct(store: ProductStore, req: CreateProductRequest): Promise<CreateProductResponse> {
-  if (!UUID_RE.test(req.hosterId)) throw hosterNotFound();
+  if (!isUuid(req.hosterId)) throw hosterNotFound();
   const terms = validateTerms(req.terms ?? ProductTerms.fromPartial({}));
   const result = await store.insert(
     { id: newId(), hosterId: req.hosterId, terms },
@@ -48,13 +46,13 @@ export async function createProduct(store: ProductStore, req: CreateProductReque
 
 /** GET /hosters/products: the hoster's plans, archived ones included. */
 export async function listProducts(store: ProductStore, req: ListProductsRequest): Promise<ListProductsResponse> {
-  if (!UUID_RE.test(req.hosterId)) return { products: [] };
+  if (!isUuid(req.hosterId)) return { products: [] };
   return { products: (await store.listByHoster(req.hosterId)).map(productView) };
 }
 
 /** One plan, archived or not, with its hoster (the subscription saga decides what to accept). */
 export async function getProduct(store: ProductStore, req: GetProductRequest): Promise<GetProductResponse> {
-  if (!UUID_RE.test(req.productId)) throw productNotFound();
+  if (!isUuid(req.productId)) throw productNotFound();
   const found = await store.getWithHoster(req.productId);
   // A plan of a hoster whose registration never completed is nobody's plan.
   if (!found || found.hosterStatus === "registering") throw productNotFound();
@@ -67,7 +65,7 @@ export async function getProduct(store: ProductStore, req: GetProductRequest): P
  * public plan list.
  */
 export async function updateProduct(store: ProductStore, req: UpdateProductRequest): Promise<UpdateProductResponse> {
-  if (!UUID_RE.test(req.productId) || !UUID_RE.test(req.hosterId)) throw productNotFound();
+  if (!isUuid(req.productId) || !isUuid(req.hosterId)) throw productNotFound();
   const product = await store.modify(req.hosterId, req.productId, (current) => {
     if (current.status === "archived") {
       throw new AppError("invalid_request", "This plan is archived; an archived plan cannot be edited.", {
@@ -83,7 +81,7 @@ export async function updateProduct(store: ProductStore, req: UpdateProductReque
 
 /** Archives one of the hoster's plans; archiving an archived plan returns it unchanged. */
 export async function archiveProduct(store: ProductStore, req: ArchiveProductRequest): Promise<ArchiveProductResponse> {
-  if (!UUID_RE.test(req.productId) || !UUID_RE.test(req.hosterId)) throw productNotFound();
+  if (!isUuid(req.productId) || !isUuid(req.hosterId)) throw productNotFound();
   const product = await store.modify(req.hosterId, req.productId, (current) =>
     current.status === "archived" ? undefined : "archive",
   );
