@@ -65,7 +65,10 @@ export async function relayCompletion(
     shutdown?.removeEventListener("abort", cancel);
     if (first?.error) throw AppError.fromCode(first.error.code, first.error.message);
     if (!first?.completion) throw new AppError("upstream_error", "The model server sent no answer.");
-    call.cancel(); // nothing follows a completion; do not leave the call open
+    // Nothing follows a completion but the call's status, which is read, not cancelled: every
+    // cancel is an HTTP/2 RST_STREAM, and a peer resetting streams at hundreds per second trips
+    // Node's rapid-reset guard, which closes the whole connection (every call on it fails).
+    void next(events).catch(() => undefined);
     return reply.type("application/json").send(Buffer.from(first.completion));
   }
 

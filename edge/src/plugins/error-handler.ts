@@ -10,7 +10,7 @@ import { AppError } from "@mkt/runtime/errors";
 export function installErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (err instanceof AppError) {
-      if (err.httpStatus >= 500) request.log.warn({ code: err.code }, "request failed");
+      if (err.httpStatus >= 500) request.log.warn({ code: err.code, cause: err.cause }, "request failed");
       return reply.code(err.httpStatus).headers(err.headers).send(err.toBody());
     }
     const status = err.statusCode ?? 500;
