@@ -54,6 +54,16 @@ export interface AppErrorOptions {
   param?: string;
   /** HTTP headers the edge must send with the error (retry-after, x-ratelimit-*). */
   headers?: Record<string, string>;
+  /** What went wrong underneath, for the log line only (never rendered to the caller). */
+  cause?: unknown;
+}
+
+/** An AppError as plain data (billing's Refusal message has these fields). */
+export interface ErrorData {
+  code: string;
+  message: string;
+  param: string;
+  headers: Record<string, string>;
 }
 
 /** A typed, user-facing failure. Its message is safe to show to the caller. */
@@ -63,7 +73,7 @@ export class AppError extends Error {
   readonly headers: Record<string, string>;
 
   constructor(code: ErrorCode, message: string, options: AppErrorOptions = {}) {
-    super(message);
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = "AppError";
     this.code = code;
     this.param = options.param;
@@ -92,6 +102,20 @@ export class AppError extends Error {
     return { code: ERROR_CODES[this.code].grpc, details: this.message, metadata };
   }
 
+  /** The error as data, for answers that carry refusals as messages (AuthorizeBatch). */
+  toData(): ErrorData {
+    return { code: this.code, message: this.message, param: this.param ?? "", headers: this.headers };
+  }
+
+  /** The inverse of toData; an unknown code becomes an internal error. */
+  static fromData(data: ErrorData): AppError {
+    if (!(data.code in ERROR_CODES)) return new AppError("internal_error", "Internal error.", { cause: data });
+    return new AppError(data.code as ErrorCode, data.message, {
+      param: data.param || undefined,
+      headers: data.headers,
+    });
+  }
+
   /** An error from a code received as data (a stream's error event); unknown codes are upstream errors. */
   static fromCode(code: string, message: string): AppError {
     return code in ERROR_CODES ? new AppError(code as ErrorCode, message) : new AppError("upstream_error", message);
@@ -115,9 +139,12 @@ export class AppError extends Error {
       return new AppError(raw as ErrorCode, e?.details ?? "", { param, headers });
     }
     const fallback = e?.code !== undefined ? GRPC_FALLBACK[e.code as GrpcStatus] : undefined;
-    if (e?.code === GrpcStatus.CANCELLED) return new AppError("service_unavailable", "The request was cancelled.");
+    // The transport's own words (status and details) go to the log, not to the caller.
+    const cause = { grpcCode: e?.code, details: e?.details };
+    if (e?.code === GrpcStatus.CANCELLED)
+      return new AppError("service_unavailable", "The request was cancelled.", { cause });
     if (fallback && ERROR_CODES[fallback].http < 500) return new AppError(fallback, e?.details ?? "Request refused.");
-    if (fallback) return new AppError(fallback, "A backend service is unavailable; try again shortly.");
-    return new AppError("internal_error", "Internal error.");
+    if (fallback) return new AppError(fallback, "A backend service is unavailable; try again shortly.", { cause });
+    return new AppError("internal_error", "Internal error.", { cause });
   }
 }
