@@ -25,6 +25,7 @@ import { keyRoutes } from "./routes/keys.ts";
 import { modelRoutes } from "./routes/models.ts";
 import { productRoutes } from "./routes/products.ts";
 import type { RouteDeps } from "./routes/route-deps.ts";
+import { RouteCache } from "./chat/route-cache.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { subscriptionRoutes } from "./routes/subscriptions.ts";
 import { usageRoutes } from "./routes/usage.ts";
@@ -83,6 +84,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const routeDeps: RouteDeps = {
     backends: deps.backends,
     promptTokens: deps.promptTokens,
+    routes: new RouteCache(deps.config.ROUTE_CACHE_TTL_MS),
     shutdown: deps.shutdown,
     auth: apiKeyAuth(deps.backends, deps.principals),
     session: sessionAuth(deps.backends),

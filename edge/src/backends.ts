@@ -1,14 +1,17 @@
 import type { Client } from "@grpc/grpc-js";
 import { createClient, promiseClient, type PromiseClient } from "@mkt/runtime/grpc-client";
 import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
-import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
+import { BillingServiceClient, type AuthorizeRequest, type AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
 import { RegistryServiceClient } from "@mkt/proto/registry/v1/registry";
+import { AuthorizeBatcher } from "./chat/authorize-batcher.ts";
 import type { EdgeConfig } from "./config.ts";
 
 /** The edge's gRPC backends: promise clients for unary calls, the raw registry for streaming. */
 export interface Backends {
   accounts: PromiseClient<AccountsServiceClient>;
   billing: PromiseClient<BillingServiceClient>;
+  /** billing.Authorize for a chat request, sent in batches under load (chat/authorize-batcher.ts). */
+  authorize(request: AuthorizeRequest): Promise<AuthorizeResponse>;
   registry: PromiseClient<RegistryServiceClient>;
   /** ChatCompletion is server-streaming, so it is called on the generated client directly. */
   registryStream: RegistryServiceClient;
@@ -28,9 +31,15 @@ export function connectBackends(config: EdgeConfig): Backends {
     ["billing", billing],
     ["registry", registry],
   ];
+  const billingCalls = promiseClient(billing);
+  const batcher = new AuthorizeBatcher(billingCalls, {
+    maxInFlight: config.AUTHORIZE_MAX_IN_FLIGHT,
+    maxBatch: config.AUTHORIZE_MAX_BATCH,
+  });
   return {
     accounts: promiseClient(accounts),
-    billing: promiseClient(billing),
+    billing: billingCalls,
+    authorize: (request) => batcher.authorize(request),
     registry: promiseClient(registry),
     registryStream: registry,
     billingStream: billing,

@@ -28,6 +28,11 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       TRUSTED_PROXIES: proxyList({ default: [] }),
       // Chat prompts can be long; Fastify's 1 MiB default would refuse big contexts.
       BODY_LIMIT_BYTES: intBetween(1024, 64 * 1024 * 1024)({ default: 16 * 1024 * 1024 }),
+      // Resolved routes are reused this long (0: ask registry every time); see chat/route-cache.ts.
+      ROUTE_CACHE_TTL_MS: intBetween(0, 60_000)({ default: 1_000 }),
+      // AuthorizeBatch calls in flight at once; requests arriving meanwhile wait and go in the next.
+      AUTHORIZE_MAX_IN_FLIGHT: intBetween(1, 64)({ default: 2 }),
+      AUTHORIZE_MAX_BATCH: intBetween(1, 1_000)({ default: 256 }),
       // Worker threads counting prompt tokens; each holds its own tokenizer (about 85 MB of RSS).
       PROMPT_TOKEN_THREADS: intBetween(1, 32)({ default: 1 }),
       // Shutdown: /readyz answers 503 for SHUTDOWN_READINESS_DELAY_MS while requests are still

@@ -37,9 +37,12 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
       const body = request.body;
       const stream = body.stream === true;
 
-      const { route } = await deps.backends.registry.resolveRoute(
-        ResolveRouteRequest.fromPartial({ model: body.model, scope: principal.scope }),
-      );
+      const route = await deps.routes.get(body.model, principal.scope, async () => {
+        const resolved = await deps.backends.registry.resolveRoute(
+          ResolveRouteRequest.fromPartial({ model: body.model, scope: principal.scope }),
+        );
+        return resolved.route;
+      });
       if (!route)
         throw new AppError("model_not_found", `The model \`${body.model}\` does not exist.`, { param: "model" });
 
@@ -47,7 +50,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
       const promptTokens = await deps.promptTokens.count(bodyBytes);
       const requested = body.max_completion_tokens ?? body.max_tokens ?? 0;
       const choices = body.n ?? 1;
-      const grant = await deps.backends.billing.authorize(
+      const grant = await deps.backends.authorize(
         AuthorizeRequest.fromPartial({
           requestId: request.id,
           accountId: principal.accountId,
@@ -83,6 +86,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
           promptTokens: BigInt(promptTokens),
           receivedAtMs: BigInt(receivedAt),
           choices: BigInt(choices),
+          releaseSlot: grant.holdsSlot,
         }),
       );
       return relayCompletion(call, reply, {

@@ -1,6 +1,7 @@
 import type { onRequestAsyncHookHandler } from "fastify";
 import type { Backends } from "../backends.ts";
 import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
+import type { RouteCache } from "../chat/route-cache.ts";
 import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
 import type { SessionKind } from "../plugins/session-auth.ts";
 
@@ -8,6 +9,8 @@ import type { SessionKind } from "../plugins/session-auth.ts";
 export interface RouteDeps {
   backends: Backends;
   promptTokens: PromptTokenCounter;
+  /** Resolved chat routes, reused briefly (ROUTE_CACHE_TTL_MS). */
+  routes: RouteCache;
   /** Aborts when the shutdown grace period is over: answers still running end with an error event. */
   shutdown: AbortSignal;
   /** The API-key onRequest hook (`request.principal`). */

@@ -2,7 +2,8 @@ import type { Logger } from "@mkt/runtime/logger";
 import { serverStream, unary } from "@mkt/runtime/grpc-server";
 import type { BillingServiceServer } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext } from "./context.ts";
-import { authorize } from "./reservations/authorize.ts";
+import { AppError } from "@mkt/runtime/errors";
+import { authorize, authorizeBatch } from "./reservations/authorize.ts";
 import { releaseSlot } from "./reservations/release-slot.ts";
 import { addCredits } from "./wallets/add-credits.ts";
 import { usageBreakdown } from "./usage/usage-breakdown.ts";
@@ -20,6 +21,11 @@ import { listHosterSubscribers } from "./earnings/hoster-subscribers.ts";
 export function billingService(ctx: BillingContext, log: Logger): BillingServiceServer {
   return {
     authorize: unary(log, "Authorize", (req) => authorize(ctx, req)),
+    authorizeBatch: unary(log, "AuthorizeBatch", async (req) => ({
+      results: (await authorizeBatch(ctx, req.requests)).map((outcome) =>
+        outcome instanceof AppError ? { refusal: outcome.toData() } : { grant: outcome },
+      ),
+    })),
     releaseSlot: unary(log, "ReleaseSlot", async (req) => {
       await releaseSlot(ctx, req.reservationId);
       return {};

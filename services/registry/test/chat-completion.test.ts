@@ -115,6 +115,16 @@ describe("ChatCompletion, streaming caller", () => {
   });
 });
 
+describe("ChatCompletion, slots", () => {
+  it("releases no slot for a request whose reservation holds none (outside a subscription)", async () => {
+    const request = await h.chatRequest("demo-small", { stream: false, releaseSlot: false });
+    const { error } = await h.chat(request);
+    expect(error).toBeUndefined();
+    await theUsageEvent(request); // the request has ended: a ReleaseSlot call would be in by now
+    expect(h.billing.released).not.toContain(request.reservationId);
+  });
+});
+
 describe("ChatCompletion, non-streaming caller", () => {
   it("answers one assembled chat.completion with the billed usage", async () => {
     const request = await h.chatRequest("demo-small", { stream: false });

@@ -68,6 +68,7 @@ async function scopedChatRequest(
     accountId: randomUUID(),
     keyId: "key_scoped",
     route,
+    releaseSlot: true,
     body: Buffer.from(JSON.stringify({ model, messages: [{ role: "user", content: "Say hello" }] })),
     stream: true,
     includeUsage: false,

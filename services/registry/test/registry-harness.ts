@@ -275,6 +275,8 @@ export async function startHarness(env: Record<string, string> = {}) {
         maxOutputTokens: 100n,
         promptTokens: 20n,
         receivedAtMs: BigInt(Date.now() - 5),
+        // As for a subscription's request, whose reservation holds a slot to release.
+        releaseSlot: true,
         ...overrides,
       });
     },

@@ -265,6 +265,7 @@ describe("outlier ejection of local servers", () => {
       stream: true,
       maxOutputTokens: 100n,
       promptTokens: 20n,
+      releaseSlot: true,
     });
     const { error } = await h.chat(late);
     expect(AppError.fromGrpc(error).code).toBe("no_healthy_upstream");
@@ -329,6 +330,7 @@ describe("outlier ejection of a hoster", () => {
         stream: true,
         maxOutputTokens: 100n,
         promptTokens: 20n,
+        releaseSlot: true,
       });
     };
 

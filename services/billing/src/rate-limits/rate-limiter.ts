@@ -34,17 +34,59 @@ export interface RateLimitStatus {
  * serialize an account's concurrent Authorize calls.
  */
 export async function admitRequest(em: Em, accountId: string, limits: TierLimits, now: Date): Promise<RateLimitStatus> {
+  const before = await countRequests(em, new Map([[accountId, 1]]), now);
+  const { minute, day } = before.get(accountId)!;
+  return checkRequestLimits(minute + 1n, day + 1n, limits, now);
+}
+
+/**
+ * Adds `n` requests to each account's minute and day counters in one statement (accounts in
+ * ascending order, the order every Authorize locks them in) and returns each account's counts
+ * before this call. Refused requests must be taken off again (uncountRequests) in the same
+ * transaction.
+ */
+export async function countRequests(
+  em: Em,
+  counts: ReadonlyMap<string, number>,
+  now: Date,
+): Promise<Map<string, { minute: bigint; day: bigint }>> {
   const w = currentWindows(now);
+  const accounts = [...counts.keys()].sort();
   const rows = await em.execute(
     `insert into rate_counters (account_id, "window", window_start, count)
-     values (?, 'minute', ?, 1), (?, 'day', ?, 1)
-     on conflict (account_id, "window", window_start) do update set count = rate_counters.count + 1
-     returning "window", count`,
-    [accountId, w.minuteStart, accountId, w.dayStart],
+     values ${accounts.map(() => `(?, 'minute', ?, ?), (?, 'day', ?, ?)`).join(", ")}
+     on conflict (account_id, "window", window_start) do update set count = rate_counters.count + excluded.count
+     returning account_id, "window", count`,
+    accounts.flatMap((id) => [id, w.minuteStart, counts.get(id)!, id, w.dayStart, counts.get(id)!]),
   );
-  const count = (window: string) => int8(rows.find((row) => row.window === window)?.count);
-  const minute = count("minute");
-  const day = count("day");
+  const before = new Map(accounts.map((id) => [id, { minute: 0n, day: 0n }]));
+  for (const row of rows) {
+    const id = row.account_id as string;
+    const entry = before.get(id)!;
+    const prior = int8(row.count) - BigInt(counts.get(id)!);
+    if (row.window === "minute") entry.minute = prior;
+    else entry.day = prior;
+  }
+  return before;
+}
+
+/** Takes back requests countRequests counted that were refused later in the same transaction. */
+export async function uncountRequests(em: Em, counts: ReadonlyMap<string, number>, now: Date): Promise<void> {
+  if (counts.size === 0) return;
+  const w = currentWindows(now);
+  const accounts = [...counts.keys()].sort();
+  await em.execute(
+    `update rate_counters c set count = c.count - v.n
+     from (values ${accounts.map(() => "(?::uuid, ?::bigint)").join(", ")}) as v(account_id, n)
+     where c.account_id = v.account_id
+       and ((c."window" = 'minute' and c.window_start = ?) or (c."window" = 'day' and c.window_start = ?))`,
+    [...accounts.flatMap((id) => [id, counts.get(id)!]), w.minuteStart, w.dayStart],
+  );
+}
+
+/** Refuses a request whose counts (itself included) pass the tier's limits; else its status. */
+export function checkRequestLimits(minute: bigint, day: bigint, limits: TierLimits, now: Date): RateLimitStatus {
+  const w = currentWindows(now);
   if (minute > limits.limitPerMinute) {
     throw refusal("minute", limits.limitPerMinute, w.minuteResetSeconds);
   }

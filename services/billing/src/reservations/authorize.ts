@@ -2,11 +2,19 @@ import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import { affordableOutputTokens, costMicros } from "@mkt/runtime/money";
 import type { AuthorizeRequest, AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
-import type { BillingContext } from "../context.ts";
-import { admitRequest, tierLimits } from "../rate-limits/rate-limiter.ts";
+import type { BillingContext, Em } from "../context.ts";
+import { newId } from "@mkt/runtime/ids";
+import { checkRequestLimits, countRequests, tierLimits, uncountRequests } from "../rate-limits/rate-limiter.ts";
 import { authorizePlanRequest } from "../subscriptions/plan-authorize.ts";
-import { lockWallet, openWallet } from "../wallets/ledger.ts";
-import { checkContext, choicesOf, holdReservation, insufficientCredits, MAX_CHOICES } from "./reservation-hold.ts";
+import { addHolds, lockWallets, openWallet } from "../wallets/ledger.ts";
+import {
+  alreadyAuthorized,
+  checkContext,
+  choicesOf,
+  insertReservations,
+  insufficientCredits,
+  MAX_CHOICES,
+} from "./reservation-hold.ts";
 
 export const PROVIDERS = ["local", "hoster", "cloud"] as const;
 
@@ -28,55 +36,215 @@ function validate(req: AuthorizeRequest): void {
 
 const minBig = (...values: bigint[]) => values.reduce((a, b) => (b < a ? b : a));
 
+/** What Authorize answers for one request of a batch: its grant, or why it was refused. */
+export type AuthorizeOutcome = AuthorizeResponse | AppError;
+
 /**
- * The hot-path step (DESIGN.md §2): a scoped key's subscription state and plan limits, rate
- * limits, output cap and a hold of the worst-case cost, in one transaction. Any refusal throws,
- * which rolls everything back (counters included).
+ * The hot-path step (DESIGN.md §2) for one request: a scoped key's subscription state and plan
+ * limits, rate limits, output cap and a hold of the worst-case cost, in one transaction. Any
+ * refusal throws and leaves nothing behind.
  */
 export async function authorize(ctx: BillingContext, req: AuthorizeRequest): Promise<AuthorizeResponse> {
-  validate(req);
+  const [outcome] = await authorizeBatch(ctx, [req]);
+  if (outcome instanceof AppError) throw outcome;
+  return outcome!;
+}
+
+/**
+ * Authorizes a batch of requests, answering each as if it had been authorized alone, in request
+ * order. Requests on a scoped key each run their plan's transaction; all others share one
+ * transaction with a fixed number of statements whatever the batch size (count the rate
+ * windows, open and lock the wallets, insert the reservations, add the holds, take back the
+ * counts of refused requests): under load the edge sends what arrived during its previous
+ * call, so one commit and a handful of round trips serve dozens of requests.
+ */
+export async function authorizeBatch(
+  ctx: BillingContext,
+  requests: readonly AuthorizeRequest[],
+): Promise<AuthorizeOutcome[]> {
+  const outcomes: Array<AuthorizeOutcome | undefined> = new Array(requests.length);
   const now = ctx.clock();
-  const limits = tierLimits(ctx.config.TIERS, req.tier);
-  // A scoped key's request is priced and limited by its subscription's plan, read in the same
-  // transaction (the subscription row lock also serializes the subscriber's Authorize calls).
-  if (req.subscriptionId !== "") {
-    return ctx.orm.em.fork().transactional((em) => authorizePlanRequest(ctx, em, req, limits, now));
-  }
-  // Context checks need no database, so they run before the transaction: a request refused here
-  // costs no round trip and, like every refusal, is not counted against the rate limits.
-  checkContext(req);
-  const prices = [req.inputPricePer1mMicros, req.outputPricePer1mMicros] as const;
-
-  return ctx.orm.em.fork().transactional(async (em) => {
-    const rateLimit = await admitRequest(em, req.accountId, limits, now);
-    await openWallet(em, req.accountId, ctx.config.STARTING_CREDIT_USD);
-    const wallet = await lockWallet(em, req.accountId);
-    const available = wallet.posted - wallet.held;
-
-    const room = req.contextWindow - req.inputTokens;
-    const choices = choicesOf(req);
-    const maxOutput =
-      req.requestedMaxOutputTokens > 0n
-        ? req.requestedMaxOutputTokens
-        : minBig(
-            req.maxOutputTokensCap,
-            room,
-            affordableOutputTokens(available > 0n ? available : 0n, req.inputTokens, ...prices) / choices,
-          );
-    const reserved = costMicros(req.inputTokens, maxOutput * choices, ...prices);
-    // A free route (reserved = 0) is admitted whatever the balance: it moves no money.
-    if (maxOutput === 0n || (reserved > 0n && reserved > available)) {
-      const needed = maxOutput === 0n ? costMicros(req.inputTokens, choices, ...prices) : reserved;
-      throw insufficientCredits(available, needed, req.requestedMaxOutputTokens > 0n);
+  const shared: number[] = [];
+  const plans: number[] = [];
+  const seen = new Set<string>();
+  requests.forEach((req, i) => {
+    try {
+      validate(req);
+      if (seen.has(req.requestId)) throw alreadyAuthorized();
+      seen.add(req.requestId);
+      if (req.subscriptionId !== "") {
+        plans.push(i);
+        return;
+      }
+      // Context checks need no database, so they run first: a request refused here costs no
+      // round trip and, like every refusal, is not counted against the rate limits.
+      checkContext(req);
+      shared.push(i);
+    } catch (err) {
+      outcomes[i] = asOutcome(err);
     }
-    const reservationId = await holdReservation(
-      ctx,
-      em,
-      req,
-      // The reservation covers every choice's output.
-      { maxOutput: maxOutput * choices, reserved, inputPricePer1m: prices[0], outputPricePer1m: prices[1] },
-      now,
-    );
-    return { reservationId, reservedMicros: reserved, maxOutputTokens: maxOutput, rateLimit };
   });
+  await Promise.all([
+    // A scoped key's request is priced and limited by its subscription's plan, read in its own
+    // transaction (the subscription row lock serializes the subscriber's Authorize calls).
+    ...plans.map(async (i) => {
+      const req = requests[i]!;
+      const limits = tierLimits(ctx.config.TIERS, req.tier);
+      outcomes[i] = await ctx.orm.em
+        .fork()
+        .transactional((em) => authorizePlanRequest(ctx, em, req, limits, now))
+        .catch(asOutcome);
+    }),
+    shared.length === 0
+      ? undefined
+      : withDeadlockRetry(() =>
+          ctx.orm.em.fork().transactional((em) =>
+            authorizeShared(
+              ctx,
+              em,
+              shared.map((i) => requests[i]!),
+              now,
+            ),
+          ),
+        ).then((results) => results.forEach((outcome, k) => (outcomes[shared[k]!] = outcome))),
+  ]);
+  return outcomes as AuthorizeOutcome[];
+}
+
+interface Admitted {
+  index: number;
+  reservationId: string;
+  hold: { maxOutput: bigint; reserved: bigint; inputPricePer1m: bigint; outputPricePer1m: bigint };
+  grant: AuthorizeResponse;
+}
+
+/** The requests without a subscription, in one transaction; accounts locked in ascending order. */
+async function authorizeShared(
+  ctx: BillingContext,
+  em: Em,
+  requests: AuthorizeRequest[],
+  now: Date,
+): Promise<AuthorizeOutcome[]> {
+  const outcomes: AuthorizeOutcome[] = new Array(requests.length);
+  const order = requests.map((_, i) => i).sort((a, b) => compare(requests[a]!.accountId, requests[b]!.accountId));
+  const perAccount = new Map<string, number>();
+  for (const i of order) perAccount.set(requests[i]!.accountId, (perAccount.get(requests[i]!.accountId) ?? 0) + 1);
+  const accounts = [...perAccount.keys()];
+
+  const counts = await countRequests(em, perAccount, now);
+  for (const accountId of accounts) await openWallet(em, accountId, ctx.config.STARTING_CREDIT_USD);
+  const wallets = await lockWallets(em, accounts);
+
+  // Each request as if alone, in account order: a refused one is not counted and holds nothing,
+  // so the requests after it see the counts and the balance it left.
+  const admitted: Admitted[] = [];
+  for (const i of order) {
+    const req = requests[i]!;
+    const count = counts.get(req.accountId)!;
+    const wallet = wallets.get(req.accountId)!;
+    try {
+      const rateLimit = checkRequestLimits(
+        count.minute + 1n,
+        count.day + 1n,
+        tierLimits(ctx.config.TIERS, req.tier),
+        now,
+      );
+      const { perChoice, hold } = holdFor(req, wallet.posted - wallet.held);
+      wallet.held += hold.reserved;
+      count.minute++;
+      count.day++;
+      const reservationId = newId();
+      admitted.push({
+        index: i,
+        reservationId,
+        hold,
+        grant: {
+          reservationId,
+          reservedMicros: hold.reserved,
+          maxOutputTokens: perChoice,
+          rateLimit,
+          holdsSlot: false,
+        },
+      });
+    } catch (err) {
+      outcomes[i] = asOutcome(err);
+    }
+  }
+
+  // A request id authorized by an earlier call is refused here; its hold is never added.
+  const inserted = await insertReservations(
+    ctx,
+    em,
+    admitted.map((a) => ({ req: requests[a.index]!, reservationId: a.reservationId, hold: a.hold })),
+    now,
+  );
+  const holds = new Map<string, bigint>();
+  for (const a of admitted) {
+    const req = requests[a.index]!;
+    if (inserted.has(a.reservationId)) {
+      outcomes[a.index] = a.grant;
+      holds.set(req.accountId, (holds.get(req.accountId) ?? 0n) + a.hold.reserved);
+    } else {
+      outcomes[a.index] = alreadyAuthorized();
+    }
+  }
+  await addHolds(em, holds);
+  const refused = new Map<string, number>();
+  order.forEach((i) => {
+    if (outcomes[i] instanceof AppError) {
+      const accountId = requests[i]!.accountId;
+      refused.set(accountId, (refused.get(accountId) ?? 0) + 1);
+    }
+  });
+  await uncountRequests(em, refused, now);
+  return outcomes;
+}
+
+/**
+ * The output cap and the worst-case hold for one request, given what its account has left;
+ * refuses it when that cannot pay for the prompt and one token (or the max_tokens asked for).
+ */
+function holdFor(req: AuthorizeRequest, available: bigint) {
+  const prices = [req.inputPricePer1mMicros, req.outputPricePer1mMicros] as const;
+  const room = req.contextWindow - req.inputTokens;
+  const choices = choicesOf(req);
+  const maxOutput =
+    req.requestedMaxOutputTokens > 0n
+      ? req.requestedMaxOutputTokens
+      : minBig(
+          req.maxOutputTokensCap,
+          room,
+          affordableOutputTokens(available > 0n ? available : 0n, req.inputTokens, ...prices) / choices,
+        );
+  const reserved = costMicros(req.inputTokens, maxOutput * choices, ...prices);
+  // A free route (reserved = 0) is admitted whatever the balance: it moves no money.
+  if (maxOutput === 0n || (reserved > 0n && reserved > available)) {
+    const needed = maxOutput === 0n ? costMicros(req.inputTokens, choices, ...prices) : reserved;
+    throw insufficientCredits(available, needed, req.requestedMaxOutputTokens > 0n);
+  }
+  return {
+    perChoice: maxOutput,
+    // The reservation covers every choice's output.
+    hold: { maxOutput: maxOutput * choices, reserved, inputPricePer1m: prices[0], outputPricePer1m: prices[1] },
+  };
+}
+
+const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+function asOutcome(err: unknown): AppError {
+  if (err instanceof AppError) return err;
+  throw err;
+}
+
+/** Two batches that lock the same wallets cannot deadlock (ascending order), but a settler or the
+ * sweeper taking rows in another order can: PostgreSQL then aborts one side, which is retried. */
+async function withDeadlockRetry<T>(run: () => Promise<T>, attempts = 3): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run();
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      if (attempt >= attempts || (code !== "40P01" && code !== "40001")) throw err;
+    }
+  }
 }

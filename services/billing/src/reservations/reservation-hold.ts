@@ -3,7 +3,7 @@ import { newId } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
 import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext, Em } from "../context.ts";
-import { formatUsd } from "../wallets/ledger.ts";
+import { addHolds, formatUsd } from "../wallets/ledger.ts";
 
 /** OpenAI's own bound on `n`. */
 export const MAX_CHOICES = 128n;
@@ -78,33 +78,37 @@ export interface PlanSnapshot {
   includedClaim: bigint;
 }
 
+export const alreadyAuthorized = () =>
+  new AppError("invalid_request", "request_id was already authorized.", { param: "request_id" });
+
+/** One reservation to insert: the request, its id and what it holds. */
+export interface NewReservation {
+  req: AuthorizeRequest;
+  reservationId: string;
+  hold: { maxOutput: bigint; reserved: Micros; inputPricePer1m: Micros; outputPricePer1m: Micros };
+  plan?: PlanSnapshot;
+}
+
 /**
- * Holds `reserved` on the wallet and inserts the reservation; a request id seen before is refused
- * (the caller's transaction then rolls the hold back). Returns the reservation id.
+ * Inserts reservations in one statement; a request id authorized before is skipped. Returns the
+ * ids of the reservations inserted (the caller refuses the others and adds no hold for them).
  */
-export async function holdReservation(
+export async function insertReservations(
   ctx: BillingContext,
   em: Em,
-  req: AuthorizeRequest,
-  hold: { maxOutput: bigint; reserved: Micros; inputPricePer1m: Micros; outputPricePer1m: Micros },
+  rows: readonly NewReservation[],
   now: Date,
-  plan?: PlanSnapshot,
-): Promise<string> {
-  if (hold.reserved > 0n) {
-    await em.execute(`update wallets set held_micros = held_micros + ? where account_id = ?`, [
-      hold.reserved,
-      req.accountId,
-    ]);
-  }
-  const reservationId = newId();
+): Promise<Set<string>> {
+  if (rows.length === 0) return new Set();
+  const expiresAt = new Date(now.getTime() + ctx.config.RESERVATION_TTL_SECONDS * 1000);
   const inserted = await em.execute(
     `insert into reservations (id, request_id, account_id, key_id, model_id, provider, hoster_id,
        input_price_per_1m_micros, output_price_per_1m_micros, input_tokens, max_output_tokens,
        reserved_micros, status, created_at, expires_at, subscription_id, pricing_model, period_index,
        included_tokens, overage_price_per_1m_micros, included_claim)
-     values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?, ?, ?, ?)
+     values ${rows.map(() => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}
      on conflict (request_id) do nothing returning id`,
-    [
+    rows.flatMap(({ req, reservationId, hold, plan }) => [
       reservationId,
       req.requestId,
       req.accountId,
@@ -118,17 +122,33 @@ export async function holdReservation(
       hold.maxOutput,
       hold.reserved,
       now,
-      new Date(now.getTime() + ctx.config.RESERVATION_TTL_SECONDS * 1000),
+      expiresAt,
       plan?.subscriptionId ?? null,
       plan?.pricingModel ?? null,
       plan?.periodIndex ?? null,
       plan?.includedTokens ?? null,
       plan?.overagePricePer1m ?? null,
       plan?.includedClaim ?? 0n,
-    ],
+    ]),
   );
-  if (inserted.length === 0) {
-    throw new AppError("invalid_request", "request_id was already authorized.", { param: "request_id" });
-  }
+  return new Set(inserted.map((row) => row.id as string));
+}
+
+/**
+ * Holds `reserved` on the wallet and inserts the reservation; a request id seen before is refused
+ * (the caller's transaction then rolls the hold back). Returns the reservation id.
+ */
+export async function holdReservation(
+  ctx: BillingContext,
+  em: Em,
+  req: AuthorizeRequest,
+  hold: NewReservation["hold"],
+  now: Date,
+  plan?: PlanSnapshot,
+): Promise<string> {
+  const reservationId = newId();
+  const inserted = await insertReservations(ctx, em, [{ req, reservationId, hold, plan }], now);
+  if (!inserted.has(reservationId)) throw alreadyAuthorized();
+  await addHolds(em, new Map([[req.accountId, hold.reserved]]));
   return reservationId;
 }

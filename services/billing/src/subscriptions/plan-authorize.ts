@@ -127,5 +127,7 @@ export async function authorizePlanRequest(
     reservedMicros: hold.reserved,
     maxOutputTokens: maxOutput,
     rateLimit: tighter(tierStatus, planStatus),
+    // Every subscription request holds a slot of its plan until ReleaseSlot (max_concurrent).
+    holdsSlot: true,
   };
 }

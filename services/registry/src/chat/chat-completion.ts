@@ -250,12 +250,16 @@ async function finish(
   log: Logger,
 ): Promise<void> {
   deps.metrics.upstreamRequests.inc({ provider: route?.provider || "none", code: errorCode || "ok" });
-  try {
-    await deps.billing.releaseSlot(ReleaseSlotRequest.fromPartial({ reservationId: request.reservationId }), {
-      timeoutMs: 2_000,
-    });
-  } catch (err) {
-    log.warn({ err, reservationId: request.reservationId }, "ReleaseSlot failed; the slot frees on settlement");
+  // Only a subscription's reservation holds a slot (the edge passes Authorize's holds_slot); the
+  // others skip the round trip. Settlement frees a slot too, so a lost call only delays it.
+  if (request.releaseSlot) {
+    try {
+      await deps.billing.releaseSlot(ReleaseSlotRequest.fromPartial({ reservationId: request.reservationId }), {
+        timeoutMs: 2_000,
+      });
+    } catch (err) {
+      log.warn({ err, reservationId: request.reservationId }, "ReleaseSlot failed; the slot frees on settlement");
+    }
   }
   // The edge's receipt time; a missing or absurd one falls back to when this call started.
   const edgeMs = Number(request.receivedAtMs);

@@ -66,7 +66,42 @@ export interface AuthorizeResponse {
   /** The output cap the upstream call must respect. */
   maxOutputTokens: bigint;
   /** For a scoped key, the account's or the plan's per-minute limit, whichever has less left. */
-  rateLimit?: RateLimitStatus | undefined;
+  rateLimit?:
+    | RateLimitStatus
+    | undefined;
+  /**
+   * The reservation holds one of a plan's concurrency slots: ReleaseSlot must be called when the
+   * answer ends. Requests outside a subscription hold none and need no ReleaseSlot call.
+   */
+  holdsSlot: boolean;
+}
+
+export interface AuthorizeBatchRequest {
+  requests: AuthorizeRequest[];
+}
+
+export interface AuthorizeBatchResponse {
+  /** One per request, in the same order. */
+  results: AuthorizeResult[];
+}
+
+export interface AuthorizeResult {
+  grant?: AuthorizeResponse | undefined;
+  refusal?: Refusal | undefined;
+}
+
+/** A refusal carried as data: what Authorize would send as a gRPC error and its metadata. */
+export interface Refusal {
+  code: string;
+  message: string;
+  param: string;
+  /** HTTP headers to send with the error (retry-after, x-ratelimit-*). */
+  headers: { [key: string]: string };
+}
+
+export interface Refusal_HeadersEntry {
+  key: string;
+  value: string;
 }
 
 /** Account request limits as reported in x-ratelimit-* headers. */
@@ -802,7 +837,7 @@ export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
 };
 
 function createBaseAuthorizeResponse(): AuthorizeResponse {
-  return { reservationId: "", reservedMicros: 0n, maxOutputTokens: 0n, rateLimit: undefined };
+  return { reservationId: "", reservedMicros: 0n, maxOutputTokens: 0n, rateLimit: undefined, holdsSlot: false };
 }
 
 export const AuthorizeResponse: MessageFns<AuthorizeResponse> = {
@@ -824,6 +859,9 @@ export const AuthorizeResponse: MessageFns<AuthorizeResponse> = {
     }
     if (message.rateLimit !== undefined) {
       RateLimitStatus.encode(message.rateLimit, writer.uint32(34).fork()).join();
+    }
+    if (message.holdsSlot !== false) {
+      writer.uint32(40).bool(message.holdsSlot);
     }
     return writer;
   },
@@ -873,6 +911,14 @@ export const AuthorizeResponse: MessageFns<AuthorizeResponse> = {
             message.rateLimit = RateLimitStatus.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.holdsSlot = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -907,6 +953,11 @@ export const AuthorizeResponse: MessageFns<AuthorizeResponse> = {
         : isSet(object.rate_limit)
         ? RateLimitStatus.fromJSON(object.rate_limit)
         : undefined,
+      holdsSlot: isSet(object.holdsSlot)
+        ? globalThis.Boolean(object.holdsSlot)
+        : isSet(object.holds_slot)
+        ? globalThis.Boolean(object.holds_slot)
+        : false,
     };
   },
 
@@ -923,6 +974,9 @@ export const AuthorizeResponse: MessageFns<AuthorizeResponse> = {
     }
     if (message.rateLimit !== undefined) {
       obj.rateLimit = RateLimitStatus.toJSON(message.rateLimit);
+    }
+    if (message.holdsSlot !== false) {
+      obj.holdsSlot = message.holdsSlot;
     }
     return obj;
   },
@@ -942,6 +996,470 @@ export const AuthorizeResponse: MessageFns<AuthorizeResponse> = {
     message.rateLimit = (object.rateLimit !== undefined && object.rateLimit !== null)
       ? RateLimitStatus.fromPartial(object.rateLimit)
       : undefined;
+    message.holdsSlot = object.holdsSlot ?? false;
+    return message;
+  },
+};
+
+function createBaseAuthorizeBatchRequest(): AuthorizeBatchRequest {
+  return { requests: [] };
+}
+
+export const AuthorizeBatchRequest: MessageFns<AuthorizeBatchRequest> = {
+  encode(message: AuthorizeBatchRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.requests) {
+      AuthorizeRequest.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuthorizeBatchRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuthorizeBatchRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.requests.push(AuthorizeRequest.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuthorizeBatchRequest {
+    return {
+      requests: globalThis.Array.isArray(object?.requests)
+        ? object.requests.map((e: any) => AuthorizeRequest.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: AuthorizeBatchRequest): unknown {
+    const obj: any = {};
+    if (message.requests?.length) {
+      obj.requests = message.requests.map((e) => AuthorizeRequest.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AuthorizeBatchRequest>, I>>(base?: I): AuthorizeBatchRequest {
+    return AuthorizeBatchRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AuthorizeBatchRequest>, I>>(object: I): AuthorizeBatchRequest {
+    const message = createBaseAuthorizeBatchRequest();
+    message.requests = object.requests?.map((e) => AuthorizeRequest.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseAuthorizeBatchResponse(): AuthorizeBatchResponse {
+  return { results: [] };
+}
+
+export const AuthorizeBatchResponse: MessageFns<AuthorizeBatchResponse> = {
+  encode(message: AuthorizeBatchResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.results) {
+      AuthorizeResult.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuthorizeBatchResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuthorizeBatchResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.results.push(AuthorizeResult.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuthorizeBatchResponse {
+    return {
+      results: globalThis.Array.isArray(object?.results)
+        ? object.results.map((e: any) => AuthorizeResult.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: AuthorizeBatchResponse): unknown {
+    const obj: any = {};
+    if (message.results?.length) {
+      obj.results = message.results.map((e) => AuthorizeResult.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AuthorizeBatchResponse>, I>>(base?: I): AuthorizeBatchResponse {
+    return AuthorizeBatchResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AuthorizeBatchResponse>, I>>(object: I): AuthorizeBatchResponse {
+    const message = createBaseAuthorizeBatchResponse();
+    message.results = object.results?.map((e) => AuthorizeResult.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseAuthorizeResult(): AuthorizeResult {
+  return { grant: undefined, refusal: undefined };
+}
+
+export const AuthorizeResult: MessageFns<AuthorizeResult> = {
+  encode(message: AuthorizeResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.grant !== undefined) {
+      AuthorizeResponse.encode(message.grant, writer.uint32(10).fork()).join();
+    }
+    if (message.refusal !== undefined) {
+      Refusal.encode(message.refusal, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuthorizeResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuthorizeResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.grant = AuthorizeResponse.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.refusal = Refusal.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuthorizeResult {
+    return {
+      grant: isSet(object.grant) ? AuthorizeResponse.fromJSON(object.grant) : undefined,
+      refusal: isSet(object.refusal) ? Refusal.fromJSON(object.refusal) : undefined,
+    };
+  },
+
+  toJSON(message: AuthorizeResult): unknown {
+    const obj: any = {};
+    if (message.grant !== undefined) {
+      obj.grant = AuthorizeResponse.toJSON(message.grant);
+    }
+    if (message.refusal !== undefined) {
+      obj.refusal = Refusal.toJSON(message.refusal);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AuthorizeResult>, I>>(base?: I): AuthorizeResult {
+    return AuthorizeResult.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AuthorizeResult>, I>>(object: I): AuthorizeResult {
+    const message = createBaseAuthorizeResult();
+    message.grant = (object.grant !== undefined && object.grant !== null)
+      ? AuthorizeResponse.fromPartial(object.grant)
+      : undefined;
+    message.refusal = (object.refusal !== undefined && object.refusal !== null)
+      ? Refusal.fromPartial(object.refusal)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseRefusal(): Refusal {
+  return { code: "", message: "", param: "", headers: {} };
+}
+
+export const Refusal: MessageFns<Refusal> = {
+  encode(message: Refusal, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.code !== "") {
+      writer.uint32(10).string(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    if (message.param !== "") {
+      writer.uint32(26).string(message.param);
+    }
+    globalThis.Object.entries(message.headers).forEach(([key, value]: [string, string]) => {
+      Refusal_HeadersEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
+    });
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Refusal {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRefusal();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.param = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const entry4 = Refusal_HeadersEntry.decode(reader, reader.uint32());
+            if (entry4.value !== undefined) {
+              message.headers[entry4.key] = entry4.value;
+            }
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Refusal {
+    return {
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      param: isSet(object.param) ? globalThis.String(object.param) : "",
+      headers: isObject(object.headers)
+        ? (globalThis.Object.entries(object.headers) as [string, any][]).reduce(
+          (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.String(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+    };
+  },
+
+  toJSON(message: Refusal): unknown {
+    const obj: any = {};
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.param !== "") {
+      obj.param = message.param;
+    }
+    if (message.headers) {
+      const entries = globalThis.Object.entries(message.headers) as [string, string][];
+      if (entries.length > 0) {
+        obj.headers = {};
+        entries.forEach(([k, v]) => {
+          obj.headers[k] = v;
+        });
+      }
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Refusal>, I>>(base?: I): Refusal {
+    return Refusal.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Refusal>, I>>(object: I): Refusal {
+    const message = createBaseRefusal();
+    message.code = object.code ?? "";
+    message.message = object.message ?? "";
+    message.param = object.param ?? "";
+    message.headers = (globalThis.Object.entries(object.headers ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseRefusal_HeadersEntry(): Refusal_HeadersEntry {
+  return { key: "", value: "" };
+}
+
+export const Refusal_HeadersEntry: MessageFns<Refusal_HeadersEntry> = {
+  encode(message: Refusal_HeadersEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Refusal_HeadersEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRefusal_HeadersEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Refusal_HeadersEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: Refusal_HeadersEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Refusal_HeadersEntry>, I>>(base?: I): Refusal_HeadersEntry {
+    return Refusal_HeadersEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Refusal_HeadersEntry>, I>>(object: I): Refusal_HeadersEntry {
+    const message = createBaseRefusal_HeadersEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? "";
     return message;
   },
 };
@@ -6497,6 +7015,22 @@ export const BillingServiceService = {
     responseSerialize: (value: AuthorizeResponse): Buffer => Buffer.from(AuthorizeResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): AuthorizeResponse => AuthorizeResponse.decode(value),
   },
+  /**
+   * Authorize for several chat requests in one call and one transaction: the edge batches the
+   * requests that arrive while its previous call is in flight. Results come in request order,
+   * each the grant or the refusal (same codes as above) that Authorize would have given.
+   */
+  authorizeBatch: {
+    path: "/marketplace.billing.v1.BillingService/AuthorizeBatch" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: AuthorizeBatchRequest): Buffer =>
+      Buffer.from(AuthorizeBatchRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AuthorizeBatchRequest => AuthorizeBatchRequest.decode(value),
+    responseSerialize: (value: AuthorizeBatchResponse): Buffer =>
+      Buffer.from(AuthorizeBatchResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AuthorizeBatchResponse => AuthorizeBatchResponse.decode(value),
+  },
   /** Frees the reservation's concurrency slot. Idempotent; called on every exit path of a request. */
   releaseSlot: {
     path: "/marketplace.billing.v1.BillingService/ReleaseSlot" as const,
@@ -6736,6 +7270,12 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    * invalid_api_key, subscription_paused, subscription_past_due, forbidden.
    */
   authorize: handleUnaryCall<AuthorizeRequest, AuthorizeResponse>;
+  /**
+   * Authorize for several chat requests in one call and one transaction: the edge batches the
+   * requests that arrive while its previous call is in flight. Results come in request order,
+   * each the grant or the refusal (same codes as above) that Authorize would have given.
+   */
+  authorizeBatch: handleUnaryCall<AuthorizeBatchRequest, AuthorizeBatchResponse>;
   /** Frees the reservation's concurrency slot. Idempotent; called on every exit path of a request. */
   releaseSlot: handleUnaryCall<ReleaseSlotRequest, ReleaseSlotResponse>;
   /** The spec's usage summary for one account (GET /v1/usage). */
@@ -6844,6 +7384,26 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: AuthorizeResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Authorize for several chat requests in one call and one transaction: the edge batches the
+   * requests that arrive while its previous call is in flight. Results come in request order,
+   * each the grant or the refusal (same codes as above) that Authorize would have given.
+   */
+  authorizeBatch(
+    request: AuthorizeBatchRequest,
+    callback: (error: ServiceError | null, response: AuthorizeBatchResponse) => void,
+  ): ClientUnaryCall;
+  authorizeBatch(
+    request: AuthorizeBatchRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: AuthorizeBatchResponse) => void,
+  ): ClientUnaryCall;
+  authorizeBatch(
+    request: AuthorizeBatchRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: AuthorizeBatchResponse) => void,
   ): ClientUnaryCall;
   /** Frees the reservation's concurrency slot. Idempotent; called on every exit path of a request. */
   releaseSlot(
@@ -7154,6 +7714,10 @@ export type DeepPartial<T> = T extends bigint ? string | number | bigint
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function isObject(value: any): boolean {
+  return typeof value === "object" && value !== null;
+}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;

@@ -96,6 +96,8 @@ export interface ChatCompletionRequest {
    * output is capped at max_output_tokens × choices. 0 means 1.
    */
   choices: bigint;
+  /** AuthorizeResponse.holds_slot: call billing.ReleaseSlot when the answer ends. */
+  releaseSlot: boolean;
 }
 
 /** One event of the relayed answer. */
@@ -1133,6 +1135,7 @@ function createBaseChatCompletionRequest(): ChatCompletionRequest {
     promptTokens: 0n,
     receivedAtMs: 0n,
     choices: 0n,
+    releaseSlot: false,
   };
 }
 
@@ -1185,6 +1188,9 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
         throw new globalThis.Error("value provided for field message.choices of type int64 too large");
       }
       writer.uint32(96).int64(message.choices);
+    }
+    if (message.releaseSlot !== false) {
+      writer.uint32(104).bool(message.releaseSlot);
     }
     return writer;
   },
@@ -1298,6 +1304,14 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
             message.choices = reader.int64() as bigint;
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.releaseSlot = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1356,6 +1370,11 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
         ? BigInt(object.received_at_ms)
         : 0n,
       choices: isSet(object.choices) ? BigInt(object.choices) : 0n,
+      releaseSlot: isSet(object.releaseSlot)
+        ? globalThis.Boolean(object.releaseSlot)
+        : isSet(object.release_slot)
+        ? globalThis.Boolean(object.release_slot)
+        : false,
     };
   },
 
@@ -1397,6 +1416,9 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
     if (message.choices !== 0n) {
       obj.choices = message.choices.toString();
     }
+    if (message.releaseSlot !== false) {
+      obj.releaseSlot = message.releaseSlot;
+    }
     return obj;
   },
 
@@ -1423,6 +1445,7 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
       ? BigInt(object.receivedAtMs)
       : 0n;
     message.choices = (object.choices !== undefined && object.choices !== null) ? BigInt(object.choices) : 0n;
+    message.releaseSlot = object.releaseSlot ?? false;
     return message;
   },
 };
