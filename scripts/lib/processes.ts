@@ -8,6 +8,11 @@ export interface ProcessSpec {
   env: Record<string, string>;
 }
 
+export interface StartOptions {
+  /** Where the <name>.log files go; default <root>/logs. */
+  logDir?: string;
+}
+
 export interface Supervisor {
   children: Map<string, ChildProcess>;
   /** Resolves when every child has exited, after SIGTERM. */
@@ -16,16 +21,17 @@ export interface Supervisor {
 
 /**
  * Starts each process with the same Node binary as the launcher (Node 24, pinned by the `node`
- * dev dependency), its output appended to logs/<name>.log. When one exits unexpectedly the
- * launcher reports it with the end of its log and stops the rest: a half-started system is
- * worse than none.
+ * dev dependency), its output appended to logs/<name>.log (options.logDir: another directory).
+ * When one exits unexpectedly the launcher reports it with the end of its log and stops the rest:
+ * a half-started system is worse than none.
  */
 export function startProcesses(
   root: string,
   specs: ProcessSpec[],
   onCrash: (name: string, tail: string) => void,
+  options: StartOptions = {},
 ): Supervisor {
-  const logDir = join(root, "logs");
+  const logDir = options.logDir ?? join(root, "logs");
   mkdirSync(logDir, { recursive: true });
   const children = new Map<string, ChildProcess>();
   let stopping = false;

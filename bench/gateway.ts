@@ -1,0 +1,344 @@
+/**
+ * Gateway benchmark: our system (edge → registry → upstream, with accounts and billing) against
+ * the upstream called directly and against a peer gateway (Portkey's open-source gateway, pinned
+ * in bench/peer), all on this machine, each target loaded alone.
+ *
+ *   npm run bench
+ *   BENCH_TARGETS=direct,ours BENCH_STREAMS=200 npm run bench
+ *
+ * 0. A fresh database and NATS prefix; accounts, billing, registry and the edge as separate
+ *    processes on free ports (logs in logs/bench-gateway-<time>/), the upstream is hoster-server's
+ *    demo model; a `bench` tier without practical limits; BENCH_ACCOUNTS accounts signed up
+ *    through POST /v1/accounts and topped up through the admin API. Connection i uses key i % N.
+ * 1. Added latency: 1 connection, non-streaming, short completion (p50/p90/p99/mean, "added" =
+ *    target − direct).
+ * 2. Throughput: 64 connections, non-streaming, short completion (requests/s, percentiles, errors).
+ * 3. Streams: BENCH_STREAMS streams of 200 tokens at 50 tokens/s started at once (completed, TTFT,
+ *    peak RSS of each of our processes sampled from /proc every BENCH_RSS_SAMPLE_MS).
+ * 4. Correctness, after each scenario that loaded our system: every request it was sent compared
+ *    with billing's usage records, reservations, wallets and ledger (bench/gateway/verify.ts).
+ * Each measured run follows an unmeasured warm-up (its requests to ours are still verified). The
+ * figures go to bench/results/gateway-<time>.json. Exit status: non-zero only when a correctness
+ * check fails (or the bench itself breaks); performance targets are printed as PASS/FAIL.
+ *
+ * Knobs (environment, default):
+ *   BENCH_TARGETS                  direct,ours,peer  which targets to load
+ *   BENCH_ACCOUNTS                 200     accounts (API keys) the load is spread over
+ *   BENCH_MODEL                    demo-small
+ *   BENCH_WARMUP_SECONDS           2       warm-up before each non-streaming run
+ *   BENCH_LATENCY_SECONDS          10      scenario 1, per target
+ *   BENCH_THROUGHPUT_SECONDS       20      scenario 2, per target
+ *   BENCH_THROUGHPUT_CONNECTIONS   64      scenario 2
+ *   BENCH_SHORT_TOKENS             16      completion length in scenarios 1–2 (no pacing)
+ *   BENCH_STREAMS                  1000    scenario 3: concurrent streams (one connection each)
+ *   BENCH_STREAM_WARMUP            20      streams run together before the measured ones
+ *   BENCH_STREAM_TOKENS            200     tokens per stream
+ *   BENCH_STREAM_TOKENS_PER_SECOND 50      the upstream's pace in scenario 3
+ *   BENCH_STREAM_TIMEOUT_SECONDS   60      a stream not done by then counts as failed
+ *   BENCH_STREAMS_PEER             1       also run scenario 3 against the peer (0: skip)
+ *   BENCH_STREAM_PRECONNECT        1       open the streams' connections before the measured run
+ *                                          (0: each stream connects as it starts; see streams.ts)
+ *   BENCH_SETTLE_TIMEOUT_SECONDS   90      how long scenario 4 waits for billing to settle
+ *   BENCH_RSS_SAMPLE_MS            100     RSS sampling interval
+ *   BENCH_TOPUP_USD                1000    credit added to each bench account
+ *   LOG_LEVEL                      warn    the services' log level
+ *   DATABASE_URL, NATS_URL                 where the fresh database and stream are made
+ */
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { eventNames } from "@mkt/runtime/nats";
+import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { config } from "./gateway/config.ts";
+import { chatBody, closedLoop, openPool, type RequestRecord, type Target, type TargetName } from "./gateway/load.ts";
+import { ensurePeerInstalled, startPeer, type Peer } from "./gateway/peer.ts";
+import {
+  goals,
+  printTable,
+  verdictLine,
+  writeResults,
+  type LoadRun,
+  type Results,
+  type StreamRun,
+} from "./gateway/report.ts";
+import { sampleRss } from "./gateway/rss.ts";
+import { countByStatus, summarize } from "./gateway/stats.ts";
+import { preconnect, streamsAtOnce } from "./gateway/streams.ts";
+import { freePort, MODEL_PRICES, System, type Account } from "./gateway/system.ts";
+import { Verifier } from "./gateway/verify.ts";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const startedAt = new Date().toISOString();
+const logDir = join(root, "logs", `bench-gateway-${startedAt.replace(/[:.]/g, "-")}`);
+mkdirSync(logDir, { recursive: true });
+const topUpUsd = Number(process.env.BENCH_TOPUP_USD ?? 1000);
+const step = (message: string) =>
+  console.log(`[${((performance.now() - t0) / 1000).toFixed(1).padStart(6)} s] ${message}`);
+const t0 = performance.now();
+const wanted = (name: TargetName) => config.targets.includes(name);
+const CHAT_PATH = "/v1/chat/completions";
+
+const results: Results = {
+  startedAt,
+  settings: { ...config, topUpUsd, logDir },
+  latency: {},
+  throughput: {},
+  streams: {},
+  verdicts: [],
+  goals: [],
+};
+/** Every request sent to our system, warm-ups included: scenario 4 checks all of them. */
+const oursSent: RequestRecord[] = [];
+
+if (wanted("peer")) ensurePeerInstalled(root);
+const databaseUrl = await freshDatabaseUrl();
+const prefix = freshEventsPrefix();
+step(`database ${new URL(databaseUrl).pathname.slice(1)}, events prefix ${prefix}, logs in ${logDir}`);
+
+let crashed = false;
+const system = new System({
+  root,
+  logDir,
+  databaseUrl,
+  natsUrl: TEST_NATS_URL,
+  eventsPrefix: prefix,
+  model: config.model,
+  logLevel: config.logLevel,
+  onCrash: (what, tail) => {
+    crashed = true;
+    console.error(`\n✖ ${what}. Last lines of its log:\n${tail}`);
+    void cleanUp().then(() => process.exit(1));
+  },
+});
+let peer: Peer | undefined;
+let verifier: Verifier | undefined;
+let cleaned: Promise<void> | undefined;
+
+/** Stops every process the bench started, drops its database and deletes its stream (once). */
+function cleanUp(): Promise<void> {
+  cleaned ??= (async () => {
+    step("cleaning up");
+    await verifier?.close();
+    await peer?.stop();
+    await system.stop();
+    const nc = await connect({ servers: TEST_NATS_URL });
+    await (await jetstreamManager(nc)).streams.delete(eventNames(prefix).usageStream).catch(() => undefined);
+    await nc.close();
+    const admin = new URL(databaseUrl);
+    admin.pathname = "/postgres";
+    const adminDb = new pg.Client({ connectionString: admin.toString() });
+    await adminDb.connect();
+    await adminDb.query(`drop database if exists "${new URL(databaseUrl).pathname.slice(1)}" with (force)`);
+    await adminDb.end();
+  })();
+  return cleaned;
+}
+process.once("SIGINT", () => void cleanUp().then(() => process.exit(130)));
+
+function targets(accounts: readonly Account[]): Record<TargetName, () => Target> {
+  return {
+    direct: () => ({
+      name: "direct",
+      origin: system.modelUrl,
+      path: CHAT_PATH,
+      healthPath: "/health",
+      headers: () => ({ authorization: `Bearer ${system.modelToken}` }),
+    }),
+    ours: () => ({
+      name: "ours",
+      origin: system.edgeUrl,
+      path: CHAT_PATH,
+      healthPath: "/healthz",
+      headers: (connection) => ({ authorization: `Bearer ${accounts[connection % accounts.length]!.apiKey}` }),
+    }),
+    peer: () => ({
+      name: "peer",
+      origin: peer!.url,
+      path: CHAT_PATH,
+      healthPath: "/",
+      headers: () => ({
+        "x-portkey-provider": "openai",
+        "x-portkey-custom-host": `${system.modelUrl}/v1`,
+        authorization: `Bearer ${system.modelToken}`,
+      }),
+    }),
+  };
+}
+
+function loadRun(target: TargetName, connections: number, records: RequestRecord[], seconds: number): LoadRun {
+  const good = records.filter((r) => r.status === 200 && r.complete);
+  return {
+    target,
+    connections,
+    seconds,
+    requests: records.length,
+    rps: good.length / seconds,
+    latency: summarize(good.map((r) => r.latencyMs)),
+    errors: countByStatus(records.filter((r) => !(r.status === 200 && r.complete)).map((r) => r.status)),
+  };
+}
+
+/** Scenarios 1 and 2: a warm-up, then the measured closed loop, for each target in turn. */
+async function closedLoopScenario(
+  scenario: string,
+  connections: number,
+  seconds: number,
+  make: Record<TargetName, () => Target>,
+): Promise<Partial<Record<TargetName, LoadRun>>> {
+  const runs: Partial<Record<TargetName, LoadRun>> = {};
+  const body = chatBody(config.model, false);
+  for (const name of ["direct", "ours", "peer"] as const) {
+    if (!wanted(name)) continue;
+    const target = make[name]();
+    const pool = openPool(target, connections);
+    try {
+      const warm = await closedLoop(pool, target, {
+        connections,
+        durationMs: config.warmupSeconds * 1000,
+        body,
+        scenario,
+        warmup: true,
+      });
+      const run = await closedLoop(pool, target, {
+        connections,
+        durationMs: seconds * 1000,
+        body,
+        scenario,
+        warmup: false,
+      });
+      if (name === "ours") oursSent.push(...warm.records, ...run.records);
+      const result = loadRun(name, connections, run.records, run.seconds);
+      runs[name] = result;
+      const errors =
+        Object.entries(result.errors)
+          .map(([status, n]) => `${n}× ${status}`)
+          .join(", ") || "none";
+      step(
+        `${scenario} ${name.padEnd(6)} ${result.requests} requests in ${run.seconds.toFixed(1)} s = ${result.rps.toFixed(1)}/s, ` +
+          `p50 ${result.latency.p50.toFixed(2)} p99 ${result.latency.p99.toFixed(2)} mean ${result.latency.mean.toFixed(2)} ms, errors: ${errors}`,
+      );
+    } finally {
+      await pool.close();
+    }
+  }
+  return runs;
+}
+
+async function streamScenario(make: Record<TargetName, () => Target>): Promise<void> {
+  const scenario = "streams";
+  const body = chatBody(config.model, true);
+  const timeoutMs = config.streamTimeoutSeconds * 1000;
+  for (const name of ["direct", "ours", "peer"] as const) {
+    if (!wanted(name) || (name === "peer" && !config.streamsPeer)) continue;
+    const target = make[name]();
+    const pool = openPool(target, config.streams);
+    try {
+      const warm = await streamsAtOnce(pool, target, {
+        count: config.streamWarmup,
+        body,
+        scenario,
+        warmup: true,
+        timeoutMs,
+      });
+      if (config.streamPreconnect) await preconnect(pool, target, config.streams);
+      const sampler = name === "ours" ? sampleRss(system.pids(), config.rssSampleMs) : undefined;
+      const started = performance.now();
+      const records = await streamsAtOnce(pool, target, {
+        count: config.streams,
+        body,
+        scenario,
+        warmup: false,
+        timeoutMs,
+      });
+      const seconds = (performance.now() - started) / 1000;
+      if (sampler) results.rss = sampler.stop();
+      if (name === "ours") oursSent.push(...warm, ...records);
+      const done = records.filter((r) => r.status === 200 && r.complete);
+      const run: StreamRun = {
+        target: name,
+        streams: records.length,
+        completed: done.length,
+        ttft: summarize(done.map((r) => r.ttftMs ?? NaN)),
+        total: summarize(done.map((r) => r.latencyMs)),
+        errors: countByStatus(records.filter((r) => !(r.status === 200 && r.complete)).map((r) => r.status)),
+      };
+      results.streams[name] = run;
+      const rss = sampler && results.rss ? `, peak RSS sum ${results.rss.sumOfPeaksMb.toFixed(0)} MB` : "";
+      const firstError = records.find((r) => r.error)?.error;
+      step(
+        `${scenario} ${name.padEnd(6)} ${run.completed}/${run.streams} complete in ${seconds.toFixed(1)} s, TTFT p50 ` +
+          `${run.ttft.p50.toFixed(1)} p99 ${run.ttft.p99.toFixed(1)} ms${rss}` +
+          (firstError ? ` (first error: ${firstError})` : ""),
+      );
+    } finally {
+      await pool.close();
+    }
+  }
+}
+
+async function verifyOurs(scenario: string): Promise<void> {
+  if (!verifier) return;
+  step(`checking ${oursSent.length} requests sent to ours against billing (scenario 4 after ${scenario})`);
+  const verdict = await verifier.verify(scenario, oursSent, config.settleTimeoutSeconds * 1000);
+  results.verdicts.push(verdict);
+  step(`${verdict.ok ? "PASS" : "FAIL"} ${verdictLine(verdict)}`);
+}
+
+let exitCode = 0;
+try {
+  // Scenarios 1–2 want a short answer at once.
+  await system.startModel({ completionTokens: config.shortTokens, tokensPerSecond: 0 });
+  step(`upstream (hoster-server demo model) at ${system.modelUrl}: ${config.shortTokens} tokens, no pacing`);
+  await system.startServices();
+  step(`our system is ready at ${system.edgeUrl}`);
+  const accounts = await system.createAccounts(config.accounts, topUpUsd);
+  step(`${accounts.length} accounts signed up and topped up with $${topUpUsd} each`);
+  if (wanted("ours")) {
+    verifier = new Verifier(databaseUrl, accounts, config.model, MODEL_PRICES);
+    await verifier.connect();
+  }
+  if (wanted("peer")) {
+    peer = await startPeer(root, await freePort(), logDir);
+    step(`peer (Portkey gateway) at ${peer.url}`);
+  }
+  const make = targets(accounts);
+
+  step(`scenario 1: added latency, 1 connection, ${config.latencySeconds} s per target`);
+  results.latency = await closedLoopScenario("latency", 1, config.latencySeconds, make);
+  if (wanted("ours")) await verifyOurs("latency");
+
+  step(`scenario 2: throughput, ${config.throughputConnections} connections, ${config.throughputSeconds} s per target`);
+  results.throughput = await closedLoopScenario(
+    "throughput",
+    config.throughputConnections,
+    config.throughputSeconds,
+    make,
+  );
+  if (wanted("ours")) await verifyOurs("throughput");
+
+  // Scenario 3 restarts the upstream on the same port with a paced, longer answer (system.ts).
+  await system.startModel({ completionTokens: config.streamTokens, tokensPerSecond: config.streamTokensPerSecond });
+  step(
+    `scenario 3: ${config.streams} streams at once, ${config.streamTokens} tokens at ${config.streamTokensPerSecond} tokens/s ` +
+      `(upstream restarted with that pace)`,
+  );
+  await streamScenario(make);
+  if (wanted("ours")) await verifyOurs("streams");
+
+  results.goals = goals(results, config.streams);
+  printTable(results);
+  if (results.verdicts.some((v) => !v.ok)) exitCode = 1;
+} catch (err) {
+  console.error(`\n✖ the benchmark failed: ${(err as Error).stack ?? String(err)}`);
+  exitCode = 1;
+} finally {
+  if (!crashed) {
+    const path = writeResults(root, results);
+    console.log(`\nFigures written to ${path}`);
+    await cleanUp();
+  }
+}
+process.exit(exitCode);

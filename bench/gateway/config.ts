@@ -1,0 +1,35 @@
+/** The benchmark's knobs: every one an environment variable with a default (listed in bench/gateway.ts). */
+const num = (name: string, fallback: number): number => {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${name} must be a number ≥ 0, got ${JSON.stringify(raw)}`);
+  return n;
+};
+const flag = (name: string, fallback: boolean): boolean => {
+  const raw = process.env[name];
+  return raw === undefined || raw === "" ? fallback : !["0", "false", "no"].includes(raw.toLowerCase());
+};
+
+export const config = {
+  accounts: num("BENCH_ACCOUNTS", 200),
+  model: process.env.BENCH_MODEL ?? "demo-small",
+  warmupSeconds: num("BENCH_WARMUP_SECONDS", 2),
+  latencySeconds: num("BENCH_LATENCY_SECONDS", 10),
+  throughputSeconds: num("BENCH_THROUGHPUT_SECONDS", 20),
+  throughputConnections: num("BENCH_THROUGHPUT_CONNECTIONS", 64),
+  shortTokens: num("BENCH_SHORT_TOKENS", 16),
+  streams: num("BENCH_STREAMS", 1000),
+  streamWarmup: num("BENCH_STREAM_WARMUP", 20),
+  streamTokens: num("BENCH_STREAM_TOKENS", 200),
+  streamTokensPerSecond: num("BENCH_STREAM_TOKENS_PER_SECOND", 50),
+  streamTimeoutSeconds: num("BENCH_STREAM_TIMEOUT_SECONDS", 60),
+  streamsPeer: flag("BENCH_STREAMS_PEER", true),
+  streamPreconnect: flag("BENCH_STREAM_PRECONNECT", true),
+  settleTimeoutSeconds: num("BENCH_SETTLE_TIMEOUT_SECONDS", 90),
+  rssSampleMs: num("BENCH_RSS_SAMPLE_MS", 100),
+  targets: (process.env.BENCH_TARGETS ?? "direct,ours,peer").split(",").map((t) => t.trim()),
+  logLevel: process.env.LOG_LEVEL ?? "warn",
+};
+
+export type BenchConfig = typeof config;
