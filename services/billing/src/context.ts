@@ -17,6 +17,12 @@ export interface BillingContext {
   registry: PromiseClient<RegistryServiceClient>;
   /** Seals scoped keys' secrets for the replay window (SECRETS_KEY). */
   box: SecretBox;
+  /**
+   * Accounts whose wallet row is known to exist (committed; wallets are never deleted), so
+   * Authorize's hot path skips the statement that opens one. Bounded: emptied when it reaches
+   * 100,000 entries, after which it fills again as accounts call.
+   */
+  openWallets: Set<string>;
 }
 
 /** The entity manager of a transaction (or of a fork). */

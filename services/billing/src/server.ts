@@ -72,6 +72,7 @@ export async function startBilling(
     accounts: promiseClient(accountsClient),
     registry: promiseClient(registryClient),
     box: new SecretBox(parseSecretsKey(config.SECRETS_KEY)),
+    openWallets: new Set(),
   };
   const settler = await startSettlementConsumer(ctx, nc, eventNames(config.EVENTS_PREFIX)).catch(
     async (err: unknown) => {

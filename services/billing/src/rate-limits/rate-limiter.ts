@@ -50,16 +50,29 @@ export async function countRequests(
   counts: ReadonlyMap<string, number>,
   now: Date,
 ): Promise<Map<string, { minute: bigint; day: bigint }>> {
+  const upsert = counterUpsert(counts, now);
+  return countsBefore(counts, await em.execute(upsert.sql, upsert.params));
+}
+
+/** The upsert of countRequests, for a statement that does more in the same round trip. */
+export function counterUpsert(counts: ReadonlyMap<string, number>, now: Date): { sql: string; params: unknown[] } {
   const w = currentWindows(now);
   const accounts = [...counts.keys()].sort();
-  const rows = await em.execute(
-    `insert into rate_counters (account_id, "window", window_start, count)
+  return {
+    sql: `insert into rate_counters (account_id, "window", window_start, count)
      values ${accounts.map(() => `(?, 'minute', ?, ?), (?, 'day', ?, ?)`).join(", ")}
      on conflict (account_id, "window", window_start) do update set count = rate_counters.count + excluded.count
      returning account_id, "window", count`,
-    accounts.flatMap((id) => [id, w.minuteStart, counts.get(id)!, id, w.dayStart, counts.get(id)!]),
-  );
-  const before = new Map(accounts.map((id) => [id, { minute: 0n, day: 0n }]));
+    params: accounts.flatMap((id) => [id, w.minuteStart, counts.get(id)!, id, w.dayStart, counts.get(id)!]),
+  };
+}
+
+/** Each account's counts before the upsert, from the rows it returned. */
+export function countsBefore(
+  counts: ReadonlyMap<string, number>,
+  rows: ReadonlyArray<Record<string, unknown>>,
+): Map<string, { minute: bigint; day: bigint }> {
+  const before = new Map([...counts.keys()].map((id) => [id, { minute: 0n, day: 0n }]));
   for (const row of rows) {
     const id = row.account_id as string;
     const entry = before.get(id)!;

@@ -2,11 +2,17 @@ import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import { affordableOutputTokens, costMicros } from "@mkt/runtime/money";
 import type { AuthorizeRequest, AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
-import type { BillingContext, Em } from "../context.ts";
+import { int8, type BillingContext, type Em } from "../context.ts";
 import { newId } from "@mkt/runtime/ids";
-import { checkRequestLimits, countRequests, tierLimits, uncountRequests } from "../rate-limits/rate-limiter.ts";
+import {
+  checkRequestLimits,
+  counterUpsert,
+  countsBefore,
+  tierLimits,
+  uncountRequests,
+} from "../rate-limits/rate-limiter.ts";
 import { authorizePlanRequest } from "../subscriptions/plan-authorize.ts";
-import { addHolds, lockWallets, openWallet } from "../wallets/ledger.ts";
+import { openWallet } from "../wallets/ledger.ts";
 import {
   alreadyAuthorized,
   checkContext,
@@ -106,7 +112,12 @@ export async function authorizeBatch(
               now,
             ),
           ),
-        ).then((results) => results.forEach((outcome, k) => (outcomes[shared[k]!] = outcome))),
+        ).then((results) => {
+          results.forEach((outcome, k) => (outcomes[shared[k]!] = outcome));
+          // Committed: these accounts' wallets exist from now on.
+          if (ctx.openWallets.size >= 100_000) ctx.openWallets.clear();
+          for (const i of shared) ctx.openWallets.add(requests[i]!.accountId);
+        }),
   ]);
   return outcomes as AuthorizeOutcome[];
 }
@@ -131,9 +142,10 @@ async function authorizeShared(
   for (const i of order) perAccount.set(requests[i]!.accountId, (perAccount.get(requests[i]!.accountId) ?? 0) + 1);
   const accounts = [...perAccount.keys()];
 
-  const counts = await countRequests(em, perAccount, now);
-  for (const accountId of accounts) await openWallet(em, accountId, ctx.config.STARTING_CREDIT_USD);
-  const wallets = await lockWallets(em, accounts);
+  for (const accountId of accounts) {
+    if (!ctx.openWallets.has(accountId)) await openWallet(em, accountId, ctx.config.STARTING_CREDIT_USD);
+  }
+  const { counts, wallets } = await countAndLockWallets(em, perAccount, now);
 
   // Each request as if alone, in account order: a refused one is not counted and holds nothing,
   // so the requests after it see the counts and the balance it left.
@@ -178,17 +190,7 @@ async function authorizeShared(
     admitted.map((a) => ({ req: requests[a.index]!, reservationId: a.reservationId, hold: a.hold })),
     now,
   );
-  const holds = new Map<string, bigint>();
-  for (const a of admitted) {
-    const req = requests[a.index]!;
-    if (inserted.has(a.reservationId)) {
-      outcomes[a.index] = a.grant;
-      holds.set(req.accountId, (holds.get(req.accountId) ?? 0n) + a.hold.reserved);
-    } else {
-      outcomes[a.index] = alreadyAuthorized();
-    }
-  }
-  await addHolds(em, holds);
+  for (const a of admitted) outcomes[a.index] = inserted.has(a.reservationId) ? a.grant : alreadyAuthorized();
   const refused = new Map<string, number>();
   order.forEach((i) => {
     if (outcomes[i] instanceof AppError) {
@@ -198,6 +200,31 @@ async function authorizeShared(
   });
   await uncountRequests(em, refused, now);
   return outcomes;
+}
+
+/**
+ * Counts the batch's requests in every account's rate windows and locks the accounts' wallets,
+ * in one round trip (the wallets exist: openWallet ran first for any account not known to have
+ * one). Rows are locked in ascending account order, counters first.
+ */
+async function countAndLockWallets(em: Em, perAccount: ReadonlyMap<string, number>, now: Date) {
+  const upsert = counterUpsert(perAccount, now);
+  const accounts = [...perAccount.keys()].sort();
+  const rows = await em.execute(
+    `with counted as (${upsert.sql})
+     select w.account_id, w.posted_micros, w.held_micros,
+       (select json_agg(json_build_object('account_id', c.account_id, 'window', c."window", 'count', c.count))
+          from counted c) as counters
+     from wallets w where w.account_id in (${accounts.map(() => "?").join(", ")})
+     order by w.account_id for update of w`,
+    [...upsert.params, ...accounts],
+  );
+  const wallets = new Map(
+    rows.map((row) => [row.account_id as string, { posted: int8(row.posted_micros), held: int8(row.held_micros) }]),
+  );
+  for (const id of accounts) if (!wallets.has(id)) throw new Error(`wallet ${id} not found`);
+  const counters = (rows[0]?.counters ?? []) as Array<Record<string, unknown>>;
+  return { counts: countsBefore(perAccount, counters), wallets };
 }
 
 /**

@@ -3,7 +3,7 @@ import { newId } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
 import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext, Em } from "../context.ts";
-import { addHolds, formatUsd } from "../wallets/ledger.ts";
+import { formatUsd } from "../wallets/ledger.ts";
 
 /** OpenAI's own bound on `n`. */
 export const MAX_CHOICES = 128n;
@@ -90,8 +90,9 @@ export interface NewReservation {
 }
 
 /**
- * Inserts reservations in one statement; a request id authorized before is skipped. Returns the
- * ids of the reservations inserted (the caller refuses the others and adds no hold for them).
+ * Inserts reservations and adds their holds to the (locked) wallets in one statement; a request
+ * id authorized before is skipped and holds nothing. Returns the ids of the reservations inserted
+ * (the caller refuses the others).
  */
 export async function insertReservations(
   ctx: BillingContext,
@@ -102,12 +103,19 @@ export async function insertReservations(
   if (rows.length === 0) return new Set();
   const expiresAt = new Date(now.getTime() + ctx.config.RESERVATION_TTL_SECONDS * 1000);
   const inserted = await em.execute(
-    `insert into reservations (id, request_id, account_id, key_id, model_id, provider, hoster_id,
-       input_price_per_1m_micros, output_price_per_1m_micros, input_tokens, max_output_tokens,
-       reserved_micros, status, created_at, expires_at, subscription_id, pricing_model, period_index,
-       included_tokens, overage_price_per_1m_micros, included_claim)
-     values ${rows.map(() => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}
-     on conflict (request_id) do nothing returning id`,
+    `with inserted as (
+       insert into reservations (id, request_id, account_id, key_id, model_id, provider, hoster_id,
+         input_price_per_1m_micros, output_price_per_1m_micros, input_tokens, max_output_tokens,
+         reserved_micros, status, created_at, expires_at, subscription_id, pricing_model, period_index,
+         included_tokens, overage_price_per_1m_micros, included_claim)
+       values ${rows.map(() => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}
+       on conflict (request_id) do nothing returning id, account_id, reserved_micros
+     ), holds as (
+       update wallets w set held_micros = w.held_micros + h.amount
+       from (select account_id, sum(reserved_micros) as amount from inserted group by account_id) h
+       where w.account_id = h.account_id and h.amount <> 0
+     )
+     select id from inserted`,
     rows.flatMap(({ req, reservationId, hold, plan }) => [
       reservationId,
       req.requestId,
@@ -135,8 +143,8 @@ export async function insertReservations(
 }
 
 /**
- * Holds `reserved` on the wallet and inserts the reservation; a request id seen before is refused
- * (the caller's transaction then rolls the hold back). Returns the reservation id.
+ * Inserts the reservation and holds `reserved` on the wallet; a request id seen before is refused.
+ * Returns the reservation id.
  */
 export async function holdReservation(
   ctx: BillingContext,
@@ -149,6 +157,5 @@ export async function holdReservation(
   const reservationId = newId();
   const inserted = await insertReservations(ctx, em, [{ req, reservationId, hold, plan }], now);
   if (!inserted.has(reservationId)) throw alreadyAuthorized();
-  await addHolds(em, new Map([[req.accountId, hold.reserved]]));
   return reservationId;
 }

@@ -93,18 +93,6 @@ export async function lockWallets(
   return wallets;
 }
 
-/** Adds each account's new holds to its (locked) wallet in one statement. */
-export async function addHolds(em: Em, holds: ReadonlyMap<string, Micros>): Promise<void> {
-  const nonZero = [...holds].filter(([, amount]) => amount !== 0n);
-  if (nonZero.length === 0) return;
-  await em.execute(
-    `update wallets w set held_micros = w.held_micros + v.amount
-     from (values ${nonZero.map(() => "(?::uuid, ?::bigint)").join(", ")}) as v(account_id, amount)
-     where w.account_id = v.account_id`,
-    nonZero.flat(),
-  );
-}
-
 /** Renders micro-USD as "$4.999877" (at least two decimals) for user-facing messages. */
 export function formatUsd(micros: Micros): string {
   const sign = micros < 0n ? "-" : "";
