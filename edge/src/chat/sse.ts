@@ -1,14 +1,14 @@
 import type { AppError } from "@mkt/runtime/errors";
 
-/** One Server-Sent Events frame carrying a JSON payload (already serialized, or an object). */
-export function sseData(payload: Uint8Array | string | object): string {
-  const text =
-    typeof payload === "string"
-      ? payload
-      : payload instanceof Uint8Array
-        ? Buffer.from(payload).toString("utf8")
-        : JSON.stringify(payload);
-  return `data: ${text}\n\n`;
+const DATA = Buffer.from("data: ");
+const END = Buffer.from("\n\n");
+
+/** One Server-Sent Events frame carrying a JSON payload: serialized bytes (kept as bytes), or a value. */
+export function sseData(payload: Uint8Array): Buffer;
+export function sseData(payload: string | object): string;
+export function sseData(payload: Uint8Array | string | object): Buffer | string {
+  if (payload instanceof Uint8Array) return Buffer.concat([DATA, payload, END]);
+  return `data: ${typeof payload === "string" ? payload : JSON.stringify(payload)}\n\n`;
 }
 
 export const SSE_DONE = "data: [DONE]\n\n";

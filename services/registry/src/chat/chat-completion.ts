@@ -145,10 +145,14 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
       const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
       const events = streamChat(deps.pools, target, body, deps.limits, cancel.signal, log);
       for await (const data of events) {
-        const chunk = acc.accept(data);
-        if (chunk && request.stream) {
-          await send(call, ChatCompletionResponse.fromPartial({ chunk: json(chunk) }), cancel.signal);
-          written++;
+        if (!request.stream) {
+          acc.accept(data);
+        } else {
+          const text = acc.relayText(data);
+          if (text !== undefined) {
+            await send(call, ChatCompletionResponse.fromPartial({ chunk: Buffer.from(text) }), cancel.signal);
+            written++;
+          }
         }
         if (acc.atLimit) {
           log.info({ limit: acc.outputLimit }, "upstream output reached the granted cap; closing it");

@@ -42,6 +42,8 @@ export class ChunkAccumulator {
   // Everything the caller receives as text: content, reasoning, refusals, tool names and arguments.
   readonly #delivered: OutputBudget;
   reportedUsage: ReportedUsage | undefined;
+  /** Changes made to upstream chunks so far (relayText relays an unchanged one verbatim). */
+  #rewrites = 0;
   /** True once any choice carried a finish_reason: the answer is complete, not truncated. */
   finished = false;
 
@@ -73,6 +75,21 @@ export class ChunkAccumulator {
     return (this.#created ??= Math.floor(Date.now() / 1000));
   }
 
+  /**
+   * Takes one SSE data payload and returns the JSON text to relay, or undefined when it has no
+   * choices. A chunk that needs no change (already under the route's model name, no usage report,
+   * nothing cut) is relayed as the upstream wrote it: a stream is relayed without serializing
+   * every chunk again, the bulk of a long stream's cost.
+   */
+  relayText(data: string): string | undefined {
+    const rewrites = this.#rewrites;
+    const chunk = this.accept(data);
+    if (!chunk) return undefined;
+    // A payload spread over several `data:` lines holds line breaks; one SSE line may not.
+    const verbatim = this.#rewrites === rewrites && !data.includes("\n") && !data.includes("\r");
+    return verbatim ? data : JSON.stringify(chunk);
+  }
+
   /** Takes one SSE data payload; returns the chunk to relay, or undefined when it has no choices. */
   accept(data: string): Json | undefined {
     let chunk: unknown;
@@ -97,10 +114,16 @@ export class ChunkAccumulator {
     if (isObject(chunk.usage)) {
       this.reportedUsage = { promptTokens: chunk.usage.prompt_tokens, completionTokens: chunk.usage.completion_tokens };
     }
-    delete chunk.usage;
+    if ("usage" in chunk) {
+      delete chunk.usage;
+      this.#rewrites++;
+    }
     if (choices.length === 0) return undefined;
     for (const choice of choices) if (isObject(choice)) this.#addChoice(choice);
-    chunk.model = this.#modelId;
+    if (chunk.model !== this.#modelId) {
+      chunk.model = this.#modelId;
+      this.#rewrites++;
+    }
     return chunk;
   }
 
@@ -131,6 +154,7 @@ export class ChunkAccumulator {
     if (state.cut && state.finishReason !== null && state.finishReason !== "length") {
       // The upstream finished in the chunk whose text was cut: the caller's answer ends at the limit.
       choice.finish_reason = state.finishReason = "length";
+      this.#rewrites++;
     }
   }
 
@@ -142,6 +166,7 @@ export class ChunkAccumulator {
     if (kept !== piece) {
       holder[field] = kept;
       state.cut = true;
+      this.#rewrites++;
     }
     return kept;
   }
