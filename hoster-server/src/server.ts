@@ -15,7 +15,9 @@ export interface HosterServerHandle {
 export async function startHosterServer(config: HosterServerConfig, log: Logger): Promise<HosterServerHandle> {
   const shutdown = new ShutdownSignals();
   const app = buildApp(config, { logger: log, shutdown });
-  await app.listen({ host: config.HOST, port: config.PORT });
+  // A burst of new connections (a thousand streams starting at once) waits in the accept queue
+  // instead of being dropped and retried a second or more later; Linux caps this at somaxconn.
+  await app.listen({ host: config.HOST, port: config.PORT, backlog: 4096 });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.PORT;
   const host = config.HOST === "0.0.0.0" || config.HOST === "::" ? "127.0.0.1" : config.HOST;
