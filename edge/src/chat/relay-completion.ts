@@ -75,12 +75,15 @@ export async function relayCompletion(
   if (!first) throw new AppError("upstream_error", "The model server sent no answer.");
   // Every chunk of one answer carries the same id; the first one's names the error event, if any.
   // Later chunks are relayed as bytes, never parsed.
-  const completionId = completionIdOf(first.chunk) ?? `chatcmpl-${options.requestId}`;
+  const completionId = completionIdOf(first.chunk ?? first.chunks?.chunks[0]) ?? `chatcmpl-${options.requestId}`;
   async function* frames(): AsyncGenerator<string | Buffer> {
     try {
       for (let event: ChatCompletionResponse | undefined = first; event; event = await next(events)) {
         if (event.chunk) {
           yield sseData(event.chunk);
+        } else if (event.chunks) {
+          // Chunks that arrived together leave in one write.
+          yield Buffer.concat(event.chunks.chunks.map((chunk) => sseData(chunk)));
         } else if (event.error) {
           yield sseError(AppError.fromCode(event.error.code, event.error.message), options.model, completionId);
           return;

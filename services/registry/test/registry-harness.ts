@@ -18,7 +18,7 @@ import {
   RegistryServiceClient,
   type ArchiveProductRequest,
   type ArchiveProductResponse,
-  type ChatCompletionResponse,
+  ChatCompletionResponse,
   type CreateProductRequest,
   type CreateProductResponse,
   type GetHosterRequest,
@@ -282,18 +282,29 @@ export async function startHarness(env: Record<string, string> = {}) {
     },
     /** Runs a ChatCompletion to its end; `cancelAfter` cancels the call after that many events. */
     chat(request: ChatCompletionRequest, cancelAfter?: number) {
-      return new Promise<{ events: ChatCompletionResponse[]; error?: ServiceError; cancelled?: boolean }>((resolve) => {
+      return new Promise<{
+        events: ChatCompletionResponse[];
+        /** gRPC messages received (a batch of chunks is one). */
+        messages: number;
+        error?: ServiceError;
+        cancelled?: boolean;
+      }>((resolve) => {
         const events: ChatCompletionResponse[] = [];
+        let messages = 0;
         const call = grpcClient.chatCompletion(request);
         call.on("data", (event: ChatCompletionResponse) => {
-          events.push(event);
+          messages++;
+          // A batch of chunks is the same chunks in order: tests look at them one by one.
+          if (event.chunks)
+            events.push(...event.chunks.chunks.map((chunk) => ChatCompletionResponse.fromPartial({ chunk })));
+          else events.push(event);
           if (cancelAfter !== undefined && events.length >= cancelAfter) {
             call.cancel();
-            resolve({ events, cancelled: true });
+            resolve({ events, messages, cancelled: true });
           }
         });
-        call.on("error", (error: ServiceError) => resolve({ events, error }));
-        call.on("end", () => resolve({ events }));
+        call.on("error", (error: ServiceError) => resolve({ events, messages, error }));
+        call.on("end", () => resolve({ events, messages }));
       });
     },
     /** The usage.completed events JetStream holds for a request. */

@@ -144,14 +144,25 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
     const relayFrom = async (target: UpstreamTarget, acc: ChunkAccumulator) => {
       const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
       const events = streamChat(deps.pools, target, body, deps.limits, cancel.signal, log);
-      for await (const data of events) {
-        if (!request.stream) {
-          acc.accept(data);
-        } else {
-          const text = acc.relayText(data);
-          if (text !== undefined) {
-            await send(call, ChatCompletionResponse.fromPartial({ chunk: Buffer.from(text) }), cancel.signal);
-            written++;
+      for await (const batch of events) {
+        // The chunks of one read go out as one message. Those taken before a bad one are sent
+        // before its error: they count as delivered (and billed) once the accumulator took them.
+        const texts: Buffer[] = [];
+        try {
+          for (const data of batch) {
+            if (!request.stream) {
+              acc.accept(data);
+            } else {
+              const text = acc.relayText(data);
+              if (text !== undefined) texts.push(Buffer.from(text));
+            }
+            if (acc.atLimit) break;
+          }
+        } finally {
+          if (texts.length > 0) {
+            const event = texts.length === 1 ? { chunk: texts[0] } : { chunks: { chunks: texts } };
+            await send(call, ChatCompletionResponse.fromPartial(event), cancel.signal);
+            written += texts.length;
           }
         }
         if (acc.atLimit) {

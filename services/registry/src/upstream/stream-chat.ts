@@ -38,13 +38,20 @@ export class UpstreamFailure extends Error {
 
 const TIMEOUT_CODES = new Set(["UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
 
+/** The events before `[DONE]` (all of them when it is not among them). */
+function untilDone(events: string[]): string[] {
+  const done = events.findIndex((data) => data.trim() === "[DONE]");
+  return done === -1 ? events : events.slice(0, done);
+}
+
 function chatPath(baseUrl: URL): string {
   return `${baseUrl.pathname.replace(/\/+$/, "")}/v1/chat/completions`;
 }
 
 /**
- * POSTs a streaming chat request to the upstream and yields the `data` payload of each SSE event,
- * stopping at `[DONE]`. Throws UpstreamFailure: client_cancelled when `signal` aborts,
+ * POSTs a streaming chat request to the upstream and yields the `data` payloads of its SSE events,
+ * stopping at `[DONE]`: all the events completed by one read at once, so a relay that fell behind
+ * catches up in few, larger steps. Throws UpstreamFailure: client_cancelled when `signal` aborts,
  * upstream_timeout when a deadline passes, upstream_error for anything else (non-2xx,
  * connection failure, an oversized event or body). A consumer that stops early (returns) closes
  * the upstream connection.
@@ -56,7 +63,7 @@ export async function* streamChat(
   limits: UpstreamLimits,
   signal: AbortSignal,
   log: Logger,
-): AsyncGenerator<string, void, undefined> {
+): AsyncGenerator<string[], void, undefined> {
   const url = new URL(target.baseUrl);
   const internal = new AbortController();
   let timedOut: string | undefined;
@@ -128,20 +135,17 @@ export async function* streamChat(
       if (events.length === 0) continue;
       disarmPhase();
       gotFirstEvent = true;
-      for (const data of events) {
-        if (data.trim() === "[DONE]") {
-          sawDone = true;
-          return;
-        }
-        yield data;
+      const batch = untilDone(events);
+      if (batch.length > 0) yield batch;
+      if (batch.length < events.length) {
+        sawDone = true;
+        return;
       }
       armPhase();
     }
     disarmPhase();
-    for (const data of parser.end()) {
-      if (data.trim() === "[DONE]") return;
-      yield data;
-    }
+    const rest = untilDone(parser.end());
+    if (rest.length > 0) yield rest;
   } catch (err) {
     throw classify(err);
   } finally {

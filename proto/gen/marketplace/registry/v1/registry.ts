@@ -111,7 +111,19 @@ export interface ChatCompletionResponse {
     | Buffer
     | undefined;
   /** A failure after the first event; the stream ends after it. */
-  error?: StreamError | undefined;
+  error?:
+    | StreamError
+    | undefined;
+  /**
+   * Several chunks that were ready together (read from the upstream at once, because the relay
+   * fell behind): sent as one message, to be written as one, in order.
+   */
+  chunks?: ChunkBatch | undefined;
+}
+
+export interface ChunkBatch {
+  /** Each one OpenAI chat.completion.chunk JSON object, as `chunk` above. */
+  chunks: Buffer[];
 }
 
 export interface StreamError {
@@ -1451,7 +1463,7 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
 };
 
 function createBaseChatCompletionResponse(): ChatCompletionResponse {
-  return { chunk: undefined, completion: undefined, error: undefined };
+  return { chunk: undefined, completion: undefined, error: undefined, chunks: undefined };
 }
 
 export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
@@ -1464,6 +1476,9 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
     }
     if (message.error !== undefined) {
       StreamError.encode(message.error, writer.uint32(26).fork()).join();
+    }
+    if (message.chunks !== undefined) {
+      ChunkBatch.encode(message.chunks, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -1505,6 +1520,14 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
             message.error = StreamError.decode(reader, reader.uint32());
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.chunks = ChunkBatch.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1522,6 +1545,7 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
       chunk: isSet(object.chunk) ? Buffer.from(bytesFromBase64(object.chunk)) : undefined,
       completion: isSet(object.completion) ? Buffer.from(bytesFromBase64(object.completion)) : undefined,
       error: isSet(object.error) ? StreamError.fromJSON(object.error) : undefined,
+      chunks: isSet(object.chunks) ? ChunkBatch.fromJSON(object.chunks) : undefined,
     };
   },
 
@@ -1536,6 +1560,9 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
     if (message.error !== undefined) {
       obj.error = StreamError.toJSON(message.error);
     }
+    if (message.chunks !== undefined) {
+      obj.chunks = ChunkBatch.toJSON(message.chunks);
+    }
     return obj;
   },
 
@@ -1549,6 +1576,80 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
     message.error = (object.error !== undefined && object.error !== null)
       ? StreamError.fromPartial(object.error)
       : undefined;
+    message.chunks = (object.chunks !== undefined && object.chunks !== null)
+      ? ChunkBatch.fromPartial(object.chunks)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseChunkBatch(): ChunkBatch {
+  return { chunks: [] };
+}
+
+export const ChunkBatch: MessageFns<ChunkBatch> = {
+  encode(message: ChunkBatch, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.chunks) {
+      writer.uint32(10).bytes(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ChunkBatch {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseChunkBatch();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.chunks.push(Buffer.from(reader.bytes()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ChunkBatch {
+    return {
+      chunks: globalThis.Array.isArray(object?.chunks)
+        ? object.chunks.map((e: any) => Buffer.from(bytesFromBase64(e)))
+        : [],
+    };
+  },
+
+  toJSON(message: ChunkBatch): unknown {
+    const obj: any = {};
+    if (message.chunks?.length) {
+      obj.chunks = message.chunks.map((e) => base64FromBytes(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ChunkBatch>, I>>(base?: I): ChunkBatch {
+    return ChunkBatch.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ChunkBatch>, I>>(object: I): ChunkBatch {
+    const message = createBaseChunkBatch();
+    message.chunks = object.chunks?.map((e) => e) || [];
     return message;
   },
 };
