@@ -33,7 +33,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const principals = new PrincipalCache(config.PRINCIPAL_CACHE_TTL_MS);
   const stopRevocations = followKeyRevocations(nc, eventNames(config.EVENTS_PREFIX).keysRevoked, principals, log);
   await nc.flush(); // the subscription is live at the server before any key is cached
-  const promptTokens = new PromptTokenCounter(config.PROMPT_TOKEN_THREADS);
+  const promptTokens = new PromptTokenCounter(config.PROMPT_TOKEN_THREADS, config.PROMPT_TOKEN_INLINE_BYTES);
   let closing = false;
   const shutdown = new AbortController();
 

@@ -4,26 +4,37 @@ import { afterAll, describe, expect, it } from "vitest";
 import { countPromptTokens, type ChatMessageLike } from "@mkt/runtime/tokens";
 import { PromptTokenCounter } from "../src/chat/prompt-tokens.ts";
 
-const counter = new PromptTokenCounter(2);
-afterAll(() => counter.close());
+const workersOnly = new PromptTokenCounter(2, 0);
+const inlineSmall = new PromptTokenCounter(1, 1024);
+afterAll(() => Promise.all([workersOnly.close(), inlineSmall.close()]));
 
 const bodyOf = (messages: ChatMessageLike[]) => Buffer.from(JSON.stringify({ model: "auto", messages }));
 
+const small: ChatMessageLike[] = [
+  { role: "system", content: "You are terse." },
+  { role: "user", name: "ada", content: [{ type: "text", text: "Sum 2 and 2." }] },
+];
+const large: ChatMessageLike[] = [
+  { role: "user", content: "Tokenize this sentence, again and again. ".repeat(50_000) },
+];
+
 describe("prompt token counting", () => {
   it("counts in a worker what the shared counter counts, for small and large prompts", async () => {
-    const small: ChatMessageLike[] = [
-      { role: "system", content: "You are terse." },
-      { role: "user", name: "ada", content: [{ type: "text", text: "Sum 2 and 2." }] },
-    ];
-    const large: ChatMessageLike[] = [
-      { role: "user", content: "Tokenize this sentence, again and again. ".repeat(50_000) },
-    ];
     for (const messages of [small, large]) {
-      expect(await counter.count(bodyOf(messages))).toBe(countPromptTokens(messages));
+      expect(await workersOnly.count(bodyOf(messages), messages)).toBe(countPromptTokens(messages));
     }
   });
 
-  it("keeps the tokenizer out of the edge's main thread", async () => {
+  it("counts small prompts on the main thread and larger ones in a worker, the same way", async () => {
+    expect(bodyOf(small).length).toBeLessThanOrEqual(1024);
+    expect(await inlineSmall.count(bodyOf(small), small)).toBe(countPromptTokens(small));
+    expect(inlineSmall.workerThreads).toBe(0);
+    // The body decides where: a large one is counted from its bytes, in a worker.
+    expect(await inlineSmall.count(bodyOf(large), large)).toBe(countPromptTokens(large));
+    expect(inlineSmall.workerThreads).toBe(1);
+  });
+
+  it("does not load the tokenizer when the edge starts", async () => {
     // A fresh process imports the edge's whole module graph and lists what it loaded.
     const script = `
       import { registerHooks } from "node:module";

@@ -47,7 +47,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
         throw new AppError("model_not_found", `The model \`${body.model}\` does not exist.`, { param: "model" });
 
       const bodyBytes = Buffer.from(JSON.stringify(body));
-      const promptTokens = await deps.promptTokens.count(bodyBytes);
+      const promptTokens = await deps.promptTokens.count(bodyBytes, body.messages);
       const requested = body.max_completion_tokens ?? body.max_tokens ?? 0;
       const choices = body.n ?? 1;
       const grant = await deps.backends.authorize(
