@@ -114,4 +114,32 @@ describe("AuthorizeBatch", () => {
     );
     expect(row!.held).toBe(String(12 * 350));
   });
+
+  it("answers each part of a batch on its own when one part's transaction fails", async () => {
+    // A database failure for one request's insert (a trigger standing in for a broken disk).
+    await t.query(`create or replace function fail_boom() returns trigger language plpgsql as $$
+      begin if new.request_id like 'boom-%' then raise exception 'disk on fire'; end if; return new; end $$`);
+    await t.query(`create trigger fail_boom before insert on reservations for each row execute function fail_boom()`);
+    try {
+      const [a, b] = [randomUUID(), randomUUID()];
+      const { results } = await t.client.authorizeBatch({
+        requests: [
+          authorizeRequest({ accountId: a, requestId: `boom-${randomUUID()}` }),
+          authorizeRequest({ accountId: b }),
+          // A scoped key's request runs its own transaction; its subscription does not exist.
+          authorizeRequest({ accountId: b, subscriptionId: randomUUID(), provider: "hoster", hosterId: randomUUID() }),
+        ],
+      });
+      // The shared transaction rolled back as a whole: both of its requests fail, holding nothing.
+      expect(results.map((r) => r.refusal?.code)).toEqual(["internal_error", "internal_error", "invalid_api_key"]);
+      expect(results[0]!.refusal!.message).toBe("Internal error.");
+      const held = await t.query<{ n: string }>(
+        `select count(*)::text as n from reservations where account_id = any($1::uuid[])`,
+        [[a, b]],
+      );
+      expect(held[0]!.n).toBe("0");
+    } finally {
+      await t.query(`drop trigger fail_boom on reservations`);
+    }
+  });
 });

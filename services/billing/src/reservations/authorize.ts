@@ -99,7 +99,7 @@ export async function authorizeBatch(
       outcomes[i] = await ctx.orm.em
         .fork()
         .transactional((em) => authorizePlanRequest(ctx, em, req, limits, now))
-        .catch(asOutcome);
+        .catch((err: unknown) => failure(ctx, err));
     }),
     shared.length === 0
       ? undefined
@@ -112,12 +112,20 @@ export async function authorizeBatch(
               now,
             ),
           ),
-        ).then((results) => {
-          results.forEach((outcome, k) => (outcomes[shared[k]!] = outcome));
-          // Committed: these accounts' wallets exist from now on.
-          if (ctx.openWallets.size >= 100_000) ctx.openWallets.clear();
-          for (const i of shared) ctx.openWallets.add(requests[i]!.accountId);
-        }),
+        ).then(
+          (results) => {
+            results.forEach((outcome, k) => (outcomes[shared[k]!] = outcome));
+            // Committed: these accounts' wallets exist from now on.
+            if (ctx.openWallets.size >= 100_000) ctx.openWallets.clear();
+            for (const i of shared) ctx.openWallets.add(requests[i]!.accountId);
+          },
+          // Rolled back: nothing is held for these, and the other parts' answers still stand
+          // (a failed call would hide grants already committed, leaving their holds to expiry).
+          (err: unknown) => {
+            const refusal = failure(ctx, err);
+            for (const i of shared) outcomes[i] = refusal;
+          },
+        ),
   ]);
   return outcomes as AuthorizeOutcome[];
 }
@@ -261,6 +269,13 @@ const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 function asOutcome(err: unknown): AppError {
   if (err instanceof AppError) return err;
   throw err;
+}
+
+/** A part of the batch failed: its requests are answered with the error, the others are not. */
+function failure(ctx: BillingContext, err: unknown): AppError {
+  if (err instanceof AppError) return err;
+  ctx.log.error({ err }, "authorize failed");
+  return new AppError("internal_error", "Internal error.");
 }
 
 /** Two batches that lock the same wallets cannot deadlock (ascending order), but a settler or the
