@@ -47,11 +47,10 @@
 import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import pg from "pg";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { eventNames } from "@mkt/runtime/nats";
-import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { config } from "./gateway/config.ts";
 import { chatBody, closedLoop, openPool, type RequestRecord, type Target, type TargetName } from "./gateway/load.ts";
 import { ensurePeerInstalled, startPeer, type Peer } from "./gateway/peer.ts";
@@ -127,12 +126,7 @@ function cleanUp(): Promise<void> {
     const nc = await connect({ servers: TEST_NATS_URL });
     await (await jetstreamManager(nc)).streams.delete(eventNames(prefix).usageStream).catch(() => undefined);
     await nc.close();
-    const admin = new URL(databaseUrl);
-    admin.pathname = "/postgres";
-    const adminDb = new pg.Client({ connectionString: admin.toString() });
-    await adminDb.connect();
-    await adminDb.query(`drop database if exists "${new URL(databaseUrl).pathname.slice(1)}" with (force)`);
-    await adminDb.end();
+    await dropDatabase(databaseUrl);
   })();
   return cleaned;
 }

@@ -21,7 +21,7 @@ import { connect } from "@nats-io/transport-node";
 import { createLogger } from "@mkt/runtime/logger";
 import { eventNames } from "@mkt/runtime/nats";
 import { costMicros, splitRevenue } from "@mkt/runtime/money";
-import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { loadBillingConfig } from "../services/billing/src/config.ts";
 import { startBilling } from "../services/billing/src/server.ts";
@@ -167,12 +167,7 @@ try {
   await db.end();
   await (await jetstreamManager(nc)).streams.delete(names.usageStream).catch(() => undefined);
   await nc.close();
-  const admin = new URL(databaseUrl);
-  admin.pathname = "/postgres";
-  const adminDb = new pg.Client({ connectionString: admin.toString() });
-  await adminDb.connect();
-  await adminDb.query(`drop database if exists "${new URL(databaseUrl).pathname.slice(1)}" with (force)`);
-  await adminDb.end();
+  await dropDatabase(databaseUrl);
 }
 
 function ms(since: number): number {

@@ -22,7 +22,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { randomToken } from "@mkt/runtime/ids";
 import { eventNames } from "@mkt/runtime/nats";
-import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { startProcesses, waitForHttp } from "../scripts/lib/processes.ts";
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000);
@@ -217,10 +217,5 @@ try {
   const nc = await connect({ servers: TEST_NATS_URL });
   await (await jetstreamManager(nc)).streams.delete(eventNames(prefix).usageStream).catch(() => undefined);
   await nc.close();
-  const admin = new URL(databaseUrl);
-  admin.pathname = "/postgres";
-  const adminDb = new pg.Client({ connectionString: admin.toString() });
-  await adminDb.connect();
-  await adminDb.query(`drop database if exists "${new URL(databaseUrl).pathname.slice(1)}" with (force)`);
-  await adminDb.end();
+  await dropDatabase(databaseUrl);
 }

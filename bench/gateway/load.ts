@@ -64,8 +64,37 @@ export function openPool(target: Target, connections: number): Pool {
   });
 }
 
-const headerOf = (value: string | string[] | undefined): string | undefined =>
+export const headerOf = (value: string | string[] | undefined): string | undefined =>
   Array.isArray(value) ? value[0] : value;
+
+/** The record of one request about to be sent: nothing known yet but when it started. */
+export function newRecord(target: Target, connection: number, scenario: string, warmup: boolean): RequestRecord {
+  return {
+    target: target.name,
+    scenario,
+    warmup,
+    connection,
+    start: performance.now(),
+    latencyMs: 0,
+    status: 0,
+    requestId: undefined,
+    promptTokens: undefined,
+    completionTokens: undefined,
+    complete: false,
+    serverError: false,
+  };
+}
+
+/** POSTs a chat body to the target as connection `connection` (its key, its headers). */
+export function postChat(pool: Pool, target: Target, connection: number, body: string, signal?: AbortSignal) {
+  return pool.request({
+    method: "POST",
+    path: target.path,
+    headers: { "content-type": "application/json", ...target.headers(connection) },
+    body,
+    signal,
+  });
+}
 
 /** One non-streaming chat completion, recorded whatever happens. */
 export async function sendOne(
@@ -76,28 +105,10 @@ export async function sendOne(
   scenario: string,
   warmup: boolean,
 ): Promise<RequestRecord> {
-  const start = performance.now();
-  const record: RequestRecord = {
-    target: target.name,
-    scenario,
-    warmup,
-    connection,
-    start,
-    latencyMs: 0,
-    status: 0,
-    requestId: undefined,
-    promptTokens: undefined,
-    completionTokens: undefined,
-    complete: false,
-    serverError: false,
-  };
+  const record = newRecord(target, connection, scenario, warmup);
+  const start = record.start;
   try {
-    const res = await pool.request({
-      method: "POST",
-      path: target.path,
-      headers: { "content-type": "application/json", ...target.headers(connection) },
-      body,
-    });
+    const res = await postChat(pool, target, connection, body);
     record.status = res.statusCode;
     record.requestId = headerOf(res.headers["x-request-id"]);
     const text = await res.body.text();

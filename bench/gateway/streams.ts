@@ -5,7 +5,7 @@
  * delta, then only the usage and error events), so the client spends little CPU per token.
  */
 import type { Pool } from "undici";
-import type { RequestRecord, Target } from "./load.ts";
+import { headerOf, newRecord, postChat, type RequestRecord, type Target } from "./load.ts";
 
 interface Chunk {
   choices?: Array<{ delta?: { content?: string | null } }>;
@@ -22,32 +22,12 @@ async function oneStream(
   warmup: boolean,
   timeoutMs: number,
 ): Promise<RequestRecord> {
-  const start = performance.now();
-  const record: RequestRecord = {
-    target: target.name,
-    scenario,
-    warmup,
-    connection,
-    start,
-    latencyMs: 0,
-    status: 0,
-    requestId: undefined,
-    promptTokens: undefined,
-    completionTokens: undefined,
-    complete: false,
-    serverError: false,
-  };
+  const record = newRecord(target, connection, scenario, warmup);
+  const start = record.start;
   try {
-    const res = await pool.request({
-      method: "POST",
-      path: target.path,
-      headers: { "content-type": "application/json", ...target.headers(connection) },
-      body,
-      signal: AbortSignal.timeout(timeoutMs),
-    });
+    const res = await postChat(pool, target, connection, body, AbortSignal.timeout(timeoutMs));
     record.status = res.statusCode;
-    const id = res.headers["x-request-id"];
-    record.requestId = Array.isArray(id) ? id[0] : id;
+    record.requestId = headerOf(res.headers["x-request-id"]);
     if (res.statusCode !== 200) {
       record.error = (await res.body.text()).slice(0, 200);
     } else {

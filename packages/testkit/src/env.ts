@@ -21,6 +21,20 @@ export function freshEventsPrefix(): string {
   return `t${randomBytes(5).toString("hex")}.`;
 }
 
+/** Drops the database `url` names (a test's or a benchmark's own), closing its connections. */
+export async function dropDatabase(url: string): Promise<void> {
+  const admin = new URL(url);
+  admin.pathname = "/postgres";
+  const name = decodeURIComponent(new URL(url).pathname.slice(1)).replaceAll('"', '""');
+  const client = new pg.Client({ connectionString: admin.toString() });
+  await client.connect();
+  try {
+    await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+  } finally {
+    await client.end();
+  }
+}
+
 /** Drops test databases left by earlier runs (older than an hour). */
 export async function dropStaleTestDatabases(): Promise<void> {
   const admin = new URL(BASE_DATABASE_URL);
