@@ -153,8 +153,15 @@ export async function* streamChat(
     clearTimeout(totalTimer);
     if (response && !response.body.destroyed) {
       if (sawDone) {
-        // The response ends right after [DONE]: read that tail so the connection returns to the pool.
-        void response.body.dump({ limit: 64 * 1024, signal: AbortSignal.timeout(1_000) }).catch(() => undefined);
+        // The response ends right after [DONE]: read that tail so the connection returns to the
+        // pool, and close it if the tail does not come (a plain timer, cleared in the usual case:
+        // an AbortSignal.timeout would build a DOMException per call when it fires).
+        const body = response.body;
+        const tail = setTimeout(() => body.destroy(), 1_000);
+        void body
+          .dump({ limit: 64 * 1024 })
+          .catch(() => undefined)
+          .finally(() => clearTimeout(tail));
       } else {
         // Leaving early (cancelled, failed, consumer stopped): close the connection.
         response.body.destroy();
