@@ -1,9 +1,8 @@
-import { isUuid } from "@mkt/runtime/ids";
+import { isUuid, newId } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import { affordableOutputTokens, costMicros } from "@mkt/runtime/money";
 import type { AuthorizeRequest, AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
 import { int8, type BillingContext, type Em } from "../context.ts";
-import { newId } from "@mkt/runtime/ids";
 import {
   checkRequestLimits,
   counterUpsert,
@@ -59,10 +58,12 @@ export async function authorize(ctx: BillingContext, req: AuthorizeRequest): Pro
 /**
  * Authorizes a batch of requests, answering each as if it had been authorized alone, in request
  * order. Requests on a scoped key each run their plan's transaction; all others share one
- * transaction with a fixed number of statements whatever the batch size (count the rate
- * windows, open and lock the wallets, insert the reservations, add the holds, take back the
- * counts of refused requests): under load the edge sends what arrived during its previous
- * call, so one commit and a handful of round trips serve dozens of requests.
+ * transaction with a fixed number of statements whatever the batch size (count the rate windows
+ * and lock the wallets in one, insert the reservations with their holds in another, and only when
+ * some were refused, take back their counts; a wallet is opened first for an account not seen
+ * before): under load the edge sends what arrived during its previous call, so one commit and a
+ * handful of round trips serve dozens of requests. A part that fails answers its own requests
+ * with the error; the others keep their answers.
  */
 export async function authorizeBatch(
   ctx: BillingContext,
