@@ -4,6 +4,7 @@ import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { Em } from "../context.ts";
 import { countPeriodUsage } from "../subscriptions/period-usage.ts";
+import { HOURLY_ACCUMULATE, HOURLY_COLUMNS } from "../usage/usage-records.ts";
 import { ledgerAccounts } from "../wallets/ledger.ts";
 import { clampTokens, reservationCharge, settleUsageEvent, type SettleOutcome } from "./settle-usage.ts";
 
@@ -198,21 +199,12 @@ async function insertUsageWithRollups(em: Em, charges: Charge[]): Promise<void> 
        values ${placeholders(rows.length, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz)")}
        returning *
      )
-     insert into usage_hourly (account_id, hour, model_id, provider, requests, input_tokens, output_tokens,
-       cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)
+     insert into usage_hourly ${HOURLY_COLUMNS}
      select account_id, date_trunc('hour', created_at, 'UTC'), model_id, provider, count(*), sum(input_tokens),
        sum(output_tokens), sum(cost_micros), sum(platform_fee_micros), sum(hoster_earned_micros), sum(latency_ms),
        count(*) filter (where not success)
      from inserted group by 1, 2, 3, 4
-     on conflict (account_id, hour, model_id, provider) do update set
-       requests = usage_hourly.requests + excluded.requests,
-       input_tokens = usage_hourly.input_tokens + excluded.input_tokens,
-       output_tokens = usage_hourly.output_tokens + excluded.output_tokens,
-       cost_micros = usage_hourly.cost_micros + excluded.cost_micros,
-       platform_fee_micros = usage_hourly.platform_fee_micros + excluded.platform_fee_micros,
-       hoster_earned_micros = usage_hourly.hoster_earned_micros + excluded.hoster_earned_micros,
-       latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum,
-       failed = usage_hourly.failed + excluded.failed`,
+     ${HOURLY_ACCUMULATE}`,
     rows.flat(),
   );
 }

@@ -73,21 +73,27 @@ export async function replaceUsageRecord(em: Em, previous: UsageRow, row: UsageR
   await addToHourlyRollup(em, row, 1n);
 }
 
+/** The columns of an hourly bucket, in the order both rollup writers insert them. */
+export const HOURLY_COLUMNS = `(account_id, hour, model_id, provider, requests, input_tokens, output_tokens,
+  cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)`;
+
+/** How a bucket takes in new figures: every column adds up (a negative row takes a record out). */
+export const HOURLY_ACCUMULATE = `on conflict (account_id, hour, model_id, provider) do update set
+  requests = usage_hourly.requests + excluded.requests,
+  input_tokens = usage_hourly.input_tokens + excluded.input_tokens,
+  output_tokens = usage_hourly.output_tokens + excluded.output_tokens,
+  cost_micros = usage_hourly.cost_micros + excluded.cost_micros,
+  platform_fee_micros = usage_hourly.platform_fee_micros + excluded.platform_fee_micros,
+  hoster_earned_micros = usage_hourly.hoster_earned_micros + excluded.hoster_earned_micros,
+  latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum,
+  failed = usage_hourly.failed + excluded.failed`;
+
 /** Adds (sign 1) or removes (sign -1) one record's figures in its hourly bucket. */
 async function addToHourlyRollup(em: Em, row: UsageRow, sign: 1n | -1n): Promise<void> {
   await em.execute(
-    `insert into usage_hourly (account_id, hour, model_id, provider, requests, input_tokens, output_tokens,
-       cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)
+    `insert into usage_hourly ${HOURLY_COLUMNS}
      values (?, date_trunc('hour', ?::timestamptz, 'UTC'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-     on conflict (account_id, hour, model_id, provider) do update set
-       requests = usage_hourly.requests + excluded.requests,
-       input_tokens = usage_hourly.input_tokens + excluded.input_tokens,
-       output_tokens = usage_hourly.output_tokens + excluded.output_tokens,
-       cost_micros = usage_hourly.cost_micros + excluded.cost_micros,
-       platform_fee_micros = usage_hourly.platform_fee_micros + excluded.platform_fee_micros,
-       hoster_earned_micros = usage_hourly.hoster_earned_micros + excluded.hoster_earned_micros,
-       latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum,
-       failed = usage_hourly.failed + excluded.failed`,
+     ${HOURLY_ACCUMULATE}`,
     [
       row.accountId,
       row.at,
