@@ -70,27 +70,12 @@ export async function openWallet(em: Em, accountId: string, startingCredit: Micr
 
 /** Posted balance and open holds of a wallet, locked for the rest of the transaction. */
 export async function lockWallet(em: Em, accountId: string): Promise<{ posted: Micros; held: Micros }> {
-  return (await lockWallets(em, [accountId])).get(accountId)!;
-}
-
-/** Posted balances and open holds of several wallets, locked in ascending account order. */
-export async function lockWallets(
-  em: Em,
-  accountIds: readonly string[],
-): Promise<Map<string, { posted: Micros; held: Micros }>> {
-  const rows = await em.execute(
-    `select account_id, posted_micros, held_micros from wallets
-     where account_id in (${accountIds.map(() => "?").join(", ")}) order by account_id for update`,
-    [...accountIds],
-  );
-  const wallets = new Map(
-    rows.map((row) => [
-      row.account_id as string,
-      { posted: BigInt(row.posted_micros as string), held: BigInt(row.held_micros as string) },
-    ]),
-  );
-  for (const id of accountIds) if (!wallets.has(id)) throw new Error(`wallet ${id} not found`);
-  return wallets;
+  const rows = await em.execute(`select posted_micros, held_micros from wallets where account_id = ? for update`, [
+    accountId,
+  ]);
+  const row = rows[0];
+  if (!row) throw new Error(`wallet ${accountId} not found`);
+  return { posted: BigInt(row.posted_micros as string), held: BigInt(row.held_micros as string) };
 }
 
 /** Renders micro-USD as "$4.999877" (at least two decimals) for user-facing messages. */
