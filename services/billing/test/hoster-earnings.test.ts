@@ -1,11 +1,11 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createLogger } from "@mkt/runtime/logger";
 import type { Product } from "@mkt/proto/registry/v1/registry";
-import { startTestAccounts, type TestAccounts } from "../../accounts/test/accounts-harness.ts";
+import type { TestAccounts } from "../../accounts/test/accounts-harness.ts";
 import { maskEmail } from "../src/earnings/masked-email.ts";
-import { authorizeRequest, startTestBilling, type TestBilling } from "./billing-harness.ts";
-import { startRegistryDouble, type RegistryDouble } from "./registry-double.ts";
+import { authorizeRequest, type TestBilling } from "./billing-harness.ts";
+import type { RegistryDouble } from "./registry-double.ts";
+import { startBillingWithPeers, type BillingWithPeers } from "./saga-peers.ts";
 import { refusal } from "@mkt/testkit/refusal";
 
 // The hoster's reports against real accounts (e-mails) and a registry double (plans), on
@@ -15,19 +15,12 @@ let now = new Date("2030-01-10T12:00:00.000Z");
 let accounts: TestAccounts;
 let registry: RegistryDouble;
 let t: TestBilling;
+let peers: BillingWithPeers | undefined;
 beforeAll(async () => {
-  accounts = await startTestAccounts();
-  registry = await startRegistryDouble(createLogger("registry-double", "silent"));
-  t = await startTestBilling(
-    { ACCOUNTS_ADDR: `127.0.0.1:${accounts.accounts.port}`, REGISTRY_ADDR: `127.0.0.1:${registry.port}` },
-    { clock: () => now },
-  );
+  peers = await startBillingWithPeers(() => now);
+  ({ accounts, registry, billing: t } = peers);
 });
-afterAll(async () => {
-  await t?.close();
-  await registry?.close();
-  await accounts?.close();
-});
+afterAll(() => peers?.close());
 
 const at = (iso: string) => (now = new Date(iso));
 

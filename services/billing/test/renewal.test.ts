@@ -1,10 +1,11 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "@mkt/runtime/logger";
-import { startTestAccounts, type TestAccounts } from "../../accounts/test/accounts-harness.ts";
+import type { TestAccounts } from "../../accounts/test/accounts-harness.ts";
 import { startBilling } from "../src/server.ts";
-import { authorizeRequest, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
-import { startRegistryDouble, type RegistryDouble } from "./registry-double.ts";
+import { authorizeRequest, ledgerInvariants, type TestBilling } from "./billing-harness.ts";
+import type { RegistryDouble } from "./registry-double.ts";
+import { startBillingWithPeers, type BillingWithPeers } from "./saga-peers.ts";
 import { refusal } from "@mkt/testkit/refusal";
 
 // Renewal against a real accounts service and a registry double, on billing's clock: every test
@@ -13,19 +14,12 @@ let now = new Date("2027-01-31T10:00:00.000Z");
 let accounts: TestAccounts;
 let registry: RegistryDouble;
 let t: TestBilling;
+let peers: BillingWithPeers | undefined;
 beforeAll(async () => {
-  accounts = await startTestAccounts();
-  registry = await startRegistryDouble(createLogger("registry-double", "silent"));
-  t = await startTestBilling(
-    { ACCOUNTS_ADDR: `127.0.0.1:${accounts.accounts.port}`, REGISTRY_ADDR: `127.0.0.1:${registry.port}` },
-    { clock: () => now },
-  );
+  peers = await startBillingWithPeers(() => now);
+  ({ accounts, registry, billing: t } = peers);
 });
-afterAll(async () => {
-  await t?.close();
-  await registry?.close();
-  await accounts?.close();
-});
+afterAll(() => peers?.close());
 
 /** A `subscription` plan (registry requires included tokens on it) of a new hoster. */
 const monthlyPlan = (monthlyPriceMicros: bigint) =>

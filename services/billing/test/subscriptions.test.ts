@@ -2,12 +2,12 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isWellFormedApiKey, newApiKey } from "@mkt/runtime/api-key-format";
 import type { AppError } from "@mkt/runtime/errors";
-import { createLogger } from "@mkt/runtime/logger";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
 import { KeyRevoked } from "@mkt/proto/events/v1/events";
-import { startTestAccounts, type TestAccounts } from "../../accounts/test/accounts-harness.ts";
-import { authorizeRequest, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
-import { startRegistryDouble, type RegistryDouble } from "./registry-double.ts";
+import type { TestAccounts } from "../../accounts/test/accounts-harness.ts";
+import { authorizeRequest, ledgerInvariants, type TestBilling } from "./billing-harness.ts";
+import type { RegistryDouble } from "./registry-double.ts";
+import { startBillingWithPeers, type BillingWithPeers } from "./saga-peers.ts";
 import { refusal } from "@mkt/testkit/refusal";
 
 // The saga against a real accounts service (scoped keys, keys.revoked) and a registry double
@@ -16,19 +16,12 @@ let now = new Date("2026-01-31T12:00:00.000Z");
 let accounts: TestAccounts;
 let registry: RegistryDouble;
 let t: TestBilling;
+let peers: BillingWithPeers | undefined;
 beforeAll(async () => {
-  accounts = await startTestAccounts();
-  registry = await startRegistryDouble(createLogger("registry-double", "silent"));
-  t = await startTestBilling(
-    { ACCOUNTS_ADDR: `127.0.0.1:${accounts.accounts.port}`, REGISTRY_ADDR: `127.0.0.1:${registry.port}` },
-    { clock: () => now },
-  );
+  peers = await startBillingWithPeers(() => now);
+  ({ accounts, registry, billing: t } = peers);
 });
-afterAll(async () => {
-  await t?.close();
-  await registry?.close();
-  await accounts?.close();
-});
+afterAll(() => peers?.close());
 
 async function customer(): Promise<string> {
   const { account } = await accounts.signUp();
