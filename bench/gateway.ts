@@ -66,7 +66,8 @@ import {
 import { sampleRss } from "./gateway/rss.ts";
 import { countByStatus, summarize } from "./gateway/stats.ts";
 import { preconnect, streamsAtOnce } from "./gateway/streams.ts";
-import { freePort, MODEL_PRICES, System, type Account } from "./gateway/system.ts";
+import { freePort } from "@mkt/testkit/ports";
+import { MODEL_PRICES, System, type Account } from "./gateway/system.ts";
 import { Verifier } from "./gateway/verify.ts";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");

@@ -10,7 +10,7 @@
  * keep their memory history) across all scenarios.
  */
 import { randomBytes } from "node:crypto";
-import { createServer } from "node:net";
+import { freePort } from "@mkt/testkit/ports";
 import { startProcesses, waitForHttp, type ProcessSpec, type Supervisor } from "../../scripts/lib/processes.ts";
 
 export interface Account {
@@ -25,17 +25,6 @@ export interface ModelSettings {
 
 /** What the registry is told the model costs (its default demo-small prices), micro-USD per 1M tokens. */
 export const MODEL_PRICES = { input: 500_000n, output: 1_500_000n };
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 export interface SystemOptions {
   root: string;

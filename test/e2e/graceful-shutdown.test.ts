@@ -8,7 +8,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { get } from "node:http";
 import { randomBytes } from "node:crypto";
-import { createServer, type AddressInfo } from "node:net";
+import { freePort } from "@mkt/testkit/ports";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -61,14 +61,6 @@ function startChild(entry: string, env: Record<string, string>): Child {
   child.stderr!.on("data", keep);
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   return { process: child, exited, output: () => lines.slice(-30).join("\n") };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 async function waitForReady(url: string, child: Child, timeoutMs = 15_000): Promise<void> {

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { createServer, type AddressInfo } from "node:net";
+import { freePort } from "@mkt/testkit/ports";
 import { createLogger } from "@mkt/runtime/logger";
 import { randomToken } from "@mkt/runtime/ids";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
@@ -107,15 +107,6 @@ export async function startSystem(
       await model.close();
     },
   };
-}
-
-/** A TCP port free on loopback right now (the OS picks it; it is released before returning). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 /** Signs up a fresh customer through the public API and returns its key. */
