@@ -135,6 +135,19 @@ describe("OutputBudget", () => {
     expect(text.startsWith(budget.text)).toBe(true);
   });
 
+  it("lets pieces through on their byte length far from the limit, then cuts at the exact token count", () => {
+    // Five bytes and one token a piece: bytes reach the limit after a fifth of the tokens it allows.
+    for (const piece of [" word", "😀", "日本"]) {
+      const limit = 50;
+      const budget = new OutputBudget(limit);
+      const kept = Array.from({ length: 400 }, () => budget.take(piece)).join("");
+      expect(kept).toBe(budget.text);
+      expect(budget.exhausted).toBe(true);
+      expect(countTextTokens(budget.text)).toBeLessThanOrEqual(limit);
+      expect(countTextTokens(budget.text + piece)).toBeGreaterThan(limit);
+    }
+  });
+
   it("never cuts inside a character", () => {
     const budget = new OutputBudget(1);
     const kept = budget.take("日本語");

@@ -7,16 +7,22 @@ import { countTextTokens, decodeTokens, encodeText } from "@mkt/runtime/tokens";
  * go past the limit to the tokens left; after that nothing more is taken.
  *
  * Counting the whole text again on every piece would cost quadratic time on a long answer, so
- * `take` adds each piece's own count (a sum that is at least the whole text's count for BPE
- * text, give or take a merge at the joins) and counts the whole text exactly only when that sum
- * would cross the limit. An honest upstream reaches the limit once or twice; one that splits its
- * text into tiny pieces causes a recount each time the gap left shrinks, a few dozen at most.
+ * `take` keeps an upper estimate and counts the whole text exactly only when the estimate would
+ * cross the limit. Far from the limit the estimate adds each piece's UTF-8 length, which bounds
+ * its tokens (every BPE token is at least one byte) without running the tokenizer: most answers
+ * end well under their cap, and a stream then costs one count, at its end, instead of one per
+ * chunk. From the first time bytes would cross the limit on, it adds each piece's own token count
+ * (a sum that is at least the whole text's count for BPE text, give or take a merge at the
+ * joins). An honest upstream reaches the limit once or twice; one that splits its text into tiny
+ * pieces causes a recount each time the gap left shrinks, a few dozen at most.
  */
 export class OutputBudget {
   readonly limit: number;
   #text = "";
-  /** An upper estimate of the tokens in #text: an exact count plus the pieces' counts since. */
+  /** An upper estimate of the tokens in #text: an exact count plus the pieces' bytes or counts since. */
   #estimate = 0;
+  /** Pieces are estimated by their bytes until bytes first come near the limit. */
+  #byBytes = true;
   /** True once a piece was cut or refused: the caller has all the output it may have. */
   exhausted = false;
 
@@ -33,6 +39,16 @@ export class OutputBudget {
   take(piece: string): string {
     if (piece === "") return piece;
     if (this.exhausted) return "";
+    if (this.#byBytes) {
+      const pieceBytes = Buffer.byteLength(piece, "utf8");
+      if (this.#estimate + pieceBytes <= this.limit) {
+        this.#text += piece;
+        this.#estimate += pieceBytes;
+        return piece;
+      }
+      this.#byBytes = false;
+      this.#estimate = countTextTokens(this.#text);
+    }
     const pieceTokens = countTextTokens(piece);
     if (this.#estimate + pieceTokens <= this.limit) {
       this.#text += piece;
