@@ -20,6 +20,28 @@ export interface Supervisor {
 }
 
 /**
+ * The memory settings every process of the system runs with, here and in the image
+ * (deploy/Dockerfile sets the same values; test/deploy checks they agree). docs/decisions.md,
+ * "Memory of the processes", has the measurements.
+ */
+export const PROCESS_ENV = {
+  // Under a high allocation rate V8 grows each young-generation semi-space up to 64 MiB and keeps
+  // it: ~130 MiB of RSS in the edge and the registry for a heap of ~30 MiB. 16 MiB keeps the cost
+  // of a minor GC low and the young generation three times smaller.
+  NODE_OPTIONS: "--max-semi-space-size=16",
+  // glibc raises its mmap threshold to the largest block freed (up to 32 MiB), so after the first
+  // password hash (scrypt takes 16 MiB) those blocks come from arenas that are never given back:
+  // ~70 MiB kept by accounts after a burst of sign-ups. A fixed threshold returns them.
+  MALLOC_MMAP_THRESHOLD_: "131072",
+} as const;
+
+/** The child's environment: the launcher's, PROCESS_ENV (NODE_OPTIONS appended to), the spec's. */
+function childEnv(spec: ProcessSpec): NodeJS.ProcessEnv {
+  const nodeOptions = [PROCESS_ENV.NODE_OPTIONS, process.env.NODE_OPTIONS].filter(Boolean).join(" ");
+  return { ...process.env, ...PROCESS_ENV, NODE_OPTIONS: nodeOptions, ...spec.env };
+}
+
+/**
  * Starts each process with the same Node binary as the launcher (Node 24, pinned by the `node`
  * dev dependency), its output appended to logs/<name>.log (options.logDir: another directory).
  * When one exits unexpectedly the launcher reports it with the end of its log and stops the rest:
@@ -40,7 +62,7 @@ export function startProcesses(
     const log = createWriteStream(logPath, { flags: "a" });
     const child = spawn(process.execPath, [join(root, spec.entry)], {
       cwd: root,
-      env: { ...process.env, ...spec.env },
+      env: childEnv(spec),
       stdio: ["ignore", "pipe", "pipe"],
     });
     child.stdout!.pipe(log);

@@ -28,6 +28,7 @@ import {
   type K8sObject,
   type ProcessConfig,
 } from "./manifests.ts";
+import { PROCESS_ENV } from "../../scripts/lib/processes.ts";
 
 // docker-compose.yml, deploy/Dockerfile, deploy/envoy and deploy/k8s/base checked against the
 // code: the processes scripts/start.ts launches and the variables their config loaders require.
@@ -490,6 +491,19 @@ describe("deploy/Dockerfile", () => {
     expect(cmd[0]).toBe("node");
     expect(exists(cmd[1]!), cmd[1]).toBe(true);
     expect(instructions(final, "ENTRYPOINT")).toEqual([]);
+  });
+
+  it("runs every process with the launcher's memory settings, which compose and Kubernetes leave alone", () => {
+    const env = Object.fromEntries(
+      instructions(final, "ENV").flatMap((args) =>
+        [...args.matchAll(/(\w+)=("[^"]*"|\S+)/g)].map(([, name, value]) => [name!, value!.replace(/^"|"$/g, "")]),
+      ),
+    );
+    expect(env).toMatchObject(PROCESS_ENV);
+    const k8s = kustomization().resources.map((f) => `${K8S_BASE}/${f}`);
+    for (const path of ["docker-compose.yml", ...k8s]) {
+      for (const name of Object.keys(PROCESS_ENV)) expect(read(path), path).not.toContain(name);
+    }
   });
 
   it("installs production dependencies with npm ci --omit=dev, seeing every workspace", () => {
