@@ -136,7 +136,7 @@ describe("OutputBudget", () => {
   });
 
   it("lets pieces through on their byte length far from the limit, then cuts at the exact token count", () => {
-    // Five bytes and one token a piece: bytes reach the limit after a fifth of the tokens it allows.
+    // Each piece has more bytes than tokens, so bytes reach the limit well before the tokens do.
     for (const piece of [" word", "😀", "日本"]) {
       const limit = 50;
       const budget = new OutputBudget(limit);
