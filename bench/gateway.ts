@@ -52,6 +52,15 @@ import { connect } from "@nats-io/transport-node";
 import { eventNames } from "@mkt/runtime/nats";
 import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { config } from "./gateway/config.ts";
+import {
+  LOAD_GENERATOR,
+  measureProcesses,
+  perRequest,
+  pidsNamed,
+  served,
+  type Counters,
+  type ProcessGroups,
+} from "./gateway/process-stats.ts";
 import { chatBody, closedLoop, openPool, type RequestRecord, type Target, type TargetName } from "./gateway/load.ts";
 import { ensurePeerInstalled, startPeer, type Peer } from "./gateway/peer.ts";
 import {
@@ -163,7 +172,23 @@ function targets(accounts: readonly Account[]): Record<TargetName, () => Target>
   };
 }
 
-function loadRun(target: TargetName, connections: number, records: RequestRecord[], seconds: number): LoadRun {
+/** The processes that serve each target's requests (the upstream is in all three). */
+function processGroups(target: TargetName): ProcessGroups {
+  const one = (pid: number | undefined) => () => (pid ? [pid] : []);
+  const upstream = { upstream: one(system.modelPid()) };
+  if (target === "direct") return upstream;
+  if (target === "peer") return { peer: one(peer?.pid), ...upstream };
+  const ours = Object.fromEntries(Object.entries(system.pids()).map(([name, pid]) => [name, one(pid)]));
+  return { ...ours, postgres: () => pidsNamed("postgres"), nats: () => pidsNamed("nats-server"), ...upstream };
+}
+
+function loadRun(
+  target: TargetName,
+  connections: number,
+  records: RequestRecord[],
+  seconds: number,
+  spent: Record<string, Counters>,
+): LoadRun {
   const good = records.filter((r) => r.status === 200 && r.complete);
   return {
     target,
@@ -173,7 +198,17 @@ function loadRun(target: TargetName, connections: number, records: RequestRecord
     rps: good.length / seconds,
     latency: summarize(good.map((r) => r.latencyMs)),
     errors: countByStatus(records.filter((r) => !(r.status === 200 && r.complete)).map((r) => r.status)),
+    perRequest: perRequest(spent, records.length),
   };
+}
+
+/** "edge 0.48 ms 2.1 writes 1.9 sleeps, …; all 2.70 ms 11.2 writes 10.3 sleeps (load generator …)". */
+function costLine(stats: Record<string, Counters>): string {
+  const one = (c: Counters) => `${c.cpuMs.toFixed(2)} ms ${c.writes.toFixed(1)} writes ${c.sleeps.toFixed(1)} sleeps`;
+  const parts = Object.entries(stats)
+    .filter(([name]) => name !== LOAD_GENERATOR)
+    .map(([name, c]) => `${name} ${one(c)}`);
+  return `${parts.join(", ")}; all ${one(served(stats))} (${LOAD_GENERATOR} ${one(stats[LOAD_GENERATOR]!)})`;
 }
 
 /** Scenarios 1 and 2: a warm-up, then the measured closed loop, for each target in turn. */
@@ -197,6 +232,7 @@ async function closedLoopScenario(
         scenario,
         warmup: true,
       });
+      const usage = measureProcesses(processGroups(name));
       const run = await closedLoop(pool, target, {
         connections,
         durationMs: seconds * 1000,
@@ -204,8 +240,8 @@ async function closedLoopScenario(
         scenario,
         warmup: false,
       });
+      const result = loadRun(name, connections, run.records, run.seconds, usage.stop());
       if (name === "ours") oursSent.push(...warm.records, ...run.records);
-      const result = loadRun(name, connections, run.records, run.seconds);
       runs[name] = result;
       const errors =
         Object.entries(result.errors)
@@ -213,7 +249,8 @@ async function closedLoopScenario(
           .join(", ") || "none";
       step(
         `${scenario} ${name.padEnd(6)} ${result.requests} requests in ${run.seconds.toFixed(1)} s = ${result.rps.toFixed(1)}/s, ` +
-          `p50 ${result.latency.p50.toFixed(2)} p99 ${result.latency.p99.toFixed(2)} mean ${result.latency.mean.toFixed(2)} ms, errors: ${errors}`,
+          `p50 ${result.latency.p50.toFixed(2)} p99 ${result.latency.p99.toFixed(2)} mean ${result.latency.mean.toFixed(2)} ms, errors: ${errors}\n` +
+          `           per request: ${costLine(result.perRequest)}`,
       );
     } finally {
       await pool.close();

@@ -17,6 +17,7 @@ export function ensurePeerInstalled(root: string): void {
 
 export interface Peer {
   url: string;
+  pid: number | undefined;
   stop(): Promise<void>;
 }
 
@@ -38,6 +39,7 @@ export async function startPeer(root: string, port: number, logDir: string): Pro
   }
   return {
     url,
+    pid: child.pid,
     async stop() {
       if (child.exitCode !== null) return;
       const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));

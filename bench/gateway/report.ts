@@ -2,6 +2,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { TargetName } from "./load.ts";
+import { served, type Counters } from "./process-stats.ts";
 import type { RssPeaks } from "./rss.ts";
 import type { Summary } from "./stats.ts";
 import type { Verdict } from "./verify.ts";
@@ -16,6 +17,8 @@ export interface LoadRun {
   latency: Summary;
   /** Requests that did not end 200 with a whole answer, by status ("0": no response). */
   errors: Record<string, number>;
+  /** What each process involved spent per request (bench/gateway/process-stats.ts). */
+  perRequest: Record<string, Counters>;
 }
 
 export interface StreamRun {
@@ -131,6 +134,21 @@ export function printTable(r: Results): void {
       t.ours?.latency[k],
       t.peer?.latency[k],
       ratio(t.ours?.latency[k], t.peer?.latency[k]),
+    ]);
+  }
+  for (const [label, key] of [
+    ["CPU ms", "cpuMs"],
+    ["writes", "writes"],
+    ["sleeps", "sleeps"],
+  ] as const) {
+    const per = (run: LoadRun | undefined) => (run ? served(run.perRequest)[key] : undefined);
+    rows.push([
+      `64 conn: ${label} per request`,
+      per(t.direct),
+      per(t.ours),
+      per(t.peer),
+      ratio(per(t.ours), per(t.peer)),
+      2,
     ]);
   }
   rows.push(["64 conn: errors", errors(t.direct), errors(t.ours), errors(t.peer), undefined, 0]);

@@ -175,6 +175,11 @@ export class System {
     return pids;
   }
 
+  /** The upstream's process id (it is restarted between scenarios). */
+  modelPid(): number | undefined {
+    return this.upstream?.children.get("local-model")?.pid;
+  }
+
   /** Signs `count` accounts up through POST /v1/accounts and tops each up through the admin API. */
   async createAccounts(count: number, topUpUsd: number, parallel = 8): Promise<Account[]> {
     const accounts: Account[] = [];
