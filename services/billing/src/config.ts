@@ -67,6 +67,9 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
       STARTING_CREDIT_USD: usdAmount({ default: 5_000_000n }),
       RESERVATION_TTL_SECONDS: intBetween(1, 7 * 24 * 3600)({ default: 900 }),
       SETTLE_BATCH_SIZE: intBetween(1, 10_000)({ default: 500 }),
+      // The settler pulls again at most this often after a batch: under load the events of one
+      // window share a transaction, while a lone event still settles as soon as it arrives.
+      SETTLE_BATCH_WINDOW_MS: intBetween(0, 5_000)({ default: 50 }),
       // Usage records per message of an ExportUsage stream (one keyset-paginated query each).
       USAGE_EXPORT_BATCH_SIZE: intBetween(1, 50_000)({ default: 5_000 }),
       // How often each replica looks for subscriptions whose period has ended (and retries past-due

@@ -8,6 +8,8 @@ let t: TestBilling;
 beforeAll(async () => {
   t = await startTestBilling({
     SETTLE_BATCH_SIZE: "50",
+    // Long enough that the events published right after a batch all wait for the next one.
+    SETTLE_BATCH_WINDOW_MS: "300",
     TIERS: JSON.stringify({ free: { limit_per_minute: 1000, limit_per_day: 10000 } }),
   });
 });
@@ -159,6 +161,34 @@ describe("usage settlement", () => {
     const [count] = await t.query(`select count(*)::text as n from usage_records where account_id = $1`, [accountId]);
     expect(count?.n).toBe("120");
     expect((await t.client.getBalance({ accountId })).creditBalanceMicros).toBe(5_000_000n - 120n * 275n);
+  });
+
+  it("settles a lone event at once and the events arriving within the window after it together", async () => {
+    const accountId = randomUUID();
+    const all = await Promise.all(Array.from({ length: 6 }, () => authorized({ accountId })));
+    const [first, ...rest] = all;
+    const usage = { inputTokens: 100n, outputTokens: 150n, latencyMs: 10n };
+    // Past the window of the batches before this test: the settler is waiting for an event.
+    await t.waitSettled();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const published = performance.now();
+    await t.publishUsage(first!.event(usage));
+    await settledOnce(first!.req.requestId);
+    // The window holds the next pull, not the first event of a quiet consumer.
+    expect(performance.now() - published).toBeLessThan(300);
+    // Spaced out, as a trickle of requests would be: without the window each would settle alone.
+    for (const { event } of rest) {
+      await t.publishUsage(event(usage));
+      await new Promise((resolve) => setTimeout(resolve, 30));
+    }
+    await t.waitSettled();
+    // One transaction per batch: its entries share the transaction's timestamp.
+    const batches = await t.query<{ created_at: Date; n: string }>(
+      `select created_at, count(*)::text as n from journal_entries
+       where kind = 'usage' and reference = any($1) group by created_at order by created_at`,
+      [all.map(({ req }) => req.requestId)],
+    );
+    expect(batches.map((b) => b.n)).toEqual(["1", "5"]);
   });
 
   it("records an event with no reservation at no cost", async () => {

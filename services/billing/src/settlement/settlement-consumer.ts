@@ -25,7 +25,8 @@ interface Decoded {
 
 /**
  * Settles usage.completed events from the durable pull consumer: batches of up to
- * SETTLE_BATCH_SIZE, one transaction per batch, acknowledged only after the commit.
+ * SETTLE_BATCH_SIZE, one transaction per batch, acknowledged only after the commit, at most one
+ * batch per SETTLE_BATCH_WINDOW_MS.
  */
 export async function startSettlementConsumer(
   ctx: BillingContext,
@@ -58,6 +59,7 @@ export async function startSettlementConsumer(
         // at once, and a backlog settles in batches of up to SETTLE_BATCH_SIZE.
         const first = await consumer.next({ expires: IDLE_WAIT_MS });
         if (!first) continue;
+        const windowEnds = performance.now() + ctx.config.SETTLE_BATCH_WINDOW_MS;
         const batch: JsMsg[] = [first];
         const queued = Math.min(first.info.pending, ctx.config.SETTLE_BATCH_SIZE - 1);
         if (queued > 0) {
@@ -65,6 +67,11 @@ export async function startSettlementConsumer(
           for await (const msg of messages) batch.push(msg);
         }
         await settleBatch(batch);
+        // Each batch costs a dozen round trips to PostgreSQL whatever its size: pulling again only
+        // when the window is over lets the events that arrive meanwhile share the next one. At
+        // 600 requests/s this halved billing's and PostgreSQL's CPU per request (bench/README.md).
+        const rest = windowEnds - performance.now();
+        if (rest > 0 && !stopped) await new Promise((resolve) => setTimeout(resolve, rest));
       } catch (err) {
         if (stopped) break;
         log.error({ err }, "settlement fetch failed; retrying");
