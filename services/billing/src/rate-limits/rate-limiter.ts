@@ -1,4 +1,5 @@
 import { AppError } from "@mkt/runtime/errors";
+import type { Statement } from "@mkt/runtime/pipelined-transaction";
 import type { Tiers, TierLimits } from "../config.ts";
 import { int8, type Em } from "../context.ts";
 import { RateCounter } from "./rate-counter.entity.ts";
@@ -42,7 +43,7 @@ export async function admitRequest(em: Em, accountId: string, limits: TierLimits
 /**
  * Adds `n` requests to each account's minute and day counters in one statement (accounts in
  * ascending order, the order every Authorize locks them in) and returns each account's counts
- * before this call. Refused requests must be taken off again (uncountRequests) in the same
+ * before this call. Refused requests must be taken off again (uncountStatement) in the same
  * transaction.
  */
 export async function countRequests(
@@ -55,7 +56,7 @@ export async function countRequests(
 }
 
 /** The upsert of countRequests, for a statement that does more in the same round trip. */
-export function counterUpsert(counts: ReadonlyMap<string, number>, now: Date): { sql: string; params: unknown[] } {
+export function counterUpsert(counts: ReadonlyMap<string, number>, now: Date): Statement {
   const w = currentWindows(now);
   const accounts = [...counts.keys()].sort();
   return {
@@ -83,18 +84,20 @@ export function countsBefore(
   return before;
 }
 
-/** Takes back requests countRequests counted that were refused later in the same transaction. */
-export async function uncountRequests(em: Em, counts: ReadonlyMap<string, number>, now: Date): Promise<void> {
-  if (counts.size === 0) return;
+/**
+ * The statement that takes back requests counted (counterUpsert) and refused afterwards. Run in
+ * the counting transaction, or after it for a refusal found only at its end.
+ */
+export function uncountStatement(counts: ReadonlyMap<string, number>, now: Date): Statement {
   const w = currentWindows(now);
   const accounts = [...counts.keys()].sort();
-  await em.execute(
-    `update rate_counters c set count = c.count - v.n
+  return {
+    sql: `update rate_counters c set count = c.count - v.n
      from (values ${accounts.map(() => "(?::uuid, ?::bigint)").join(", ")}) as v(account_id, n)
      where c.account_id = v.account_id
        and ((c."window" = 'minute' and c.window_start = ?) or (c."window" = 'day' and c.window_start = ?))`,
-    [...accounts.flatMap((id) => [id, counts.get(id)!]), w.minuteStart, w.dayStart],
-  );
+    params: [...accounts.flatMap((id) => [id, counts.get(id)!]), w.minuteStart, w.dayStart],
+  };
 }
 
 /** Refuses a request whose counts (itself included) pass the tier's limits; else its status. */

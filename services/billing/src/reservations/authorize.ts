@@ -1,14 +1,15 @@
 import { isUuid, newId } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
+import { pipelinedTransaction, type Pipeline, type Row, type Statement } from "@mkt/runtime/pipelined-transaction";
 import { affordableOutputTokens, costMicros } from "@mkt/runtime/money";
 import type { AuthorizeRequest, AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
-import { int8, type BillingContext, type Em } from "../context.ts";
+import { int8, type BillingContext } from "../context.ts";
 import {
   checkRequestLimits,
   counterUpsert,
   countsBefore,
   tierLimits,
-  uncountRequests,
+  uncountStatement,
 } from "../rate-limits/rate-limiter.ts";
 import { authorizePlanRequest } from "../subscriptions/plan-authorize.ts";
 import { openWallet } from "../wallets/ledger.ts";
@@ -16,9 +17,9 @@ import {
   alreadyAuthorized,
   checkContext,
   choicesOf,
-  insertReservations,
   insufficientCredits,
   MAX_CHOICES,
+  reservationInsert,
 } from "./reservation-hold.ts";
 
 export const PROVIDERS = ["local", "hoster", "cloud"] as const;
@@ -58,12 +59,12 @@ export async function authorize(ctx: BillingContext, req: AuthorizeRequest): Pro
 /**
  * Authorizes a batch of requests, answering each as if it had been authorized alone, in request
  * order. Requests on a scoped key each run their plan's transaction; all others share one
- * transaction with a fixed number of statements whatever the batch size (count the rate windows
- * and lock the wallets in one, insert the reservations with their holds in another, and only when
- * some were refused, take back their counts; a wallet is opened first for an account not seen
- * before): under load the edge sends what arrived during its previous call, so one commit and a
- * handful of round trips serve dozens of requests. A part that fails answers its own requests
- * with the error; the others keep their answers.
+ * transaction of two round trips whatever the batch size (BEGIN with the statement that counts
+ * the rate windows and locks the wallets, then the one that takes back refused requests' counts
+ * and inserts the reservations with their holds, with COMMIT; a wallet is opened first for an
+ * account not seen before): under load the edge sends what arrived during its previous call, so
+ * one commit serves dozens of requests. A part that fails answers its own requests with the
+ * error; the others keep their answers.
  */
 export async function authorizeBatch(
   ctx: BillingContext,
@@ -104,22 +105,12 @@ export async function authorizeBatch(
     }),
     shared.length === 0
       ? undefined
-      : withDeadlockRetry(() =>
-          ctx.orm.em.fork().transactional((em) =>
-            authorizeShared(
-              ctx,
-              em,
-              shared.map((i) => requests[i]!),
-              now,
-            ),
-          ),
+      : authorizeShared(
+          ctx,
+          shared.map((i) => requests[i]!),
+          now,
         ).then(
-          (results) => {
-            results.forEach((outcome, k) => (outcomes[shared[k]!] = outcome));
-            // Committed: these accounts' wallets exist from now on.
-            if (ctx.openWallets.size >= 100_000) ctx.openWallets.clear();
-            for (const i of shared) ctx.openWallets.add(requests[i]!.accountId);
-          },
+          (results) => results.forEach((outcome, k) => (outcomes[shared[k]!] = outcome)),
           // Rolled back: nothing is held for these, and the other parts' answers still stand
           // (a failed call would hide grants already committed, leaving their holds to expiry).
           (err: unknown) => {
@@ -141,24 +132,61 @@ interface Admitted {
 /** The requests without a subscription, in one transaction; accounts locked in ascending order. */
 async function authorizeShared(
   ctx: BillingContext,
-  em: Em,
   requests: AuthorizeRequest[],
   now: Date,
 ): Promise<AuthorizeOutcome[]> {
-  const outcomes: AuthorizeOutcome[] = new Array(requests.length);
   const order = requests.map((_, i) => i).sort((a, b) => compare(requests[a]!.accountId, requests[b]!.accountId));
   const perAccount = new Map<string, number>();
   for (const i of order) perAccount.set(requests[i]!.accountId, (perAccount.get(requests[i]!.accountId) ?? 0) + 1);
-  const accounts = [...perAccount.keys()];
-
-  for (const accountId of accounts) {
-    if (!ctx.openWallets.has(accountId)) await openWallet(em, accountId, ctx.config.STARTING_CREDIT_USD);
+  await openWallets(ctx, [...perAccount.keys()]);
+  const { outcomes, retried } = await withDeadlockRetry(() =>
+    pipelinedTransaction(ctx.orm, async (tx) => {
+      const [locked] = await tx.first(countAndLockWallets(perAccount, now));
+      return admit(ctx, tx, requests, order, perAccount, locked!, now);
+    }),
+  );
+  // A request id authorized by an earlier call is refused only by the insert, after the commit:
+  // its count is taken back on its own (a retried request id; the edge never sends one).
+  if (retried.size > 0) {
+    const uncount = uncountStatement(retried, now);
+    await ctx.orm.em.fork().execute(uncount.sql, [...uncount.params]);
   }
-  const { counts, wallets } = await countAndLockWallets(em, perAccount, now);
+  return outcomes;
+}
 
-  // Each request as if alone, in account order: a refused one is not counted and holds nothing,
-  // so the requests after it see the counts and the balance it left.
+/**
+ * Opens the wallets of accounts not known to have one, in a transaction of their own (opening is
+ * idempotent: ON CONFLICT DO NOTHING, and the grant is once per account).
+ */
+async function openWallets(ctx: BillingContext, accounts: readonly string[]): Promise<void> {
+  const unseen = accounts.filter((id) => !ctx.openWallets.has(id));
+  if (unseen.length === 0) return;
+  await ctx.orm.em.fork().transactional(async (em) => {
+    for (const id of unseen) await openWallet(em, id, ctx.config.STARTING_CREDIT_USD);
+  });
+  // Committed: these accounts' wallets exist from now on.
+  if (ctx.openWallets.size >= 100_000) ctx.openWallets.clear();
+  for (const id of unseen) ctx.openWallets.add(id);
+}
+
+/**
+ * Each request as if alone, in account order, against the counts and balances just locked: a
+ * refused one is not counted and holds nothing, so the requests after it see the counts and the
+ * balance it left. Ends the transaction with the refusals' uncount and the reservations' insert.
+ */
+async function admit(
+  ctx: BillingContext,
+  tx: Pipeline,
+  requests: AuthorizeRequest[],
+  order: number[],
+  perAccount: ReadonlyMap<string, number>,
+  locked: Row[],
+  now: Date,
+): Promise<{ outcomes: AuthorizeOutcome[]; retried: Map<string, number> }> {
+  const outcomes: AuthorizeOutcome[] = new Array(requests.length);
+  const { counts, wallets } = readCountsAndWallets(perAccount, locked);
   const admitted: Admitted[] = [];
+  const refused = new Map<string, number>();
   for (const i of order) {
     const req = requests[i]!;
     const count = counts.get(req.accountId)!;
@@ -189,49 +217,56 @@ async function authorizeShared(
       });
     } catch (err) {
       outcomes[i] = asOutcome(err);
+      refused.set(req.accountId, (refused.get(req.accountId) ?? 0) + 1);
     }
   }
 
-  // A request id authorized by an earlier call is refused here; its hold is never added.
-  const inserted = await insertReservations(
-    ctx,
-    em,
-    admitted.map((a) => ({ req: requests[a.index]!, reservationId: a.reservationId, hold: a.hold })),
-    now,
-  );
-  for (const a of admitted) outcomes[a.index] = inserted.has(a.reservationId) ? a.grant : alreadyAuthorized();
-  const refused = new Map<string, number>();
-  order.forEach((i) => {
-    if (outcomes[i] instanceof AppError) {
-      const accountId = requests[i]!.accountId;
-      refused.set(accountId, (refused.get(accountId) ?? 0) + 1);
+  const last: Statement[] = [];
+  if (refused.size > 0) last.push(uncountStatement(refused, now));
+  if (admitted.length > 0) {
+    const rows = admitted.map((a) => ({ req: requests[a.index]!, reservationId: a.reservationId, hold: a.hold }));
+    last.push(reservationInsert(ctx, rows, now));
+  }
+  const results = await tx.last(...last);
+  const inserted = new Set((admitted.length > 0 ? results.at(-1)! : []).map((row) => row.id as string));
+  const retried = new Map<string, number>();
+  for (const a of admitted) {
+    if (inserted.has(a.reservationId)) {
+      outcomes[a.index] = a.grant;
+    } else {
+      outcomes[a.index] = alreadyAuthorized();
+      const accountId = requests[a.index]!.accountId;
+      retried.set(accountId, (retried.get(accountId) ?? 0) + 1);
     }
-  });
-  await uncountRequests(em, refused, now);
-  return outcomes;
+  }
+  return { outcomes, retried };
 }
 
 /**
  * Counts the batch's requests in every account's rate windows and locks the accounts' wallets,
- * in one round trip (the wallets exist: openWallet ran first for any account not known to have
- * one). Rows are locked in ascending account order, counters first.
+ * in one statement (the wallets exist: openWallets ran first). Rows are locked in ascending
+ * account order, counters first.
  */
-async function countAndLockWallets(em: Em, perAccount: ReadonlyMap<string, number>, now: Date) {
+function countAndLockWallets(perAccount: ReadonlyMap<string, number>, now: Date): Statement {
   const upsert = counterUpsert(perAccount, now);
   const accounts = [...perAccount.keys()].sort();
-  const rows = await em.execute(
-    `with counted as (${upsert.sql})
+  return {
+    sql: `with counted as (${upsert.sql})
      select w.account_id, w.posted_micros, w.held_micros,
        (select json_agg(json_build_object('account_id', c.account_id, 'window', c."window", 'count', c.count))
           from counted c) as counters
      from wallets w where w.account_id in (${accounts.map(() => "?").join(", ")})
      order by w.account_id for update of w`,
-    [...upsert.params, ...accounts],
-  );
+    params: [...upsert.params, ...accounts],
+  };
+}
+
+/** The counts before this batch and the locked wallets, from countAndLockWallets' rows. */
+function readCountsAndWallets(perAccount: ReadonlyMap<string, number>, rows: Row[]) {
   const wallets = new Map(
     rows.map((row) => [row.account_id as string, { posted: int8(row.posted_micros), held: int8(row.held_micros) }]),
   );
-  for (const id of accounts) if (!wallets.has(id)) throw new Error(`wallet ${id} not found`);
+  for (const id of perAccount.keys()) if (!wallets.has(id)) throw new Error(`wallet ${id} not found`);
   const counters = (rows[0]?.counters ?? []) as Array<Record<string, unknown>>;
   return { counts: countsBefore(perAccount, counters), wallets };
 }

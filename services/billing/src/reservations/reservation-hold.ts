@@ -1,6 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import { newId } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
+import type { Statement } from "@mkt/runtime/pipelined-transaction";
 import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext, Em } from "../context.ts";
 import { formatUsd } from "../wallets/ledger.ts";
@@ -90,20 +91,14 @@ export interface NewReservation {
 }
 
 /**
- * Inserts reservations and adds their holds to the (locked) wallets in one statement; a request
- * id authorized before is skipped and holds nothing. Returns the ids of the reservations inserted
- * (the caller refuses the others).
+ * The statement that inserts reservations and adds their holds to the (locked) wallets; a
+ * request id authorized before is skipped and holds nothing. It returns the ids of the
+ * reservations inserted (the caller refuses the others).
  */
-export async function insertReservations(
-  ctx: BillingContext,
-  em: Em,
-  rows: readonly NewReservation[],
-  now: Date,
-): Promise<Set<string>> {
-  if (rows.length === 0) return new Set();
+export function reservationInsert(ctx: BillingContext, rows: readonly NewReservation[], now: Date): Statement {
   const expiresAt = new Date(now.getTime() + ctx.config.RESERVATION_TTL_SECONDS * 1000);
-  const inserted = await em.execute(
-    `with inserted as (
+  return {
+    sql: `with inserted as (
        insert into reservations (id, request_id, account_id, key_id, model_id, provider, hoster_id,
          input_price_per_1m_micros, output_price_per_1m_micros, input_tokens, max_output_tokens,
          reserved_micros, status, created_at, expires_at, subscription_id, pricing_model, period_index,
@@ -116,7 +111,7 @@ export async function insertReservations(
        where w.account_id = h.account_id and h.amount <> 0
      )
      select id from inserted`,
-    rows.flatMap(({ req, reservationId, hold, plan }) => [
+    params: rows.flatMap(({ req, reservationId, hold, plan }) => [
       reservationId,
       req.requestId,
       req.accountId,
@@ -138,8 +133,7 @@ export async function insertReservations(
       plan?.overagePricePer1m ?? null,
       plan?.includedClaim ?? 0n,
     ]),
-  );
-  return new Set(inserted.map((row) => row.id as string));
+  };
 }
 
 /**
@@ -155,7 +149,8 @@ export async function holdReservation(
   plan?: PlanSnapshot,
 ): Promise<string> {
   const reservationId = newId();
-  const inserted = await insertReservations(ctx, em, [{ req, reservationId, hold, plan }], now);
-  if (!inserted.has(reservationId)) throw alreadyAuthorized();
+  const insert = reservationInsert(ctx, [{ req, reservationId, hold, plan }], now);
+  const inserted = await em.execute(insert.sql, [...insert.params]);
+  if (inserted.length === 0) throw alreadyAuthorized();
   return reservationId;
 }
