@@ -277,6 +277,7 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
       });
       if (config.streamPreconnect) await preconnect(pool, target, config.streams);
       const sampler = name === "ours" ? sampleRss(system.pids(), config.rssSampleMs) : undefined;
+      const usage = measureProcesses(processGroups(name));
       const started = performance.now();
       const records = await streamsAtOnce(pool, target, {
         count: config.streams,
@@ -286,6 +287,7 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
         timeoutMs,
       });
       const seconds = (performance.now() - started) / 1000;
+      const spent = usage.stop();
       if (sampler) results.rss = sampler.stop();
       if (name === "ours") oursSent.push(...warm, ...records);
       const done = records.filter((r) => r.status === 200 && r.complete);
@@ -296,6 +298,7 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
         ttft: summarize(done.map((r) => r.ttftMs ?? NaN)),
         total: summarize(done.map((r) => r.latencyMs)),
         errors: countByStatus(records.filter((r) => !(r.status === 200 && r.complete)).map((r) => r.status)),
+        perStream: perRequest(spent, records.length),
       };
       results.streams[name] = run;
       const rss = sampler && results.rss ? `, peak RSS sum ${results.rss.sumOfPeaksMb.toFixed(0)} MB` : "";
@@ -303,7 +306,8 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
       step(
         `${scenario} ${name.padEnd(6)} ${run.completed}/${run.streams} complete in ${seconds.toFixed(1)} s, TTFT p50 ` +
           `${run.ttft.p50.toFixed(1)} p99 ${run.ttft.p99.toFixed(1)} ms${rss}` +
-          (firstError ? ` (first error: ${firstError})` : ""),
+          (firstError ? ` (first error: ${firstError})` : "") +
+          `\n           per stream: ${costLine(run.perStream)}`,
       );
     } finally {
       await pool.close();

@@ -29,6 +29,8 @@ export interface StreamRun {
   ttft: Summary;
   total: Summary;
   errors: Record<string, number>;
+  /** What each process involved spent per stream (bench/gateway/process-stats.ts). */
+  perStream: Record<string, Counters>;
 }
 
 export interface Results {
