@@ -69,7 +69,8 @@ export async function startSettlementConsumer(
         await settleBatch(batch);
         // Each batch costs a dozen round trips to PostgreSQL whatever its size: pulling again only
         // when the window is over lets the events that arrive meanwhile share the next one. At
-        // 600 requests/s this halved billing's and PostgreSQL's CPU per request (bench/README.md).
+        // 600 requests/s this cut billing's and PostgreSQL's CPU per request by a third
+        // (bench/README.md).
         const rest = windowEnds - performance.now();
         if (rest > 0 && !stopped) await new Promise((resolve) => setTimeout(resolve, rest));
       } catch (err) {
