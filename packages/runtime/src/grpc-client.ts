@@ -34,7 +34,10 @@ export const CHANNEL_OPTIONS: ChannelOptions = {
   "grpc.max_receive_message_length": 16 << 20,
 };
 
-/** Builds a ts-proto client on an insecure channel (traffic stays inside the cluster network). */
+/**
+ * Builds a ts-proto client on an insecure channel (traffic stays inside the cluster network);
+ * `options` adds to or overrides CHANNEL_OPTIONS for this client's channel.
+ */
 export function createClient<C extends Client>(
   ClientClass: new (
     address: string,
@@ -42,8 +45,9 @@ export function createClient<C extends Client>(
     options?: ChannelOptions,
   ) => C,
   address: string,
+  options: ChannelOptions = {},
 ): C {
-  return new ClientClass(address, credentials.createInsecure(), CHANNEL_OPTIONS);
+  return new ClientClass(address, credentials.createInsecure(), { ...CHANNEL_OPTIONS, ...options });
 }
 
 /**
