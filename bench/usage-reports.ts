@@ -14,7 +14,6 @@
  */
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -23,6 +22,7 @@ import { connect } from "@nats-io/transport-node";
 import { randomToken } from "@mkt/runtime/ids";
 import { eventNames } from "@mkt/runtime/nats";
 import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { freePort } from "@mkt/testkit/ports";
 import { startProcesses, waitForHttp } from "../scripts/lib/processes.ts";
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000);
@@ -32,17 +32,6 @@ const TARGETS = { p50Ms: 50, exportRowsPerSecond: 100_000, edgePeakRssMb: 300 };
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const databaseUrl = await freshDatabaseUrl();
 const prefix = freshEventsPrefix();
-
-async function freePort(): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(String(port)));
-    });
-  });
-}
 
 /** Peak and current resident set of a process, in MB (Linux /proc). */
 function memoryOf(pid: number): { peakMb: number; rssMb: number } {
@@ -64,13 +53,13 @@ const common = { DATABASE_URL: databaseUrl, NATS_URL: TEST_NATS_URL, EVENTS_PREF
 const supervisor = startProcesses(
   root,
   [
-    { name: "accounts", entry: "services/accounts/src/main.ts", env: { ...common, GRPC_PORT: accountsPort } },
+    { name: "accounts", entry: "services/accounts/src/main.ts", env: { ...common, GRPC_PORT: String(accountsPort) } },
     {
       name: "billing",
       entry: "services/billing/src/main.ts",
       env: {
         ...common,
-        GRPC_PORT: billingPort,
+        GRPC_PORT: String(billingPort),
         // Subscriptions need these; the usage reports never call them.
         ACCOUNTS_ADDR: `127.0.0.1:${accountsPort}`,
         REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
@@ -83,7 +72,7 @@ const supervisor = startProcesses(
       env: {
         ...common,
         HOST: "127.0.0.1",
-        PORT: edgePort,
+        PORT: String(edgePort),
         ACCOUNTS_ADDR: `127.0.0.1:${accountsPort}`,
         BILLING_ADDR: `127.0.0.1:${billingPort}`,
         // No registry: the usage reports never call it (nothing listens on this port).
