@@ -1,4 +1,5 @@
 import { AppError } from "@mkt/runtime/errors";
+import { repeatEvery } from "@mkt/runtime/periodic";
 import type { BillingContext } from "../context.ts";
 import { fetchProduct, type Plan } from "./plan.ts";
 import { renewSubscription, RENEWING_SQL, type RenewalOutcome } from "./renew-subscription.ts";
@@ -105,15 +106,12 @@ export function startRenewalScheduler(ctx: BillingContext, intervalMs: number): 
     running = renewDueSubscriptions(ctx, now).finally(() => (running = undefined));
     return running;
   };
-  const timer = setInterval(() => {
-    if (running) return;
-    runOnce().catch((err: unknown) => ctx.log.error({ err }, "renewal pass failed"));
-  }, intervalMs);
-  timer.unref();
+  // A tick during a pass runOnce started does nothing, as a tick during its own pass does.
+  const stopTimer = repeatEvery(intervalMs, () => (running ? Promise.resolve() : runOnce()), ctx.log, "renewal pass");
   return {
     runOnce,
     async stop() {
-      clearInterval(timer);
+      await stopTimer();
       await running?.catch(() => undefined);
     },
   };
