@@ -13,7 +13,6 @@
  * The database and the NATS stream are the bench's own and are removed at the end.
  */
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -23,6 +22,7 @@ import { randomToken } from "@mkt/runtime/ids";
 import { eventNames } from "@mkt/runtime/nats";
 import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { freePort } from "@mkt/testkit/ports";
+import { statusField } from "./gateway/process-stats.ts";
 import { startProcesses, waitForHttp } from "../scripts/lib/processes.ts";
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000);
@@ -35,9 +35,7 @@ const prefix = freshEventsPrefix();
 
 /** Peak and current resident set of a process, in MB (Linux /proc). */
 function memoryOf(pid: number): { peakMb: number; rssMb: number } {
-  const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN);
-  return { peakMb: kb("VmHWM") / 1024, rssMb: kb("VmRSS") / 1024 };
+  return { peakMb: statusField(pid, "VmHWM") / 1024, rssMb: statusField(pid, "VmRSS") / 1024 };
 }
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;

@@ -25,6 +25,15 @@ const ZERO: Counters = { cpuMs: 0, writes: 0, sleeps: 0 };
 
 const field = (text: string, name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, "m").exec(text)?.[1] ?? NaN);
 
+/** A numeric field of /proc/<pid>/status (`VmRSS` and `VmHWM` are in kB); NaN when the process is gone. */
+export function statusField(pid: number, name: string): number {
+  try {
+    return field(readFileSync(`/proc/${pid}/status`, "utf8"), name);
+  } catch {
+    return NaN;
+  }
+}
+
 /** A process's counters so far (undefined when it is gone). */
 function countersOf(pid: number | "self"): Counters | undefined {
   try {

@@ -1,5 +1,5 @@
 /** Peak resident set of processes, sampled from /proc/<pid>/status (VmRSS) at an interval. */
-import { readFileSync } from "node:fs";
+import { statusField } from "./process-stats.ts";
 
 export interface RssPeaks {
   /** Each process's highest sample, MB. */
@@ -11,14 +11,8 @@ export interface RssPeaks {
   samples: number;
 }
 
-function rssMb(pid: number): number {
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, "utf8");
-    return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1] ?? NaN) / 1024;
-  } catch {
-    return NaN; // the process is gone
-  }
-}
+/** NaN once the process is gone. */
+const rssMb = (pid: number) => statusField(pid, "VmRSS") / 1024;
 
 export function sampleRss(pids: Record<string, number>, intervalMs: number): { stop(): RssPeaks } {
   const peakMb: Record<string, number> = Object.fromEntries(Object.keys(pids).map((name) => [name, 0]));
