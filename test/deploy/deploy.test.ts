@@ -506,6 +506,13 @@ describe("deploy/Dockerfile", () => {
     }
   });
 
+  it("has every process import the heap settings before anything else (NODE_OPTIONS cannot carry them)", () => {
+    for (const { entry } of processes) {
+      const firstImport = read(entry).match(/^import\s[^;]*;/m)?.[0];
+      expect(firstImport, entry).toBe('import "@mkt/runtime/heap-growth";');
+    }
+  });
+
   it("installs production dependencies with npm ci --omit=dev, seeing every workspace", () => {
     const deps = stages.find((s) => instructions(s, "RUN").some((r) => /^npm ci\b.*--omit=dev/.test(r)))!;
     expect(deps).toBeDefined();

@@ -1,3 +1,5 @@
+// First: the heap settings must hold before the service allocates (see the module).
+import "@mkt/runtime/heap-growth";
 import { createLogger } from "@mkt/runtime/logger";
 import { onShutdown } from "@mkt/runtime/shutdown";
 import { loadBillingConfig } from "./config.ts";
