@@ -6,9 +6,10 @@
  * under load a service with ~30 MB of live objects let its old generation reach 140 MB between
  * collections, and the resident set stayed at that high-water mark once the collections came
  * (1,000 streams after the throughput run: edge ~385 MB, registry ~390 MB, billing ~255 MB).
- * With the factor fixed at 2 the same run peaked at ~310, ~330 and ~190 MB, and no cost in CPU per
- * request or per stream stood out of the run-to-run noise; 1.5 saved ~90 MB more but made every
- * stream ~20% dearer (docs/decisions.md, "Memory of the processes", has the A/B).
+ * With the factor fixed at 2 the same run peaked at ~280, ~260 and ~190 MB. The price is paid when
+ * the live set grows fast: a thousand streams starting at once cost the edge and the registry
+ * ~15–20% more CPU each (more full collections on the way up); 1.5 saved ~90 MB more and cost more
+ * (docs/decisions.md, "Memory of the processes", has the A/B).
  *
  * NODE_OPTIONS does not accept this V8 flag, hence setting it from code. V8 reads it each time it
  * computes the next collection's limit, so setting it before the service has allocated anything
