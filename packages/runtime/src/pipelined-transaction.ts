@@ -8,6 +8,11 @@ export interface Statement {
 
 export type Row = Record<string, unknown>;
 
+/** Runs one statement on its own through an entity manager (outside a pipelined transaction). */
+export function executeStatement(em: Orm["em"], statement: Statement): Promise<Row[]> {
+  return em.execute(statement.sql, [...statement.params]);
+}
+
 /** The two messages of a pipelined transaction (see pipelinedTransaction). */
 export interface Pipeline {
   /** Sends BEGIN and these statements in one message; returns each statement's rows. */

@@ -1,5 +1,5 @@
 import { AppError } from "@mkt/runtime/errors";
-import type { Statement } from "@mkt/runtime/pipelined-transaction";
+import { executeStatement, type Statement } from "@mkt/runtime/pipelined-transaction";
 import type { Tiers, TierLimits } from "../config.ts";
 import { int8, type Em } from "../context.ts";
 import { RateCounter } from "./rate-counter.entity.ts";
@@ -51,8 +51,7 @@ export async function countRequests(
   counts: ReadonlyMap<string, number>,
   now: Date,
 ): Promise<Map<string, { minute: bigint; day: bigint }>> {
-  const upsert = counterUpsert(counts, now);
-  return countsBefore(counts, await em.execute(upsert.sql, upsert.params));
+  return countsBefore(counts, await executeStatement(em, counterUpsert(counts, now)));
 }
 
 /** The upsert of countRequests, for a statement that does more in the same round trip. */

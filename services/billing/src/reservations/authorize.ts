@@ -1,6 +1,12 @@
 import { isUuid, newId } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
-import { pipelinedTransaction, type Pipeline, type Row, type Statement } from "@mkt/runtime/pipelined-transaction";
+import {
+  executeStatement,
+  pipelinedTransaction,
+  type Pipeline,
+  type Row,
+  type Statement,
+} from "@mkt/runtime/pipelined-transaction";
 import { affordableOutputTokens, costMicros } from "@mkt/runtime/money";
 import type { AuthorizeRequest, AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
 import { int8, type BillingContext } from "../context.ts";
@@ -148,8 +154,7 @@ async function authorizeShared(
   // A request id authorized by an earlier call is refused only by the insert, after the commit:
   // its count is taken back on its own (a retried request id; the edge never sends one).
   if (retried.size > 0) {
-    const uncount = uncountStatement(retried, now);
-    await ctx.orm.em.fork().execute(uncount.sql, [...uncount.params]);
+    await executeStatement(ctx.orm.em.fork(), uncountStatement(retried, now));
   }
   return outcomes;
 }

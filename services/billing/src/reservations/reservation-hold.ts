@@ -1,7 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import { newId } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
-import type { Statement } from "@mkt/runtime/pipelined-transaction";
+import { executeStatement, type Statement } from "@mkt/runtime/pipelined-transaction";
 import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext, Em } from "../context.ts";
 import { formatUsd } from "../wallets/ledger.ts";
@@ -149,8 +149,7 @@ export async function holdReservation(
   plan?: PlanSnapshot,
 ): Promise<string> {
   const reservationId = newId();
-  const insert = reservationInsert(ctx, [{ req, reservationId, hold, plan }], now);
-  const inserted = await em.execute(insert.sql, [...insert.params]);
+  const inserted = await executeStatement(em, reservationInsert(ctx, [{ req, reservationId, hold, plan }], now));
   if (inserted.length === 0) throw alreadyAuthorized();
   return reservationId;
 }
