@@ -78,13 +78,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       "request",
     );
   });
-  installMetrics(app);
+  const chatMetrics = installMetrics(app);
   await registerOpenApi(app);
 
   const routeDeps: RouteDeps = {
     backends: deps.backends,
     promptTokens: deps.promptTokens,
     routes: new RouteCache(deps.config.ROUTE_CACHE_TTL_MS),
+    chatMetrics,
     shutdown: deps.shutdown,
     auth: apiKeyAuth(deps.backends, deps.principals),
     session: sessionAuth(deps.backends),

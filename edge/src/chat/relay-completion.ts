@@ -40,7 +40,14 @@ const completionIdOf = (chunk: Uint8Array | undefined): string | undefined => {
 export async function relayCompletion(
   call: Call,
   reply: FastifyReply,
-  options: { stream: boolean; model: string; requestId: string; shutdown?: AbortSignal },
+  options: {
+    stream: boolean;
+    model: string;
+    requestId: string;
+    shutdown?: AbortSignal;
+    /** Called once the first event is in, before anything is sent (the edge's metrics time it). */
+    onFirstEvent?: () => void;
+  },
 ): Promise<FastifyReply> {
   const cancel = () => call.cancel();
   const { shutdown } = options;
@@ -54,6 +61,7 @@ export async function relayCompletion(
   let first: ChatCompletionResponse | undefined;
   try {
     first = await next(events);
+    if (first) options.onFirstEvent?.();
   } catch (err) {
     reply.raw.off("close", cancel);
     shutdown?.removeEventListener("abort", cancel);

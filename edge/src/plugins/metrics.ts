@@ -1,17 +1,33 @@
 import type { FastifyInstance } from "fastify";
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
+import { FIRST_TOKEN_BUCKETS_SECONDS } from "@mkt/runtime/first-token-buckets";
 
 /** Request durations: API calls take milliseconds, streamed chat completions up to minutes. */
 const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 /**
- * GET /metrics (DESIGN.md §4): the process's default metrics and every request counted by method,
- * route and status, with its duration. The route label is the route's pattern
- * (`/v1/subscriptions/:subscription_id`), never the raw URL, and `unmatched` for a 404 with no
- * route, so a scanner cannot grow the label set. Each app has a registry of its own (not
+ * Where a chat completion's first token waits at the edge (DESIGN.md §2). With the registry's
+ * mkt_upstream_first_event_seconds, an operator can tell the gateway's own share of a slow first
+ * token from the model server's.
+ */
+export interface ChatMetrics {
+  /** The Authorize call as the edge waits for it: batching, billing's transaction, the hops. */
+  authorize: Histogram;
+  /**
+   * From the edge receiving the request to the registry's first event: the first chunk of a
+   * stream, the whole completion otherwise (`stream` label).
+   */
+  firstEvent: Histogram<"stream">;
+}
+
+/**
+ * GET /metrics (DESIGN.md §4): the process's default metrics, every request counted by method,
+ * route and status, with its duration, and the chat steps the routes observe (ChatMetrics). The
+ * route label is the route's pattern (`/v1/subscriptions/:subscription_id`), never the raw URL,
+ * and `unmatched` for a 404 with no route, so a scanner cannot grow the label set. Each app has a registry of its own (not
  * prom-client's global one), so several apps in one process do not share counters.
  */
-export function installMetrics(app: FastifyInstance): void {
+export function installMetrics(app: FastifyInstance): ChatMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   const requests = new Counter({
@@ -36,4 +52,19 @@ export function installMetrics(app: FastifyInstance): void {
     const text = await registry.metrics();
     return reply.type(registry.contentType).send(text);
   });
+  return {
+    authorize: new Histogram({
+      name: "mkt_chat_authorize_seconds",
+      help: "Authorize as the edge waits for it (batching, billing's transaction, the round trips).",
+      buckets: FIRST_TOKEN_BUCKETS_SECONDS,
+      registers: [registry],
+    }),
+    firstEvent: new Histogram({
+      name: "mkt_chat_first_event_seconds",
+      help: "From receiving a chat request to the registry's first event (first chunk, or the whole completion).",
+      labelNames: ["stream"],
+      buckets: FIRST_TOKEN_BUCKETS_SECONDS,
+      registers: [registry],
+    }),
+  };
 }

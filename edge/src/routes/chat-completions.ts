@@ -50,6 +50,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
       const promptTokens = await deps.promptTokens.count(bodyBytes, body.messages);
       const requested = body.max_completion_tokens ?? body.max_tokens ?? 0;
       const choices = body.n ?? 1;
+      const authorizing = performance.now();
       const grant = await deps.backends.authorize(
         AuthorizeRequest.fromPartial({
           requestId: request.id,
@@ -70,6 +71,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
           choices: BigInt(choices),
         }),
       );
+      deps.chatMetrics.authorize.observe((performance.now() - authorizing) / 1000);
       rateLimitHeaders(reply, grant.rateLimit);
 
       const call = deps.backends.registryStream.chatCompletion(
@@ -94,6 +96,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
         model: route.modelId,
         requestId: request.id,
         shutdown: deps.shutdown,
+        onFirstEvent: () => deps.chatMetrics.firstEvent.observe({ stream: String(stream) }, reply.elapsedTime / 1000),
       });
     },
   );

@@ -2,6 +2,7 @@ import type { onRequestAsyncHookHandler } from "fastify";
 import type { Backends } from "../backends.ts";
 import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
 import type { RouteCache } from "../chat/route-cache.ts";
+import type { ChatMetrics } from "../plugins/metrics.ts";
 import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
 import type { SessionKind } from "../plugins/session-auth.ts";
 
@@ -11,6 +12,8 @@ export interface RouteDeps {
   promptTokens: PromptTokenCounter;
   /** Resolved chat routes, reused briefly (ROUTE_CACHE_TTL_MS). */
   routes: RouteCache;
+  /** The chat route's steps, exposed at GET /metrics. */
+  chatMetrics: ChatMetrics;
   /** Aborts when the shutdown grace period is over: answers still running end with an error event. */
   shutdown: AbortSignal;
   /** The API-key onRequest hook (`request.principal`). */

@@ -145,6 +145,10 @@ describe("hosters whose usage reports disagree with the registry's count", () =>
     }
     // Every request relayed is counted by provider and outcome, and process metrics are there.
     expect(samples.get('mkt_upstream_requests_total{provider="hoster",code="ok"}')).toBe(12);
+    // Each of them had its upstream's time to first event observed.
+    expect(samples.get('mkt_upstream_first_event_seconds_count{provider="hoster"}')).toBe(12);
+    expect(samples.get('mkt_upstream_first_event_seconds_bucket{le="+Inf",provider="hoster"}')).toBe(12);
+    expect(samples.get('mkt_upstream_first_event_seconds_sum{provider="hoster"}')).toBeGreaterThan(0);
     expect(samples.has("process_cpu_user_seconds_total")).toBe(true);
   });
 
@@ -160,11 +164,14 @@ describe("hosters whose usage reports disagree with the registry's count", () =>
     expect((await scrape()).samples.get(mismatchSample("inflating"))).toBe(Number(before + 1n));
   });
 
-  it("counts failed upstream calls by their code", async () => {
+  it("counts failed upstream calls by their code, with no first event observed", async () => {
+    const firstEvents = 'mkt_upstream_first_event_seconds_count{provider="local"}';
+    const before = (await scrape()).samples.get(firstEvents) ?? 0;
     const { error } = await h.chat(await h.chatRequest("broken"));
     expect(error).toBeDefined();
     const { samples } = await scrape();
     expect(samples.get('mkt_upstream_requests_total{provider="local",code="upstream_error"}')).toBe(1);
+    expect(samples.get(firstEvents) ?? 0).toBe(before);
   });
 
   it("answers 404 for anything but GET /metrics", async () => {

@@ -38,7 +38,7 @@ export interface ChatDeps {
   usage: UsagePublisher;
   /** Flags hosters whose usage reports disagree with the registry's count. */
   mismatches: Pick<UsageMismatchRecorder, "record">;
-  metrics: Pick<RegistryMetrics, "upstreamRequests">;
+  metrics: Pick<RegistryMetrics, "upstreamRequests" | "upstreamFirstEvent">;
   log: Logger;
 }
 
@@ -144,7 +144,13 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
     const relayFrom = async (target: UpstreamTarget, acc: ChunkAccumulator) => {
       const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
       const events = streamChat(deps.pools, target, body, deps.limits, cancel.signal, log);
+      const sent = performance.now();
+      let waitingForFirst = true;
       for await (const batch of events) {
+        if (waitingForFirst) {
+          waitingForFirst = false;
+          deps.metrics.upstreamFirstEvent.observe({ provider: route.provider }, (performance.now() - sent) / 1000);
+        }
         // The chunks of one read go out as one message. Those taken before a bad one are sent
         // before its error: they count as delivered (and billed) once the accumulator took them.
         const texts: Buffer[] = [];

@@ -1,4 +1,5 @@
-import { collectDefaultMetrics, Counter, Registry } from "prom-client";
+import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
+import { FIRST_TOKEN_BUCKETS_SECONDS } from "@mkt/runtime/first-token-buckets";
 
 /**
  * Registry's Prometheus metrics, in a registry of their own (not prom-client's global one), so
@@ -11,6 +12,12 @@ export interface RegistryMetrics {
   usageMismatches: Counter<"hoster_id">;
   /** Chat completions relayed, by provider and outcome (`ok` or the error code). */
   upstreamRequests: Counter<"provider" | "code">;
+  /**
+   * From sending a request upstream to its first complete SSE event, by provider: the model
+   * server's own time to first token as the relay sees it (attempts that failed before it are
+   * not observed; they are counted in upstreamRequests).
+   */
+  upstreamFirstEvent: Histogram<"provider">;
 }
 
 export function createRegistryMetrics(): RegistryMetrics {
@@ -28,6 +35,13 @@ export function createRegistryMetrics(): RegistryMetrics {
       name: "mkt_upstream_requests_total",
       help: "Chat completions relayed to upstreams, by provider and outcome (ok or the error code).",
       labelNames: ["provider", "code"],
+      registers: [registry],
+    }),
+    upstreamFirstEvent: new Histogram({
+      name: "mkt_upstream_first_event_seconds",
+      help: "From sending a chat request upstream to its first complete SSE event, by provider.",
+      labelNames: ["provider"],
+      buckets: FIRST_TOKEN_BUCKETS_SECONDS,
       registers: [registry],
     }),
   };
