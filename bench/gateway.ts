@@ -73,6 +73,7 @@ import {
   type StreamRun,
 } from "./gateway/report.ts";
 import { sampleRss } from "./gateway/rss.ts";
+import { stepsLine, watchSteps } from "./gateway/step-histograms.ts";
 import { countByStatus, summarize } from "./gateway/stats.ts";
 import { preconnect, streamsAtOnce } from "./gateway/streams.ts";
 import { freePort } from "@mkt/testkit/ports";
@@ -232,6 +233,7 @@ async function closedLoopScenario(
         scenario,
         warmup: true,
       });
+      const steps = name === "ours" ? await watchSteps(system.metrics) : undefined;
       const usage = measureProcesses(processGroups(name));
       const run = await closedLoop(pool, target, {
         connections,
@@ -241,6 +243,7 @@ async function closedLoopScenario(
         warmup: false,
       });
       const result = loadRun(name, connections, run.records, run.seconds, usage.stop());
+      if (steps) result.steps = await steps.finish();
       if (name === "ours") oursSent.push(...warm.records, ...run.records);
       runs[name] = result;
       const errors =
@@ -250,7 +253,8 @@ async function closedLoopScenario(
       step(
         `${scenario} ${name.padEnd(6)} ${result.requests} requests in ${run.seconds.toFixed(1)} s = ${result.rps.toFixed(1)}/s, ` +
           `p50 ${result.latency.p50.toFixed(2)} p99 ${result.latency.p99.toFixed(2)} mean ${result.latency.mean.toFixed(2)} ms, errors: ${errors}\n` +
-          `           per request: ${costLine(result.perRequest)}`,
+          `           per request: ${costLine(result.perRequest)}` +
+          (result.steps ? `\n           in the services: ${stepsLine(result.steps)}` : ""),
       );
     } finally {
       await pool.close();
@@ -276,6 +280,7 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
         timeoutMs,
       });
       if (config.streamPreconnect) await preconnect(pool, target, config.streams);
+      const steps = name === "ours" ? await watchSteps(system.metrics) : undefined;
       const sampler = name === "ours" ? sampleRss(system.pids(), config.rssSampleMs) : undefined;
       const usage = measureProcesses(processGroups(name));
       const started = performance.now();
@@ -299,6 +304,7 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
         total: summarize(done.map((r) => r.latencyMs)),
         errors: countByStatus(records.filter((r) => !(r.status === 200 && r.complete)).map((r) => r.status)),
         perStream: perRequest(spent, records.length),
+        steps: await steps?.finish(),
       };
       results.streams[name] = run;
       const rss = sampler && results.rss ? `, peak RSS sum ${results.rss.sumOfPeaksMb.toFixed(0)} MB` : "";
@@ -307,7 +313,8 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
         `${scenario} ${name.padEnd(6)} ${run.completed}/${run.streams} complete in ${seconds.toFixed(1)} s, TTFT p50 ` +
           `${run.ttft.p50.toFixed(1)} p99 ${run.ttft.p99.toFixed(1)} ms${rss}` +
           (firstError ? ` (first error: ${firstError})` : "") +
-          `\n           per stream: ${costLine(run.perStream)}`,
+          `\n           per stream: ${costLine(run.perStream)}` +
+          (run.steps ? `\n           in the services: ${stepsLine(run.steps)}` : ""),
       );
     } finally {
       await pool.close();

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import type { TargetName } from "./load.ts";
 import { served, type Counters } from "./process-stats.ts";
 import type { RssPeaks } from "./rss.ts";
+import type { Steps } from "./step-histograms.ts";
 import type { Summary } from "./stats.ts";
 import type { Verdict } from "./verify.ts";
 
@@ -19,6 +20,8 @@ export interface LoadRun {
   errors: Record<string, number>;
   /** What each process involved spent per request (bench/gateway/process-stats.ts). */
   perRequest: Record<string, Counters>;
+  /** Ours only: the steps before the first event, from the services' histograms. */
+  steps?: Steps;
 }
 
 export interface StreamRun {
@@ -31,6 +34,8 @@ export interface StreamRun {
   errors: Record<string, number>;
   /** What each process involved spent per stream (bench/gateway/process-stats.ts). */
   perStream: Record<string, Counters>;
+  /** Ours only: the steps before the first token, from the services' histograms. */
+  steps?: Steps;
 }
 
 export interface Results {

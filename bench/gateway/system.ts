@@ -12,6 +12,7 @@
 import { randomBytes } from "node:crypto";
 import { freePort } from "@mkt/testkit/ports";
 import { startProcesses, waitForHttp, type ProcessSpec, type Supervisor } from "../../scripts/lib/processes.ts";
+import type { MetricsSources } from "./step-histograms.ts";
 
 export interface Account {
   accountId: string;
@@ -44,6 +45,8 @@ export class System {
   services: Supervisor | undefined;
   upstream: Supervisor | undefined;
   edgeUrl = "";
+  /** Where the edge and the registry expose their Prometheus metrics. */
+  metrics: MetricsSources = { edge: "", registry: "" };
   modelUrl = "";
   private modelPort = 0;
   private readonly options: SystemOptions;
@@ -81,7 +84,13 @@ export class System {
 
   /** Starts accounts, billing, registry and the edge, and waits for the edge's /readyz. */
   async startServices(): Promise<void> {
-    const [accounts, billing, registry, edge] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+    const [accounts, billing, registry, registryMetrics, edge] = await Promise.all([
+      freePort(),
+      freePort(),
+      freePort(),
+      freePort(),
+      freePort(),
+    ]);
     const addr = (port: number) => `127.0.0.1:${port}`;
     const o = this.options;
     const common = {
@@ -125,7 +134,7 @@ export class System {
           env: {
             ...common,
             GRPC_PORT: String(registry),
-            METRICS_PORT: "0",
+            METRICS_PORT: String(registryMetrics),
             BILLING_ADDR: addr(billing),
             ACCOUNTS_ADDR: addr(accounts),
             LOCAL_MODEL_URL: this.modelUrl,
@@ -162,6 +171,7 @@ export class System {
       { logDir: o.logDir },
     );
     this.edgeUrl = `http://127.0.0.1:${edge}`;
+    this.metrics = { edge: `${this.edgeUrl}/metrics`, registry: `http://127.0.0.1:${registryMetrics}/metrics` };
     if (!(await waitForHttp(`${this.edgeUrl}/readyz`, 90_000))) throw new Error("the edge did not become ready");
   }
 
