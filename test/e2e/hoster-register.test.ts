@@ -214,15 +214,22 @@ describe("GET /metrics on the edge", () => {
     return samples;
   }
 
-  it("counts requests by route pattern and status, never by raw URL, with process metrics", async () => {
+  /** Scrapes around `act`: how much each sample grew, and the samples after. */
+  async function growthDuring(act: () => Promise<void>) {
     const before = await scrape();
+    await act();
+    const after = await scrape();
+    return { after, grew: (sample: string) => (after.get(sample) ?? 0) - (before.get(sample) ?? 0) };
+  }
+
+  it("counts requests by route pattern and status, never by raw URL, with process metrics", async () => {
     const keyId = `key_${randomToken(8)}`;
     const stray = `/no-such-page-${randomToken(8)}`;
-    expect((await fetch(`${system.url}/healthz`)).status).toBe(200);
-    expect((await fetch(`${system.url}/v1/keys/${keyId}`, { method: "DELETE" })).status).toBe(401);
-    expect((await fetch(`${system.url}${stray}`)).status).toBe(404);
-    const after = await scrape();
-    const grew = (sample: string) => (after.get(sample) ?? 0) - (before.get(sample) ?? 0);
+    const { after, grew } = await growthDuring(async () => {
+      expect((await fetch(`${system.url}/healthz`)).status).toBe(200);
+      expect((await fetch(`${system.url}/v1/keys/${keyId}`, { method: "DELETE" })).status).toBe(401);
+      expect((await fetch(`${system.url}${stray}`)).status).toBe(404);
+    });
     expect(grew('mkt_http_requests_total{method="GET",route="/healthz",status="200"}')).toBe(1);
     expect(grew('mkt_http_requests_total{method="DELETE",route="/v1/keys/:key_id",status="401"}')).toBe(1);
     expect(grew('mkt_http_requests_total{method="GET",route="unmatched",status="404"}')).toBe(1);
@@ -239,21 +246,18 @@ describe("GET /metrics on the edge", () => {
       post(
         "/v1/chat/completions",
         { messages: [{ role: "user", content: "hi" }], ...body },
-        {
-          authorization: `Bearer ${apiKey}`,
-        },
+        { authorization: `Bearer ${apiKey}` },
       );
-    const before = await scrape();
-    const answered = await chat({ model: "auto" });
-    expect(answered.status).toBe(200);
-    await answered.json();
-    const streamed = await chat({ model: "auto", stream: true });
-    expect(streamed.status).toBe(200);
-    expect((await streamed.text()).trimEnd().endsWith("data: [DONE]")).toBe(true);
-    // Refused before Authorize: neither step is observed.
-    expect((await chat({ model: `no-such-model-${randomToken(4)}` })).status).toBe(404);
-    const after = await scrape();
-    const grew = (sample: string) => (after.get(sample) ?? 0) - (before.get(sample) ?? 0);
+    const { grew } = await growthDuring(async () => {
+      const answered = await chat({ model: "auto" });
+      expect(answered.status).toBe(200);
+      await answered.json();
+      const streamed = await chat({ model: "auto", stream: true });
+      expect(streamed.status).toBe(200);
+      expect((await streamed.text()).trimEnd().endsWith("data: [DONE]")).toBe(true);
+      // Refused before Authorize: neither step is observed.
+      expect((await chat({ model: `no-such-model-${randomToken(4)}` })).status).toBe(404);
+    });
     expect(grew("mkt_chat_authorize_seconds_count")).toBe(2);
     expect(grew('mkt_chat_authorize_seconds_bucket{le="+Inf"}')).toBe(2);
     expect(grew("mkt_chat_authorize_seconds_sum")).toBeGreaterThan(0);
