@@ -11,7 +11,7 @@ const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
  * token from the model server's.
  */
 export interface ChatMetrics {
-  /** The Authorize call as the edge waits for it: batching, billing's transaction, the hops. */
+  /** A granted Authorize as the edge waits for it: batching, billing's transaction, the hops. */
   authorize: Histogram;
   /**
    * From the edge receiving the request to the registry's first event: the first chunk of a
@@ -24,8 +24,9 @@ export interface ChatMetrics {
  * GET /metrics (DESIGN.md §4): the process's default metrics, every request counted by method,
  * route and status, with its duration, and the chat steps the routes observe (ChatMetrics). The
  * route label is the route's pattern (`/v1/subscriptions/:subscription_id`), never the raw URL,
- * and `unmatched` for a 404 with no route, so a scanner cannot grow the label set. Each app has a registry of its own (not
- * prom-client's global one), so several apps in one process do not share counters.
+ * and `unmatched` for a 404 with no route, so a scanner cannot grow the label set. Each app has a
+ * registry of its own (not prom-client's global one), so several apps in one process do not share
+ * counters.
  */
 export function installMetrics(app: FastifyInstance): ChatMetrics {
   const registry = new Registry();
@@ -55,7 +56,7 @@ export function installMetrics(app: FastifyInstance): ChatMetrics {
   return {
     authorize: new Histogram({
       name: "mkt_chat_authorize_seconds",
-      help: "Authorize as the edge waits for it (batching, billing's transaction, the round trips).",
+      help: "Granted Authorize calls as the edge waits for them (batching, billing's transaction, the round trips).",
       buckets: FIRST_TOKEN_BUCKETS_SECONDS,
       registers: [registry],
     }),
