@@ -14,12 +14,16 @@
  *    target − direct).
  * 2. Throughput: 64 connections, non-streaming, short completion (requests/s, percentiles, errors).
  * 3. Streams: BENCH_STREAMS streams of 200 tokens at 50 tokens/s started at once (completed, TTFT,
- *    peak RSS of each of our processes sampled from /proc every BENCH_RSS_SAMPLE_MS).
- * 4. Correctness, after each scenario that loaded our system: every request it was sent compared
- *    with billing's usage records, reservations, wallets and ledger (bench/gateway/verify.ts).
+ *    CPU per stream, peak RSS of each of our processes sampled from /proc every BENCH_RSS_SAMPLE_MS).
+ * 4. Arrivals: the same streams started at a steady BENCH_ARRIVAL_RATE per second for
+ *    BENCH_ARRIVAL_SECONDS, open loop (each on schedule whether or not earlier ones have finished):
+ *    completed, TTFT, CPU per stream, how late the load generator started them.
+ * 5. Correctness, after each scenario that loaded our system: every request it was sent compared
+ *    with billing's usage records, leases, wallets and ledger (bench/gateway/verify.ts).
  * Each measured run follows an unmeasured warm-up (its requests to ours are still verified). The
  * figures go to bench/results/gateway-<time>.json. Exit status: non-zero only when a correctness
- * check fails (or the bench itself breaks); performance targets are printed as PASS/FAIL.
+ * check fails (or the bench itself breaks); the performance targets (bench/gateway/targets.ts)
+ * are printed as PASS/FAIL.
  *
  * Knobs (environment, default):
  *   BENCH_TARGETS                  direct,ours,peer  which targets to load
@@ -31,14 +35,16 @@
  *   BENCH_THROUGHPUT_CONNECTIONS   64      scenario 2
  *   BENCH_SHORT_TOKENS             16      completion length in scenarios 1–2 (no pacing)
  *   BENCH_STREAMS                  1000    scenario 3: concurrent streams (one connection each)
- *   BENCH_STREAM_WARMUP            20      streams run together before the measured ones
+ *   BENCH_STREAM_WARMUP            20      streams run together before the measured ones (3–4)
  *   BENCH_STREAM_TOKENS            200     tokens per stream
- *   BENCH_STREAM_TOKENS_PER_SECOND 50      the upstream's pace in scenario 3
+ *   BENCH_STREAM_TOKENS_PER_SECOND 50      the upstream's pace in scenarios 3–4
  *   BENCH_STREAM_TIMEOUT_SECONDS   60      a stream not done by then counts as failed
- *   BENCH_STREAMS_PEER             1       also run scenario 3 against the peer (0: skip)
- *   BENCH_STREAM_PRECONNECT        1       open the streams' connections before the measured run
- *                                          (0: each stream connects as it starts; see streams.ts)
- *   BENCH_SETTLE_TIMEOUT_SECONDS   90      how long scenario 4 waits for billing to settle
+ *   BENCH_ARRIVAL_RATE             100     scenario 4: new streams per second
+ *   BENCH_ARRIVAL_SECONDS          10      scenario 4: how long they keep arriving (0: skip it)
+ *   BENCH_STREAMS_PEER             1       also run scenarios 3–4 against the peer (0: skip)
+ *   BENCH_STREAM_PRECONNECT        1       scenario 3: open the streams' connections before the measured
+ *                                          run (0: each stream connects as it starts; see streams.ts)
+ *   BENCH_SETTLE_TIMEOUT_SECONDS   90      how long scenario 5 waits for billing to settle
  *   BENCH_RSS_SAMPLE_MS            100     RSS sampling interval
  *   BENCH_TOPUP_USD                1000    credit added to each bench account
  *   LOG_LEVEL                      warn    the services' log level
@@ -47,6 +53,7 @@
 import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { Pool } from "undici";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { eventNames } from "@mkt/runtime/nats";
@@ -63,19 +70,12 @@ import {
 } from "./gateway/process-stats.ts";
 import { chatBody, closedLoop, openPool, type RequestRecord, type Target, type TargetName } from "./gateway/load.ts";
 import { ensurePeerInstalled, startPeer, type Peer } from "./gateway/peer.ts";
-import {
-  goals,
-  printTable,
-  verdictLine,
-  writeResults,
-  type LoadRun,
-  type Results,
-  type StreamRun,
-} from "./gateway/report.ts";
+import { printTable, verdictLine, writeResults, type LoadRun, type Results, type StreamRun } from "./gateway/report.ts";
 import { sampleRss } from "./gateway/rss.ts";
 import { stepsLine, watchSteps } from "./gateway/step-histograms.ts";
 import { countByStatus, summarize } from "./gateway/stats.ts";
-import { preconnect, streamsAtOnce } from "./gateway/streams.ts";
+import { arrivalCount, preconnect, streamsArriving, streamsAtOnce } from "./gateway/streams.ts";
+import { goals } from "./gateway/targets.ts";
 import { freePort } from "@mkt/testkit/ports";
 import { MODEL_PRICES, System, type Account } from "./gateway/system.ts";
 import { Verifier } from "./gateway/verify.ts";
@@ -97,10 +97,11 @@ const results: Results = {
   latency: {},
   throughput: {},
   streams: {},
+  arrivals: {},
   verdicts: [],
   goals: [],
 };
-/** Every request sent to our system, warm-ups included: scenario 4 checks all of them. */
+/** Every request sent to our system, warm-ups included: scenario 5 checks all of them. */
 const oursSent: RequestRecord[] = [];
 
 if (wanted("peer")) ensurePeerInstalled(root);
@@ -263,14 +264,74 @@ async function closedLoopScenario(
   return runs;
 }
 
-async function streamScenario(make: Record<TargetName, () => Target>): Promise<void> {
-  const scenario = "streams";
+/** How a streaming scenario starts its measured streams. */
+interface StreamLoad {
+  scenario: "streams" | "arrivals";
+  /** Streams that may be in flight at once: the pool's connections (one stream each). */
+  connections: number;
+  /** Open the connections before the measured run (streams.ts, `preconnect`). */
+  preconnect: boolean;
+  /** Sample our processes' resident sets into `results.rss`. */
+  sampleRss: boolean;
+  run(
+    pool: Pool,
+    target: Target,
+    body: string,
+    timeoutMs: number,
+  ): Promise<{ records: RequestRecord[]; lagMs?: number[] }>;
+}
+
+/** Scenario 3: every stream started at once. */
+const burst = (): StreamLoad => ({
+  scenario: "streams",
+  connections: config.streams,
+  preconnect: config.streamPreconnect,
+  sampleRss: true,
+  run: async (pool, target, body, timeoutMs) => ({
+    records: await streamsAtOnce(pool, target, {
+      count: config.streams,
+      body,
+      scenario: "streams",
+      warmup: false,
+      timeoutMs,
+    }),
+  }),
+});
+
+/**
+ * Scenario 4: streams arriving at a steady rate. Their connections are opened as they start (one
+ * per 10 ms at 100/s, far from filling a listen backlog) and reused once earlier streams end, as
+ * a client's pool would; the pool may hold one per stream so that a slow target never holds an
+ * arrival back.
+ */
+const arrivals = (): StreamLoad => ({
+  scenario: "arrivals",
+  connections: arrivalCount(config.arrivalRate, config.arrivalSeconds),
+  preconnect: false,
+  sampleRss: false,
+  run: (pool, target, body, timeoutMs) =>
+    streamsArriving(pool, target, {
+      ratePerSecond: config.arrivalRate,
+      seconds: config.arrivalSeconds,
+      body,
+      scenario: "arrivals",
+      timeoutMs,
+    }),
+});
+
+/** Scenarios 3 and 4: a warm-up of streams at once, then the measured streams, for each target in turn. */
+async function streamScenario(
+  load: StreamLoad,
+  make: Record<TargetName, () => Target>,
+): Promise<Partial<Record<TargetName, StreamRun>>> {
+  const { scenario } = load;
+  const runs: Partial<Record<TargetName, StreamRun>> = {};
   const body = chatBody(config.model, true);
   const timeoutMs = config.streamTimeoutSeconds * 1000;
   for (const name of ["direct", "ours", "peer"] as const) {
     if (!wanted(name) || (name === "peer" && !config.streamsPeer)) continue;
     const target = make[name]();
-    const pool = openPool(target, config.streams);
+    const pool = openPool(target, Math.max(load.connections, config.streamWarmup));
     try {
       const warm = await streamsAtOnce(pool, target, {
         count: config.streamWarmup,
@@ -279,18 +340,12 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
         warmup: true,
         timeoutMs,
       });
-      if (config.streamPreconnect) await preconnect(pool, target, config.streams);
+      if (load.preconnect) await preconnect(pool, target, load.connections);
       const steps = name === "ours" ? await watchSteps(system.metrics) : undefined;
-      const sampler = name === "ours" ? sampleRss(system.pids(), config.rssSampleMs) : undefined;
+      const sampler = name === "ours" && load.sampleRss ? sampleRss(system.pids(), config.rssSampleMs) : undefined;
       const usage = measureProcesses(processGroups(name));
       const started = performance.now();
-      const records = await streamsAtOnce(pool, target, {
-        count: config.streams,
-        body,
-        scenario,
-        warmup: false,
-        timeoutMs,
-      });
+      const { records, lagMs } = await load.run(pool, target, body, timeoutMs);
       const seconds = (performance.now() - started) / 1000;
       const spent = usage.stop();
       if (sampler) results.rss = sampler.stop();
@@ -305,13 +360,17 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
         errors: countByStatus(records.filter((r) => !(r.status === 200 && r.complete)).map((r) => r.status)),
         perStream: perRequest(spent, records.length),
         steps: await steps?.finish(),
+        arrivalLag: lagMs && summarize(lagMs),
       };
-      results.streams[name] = run;
+      runs[name] = run;
       const rss = sampler && results.rss ? `, peak RSS sum ${results.rss.sumOfPeaksMb.toFixed(0)} MB` : "";
+      const lag = run.arrivalLag
+        ? `, started late by p99 ${run.arrivalLag.p99.toFixed(1)} max ${run.arrivalLag.max.toFixed(1)} ms`
+        : "";
       const firstError = records.find((r) => r.error)?.error;
       step(
         `${scenario} ${name.padEnd(6)} ${run.completed}/${run.streams} complete in ${seconds.toFixed(1)} s, TTFT p50 ` +
-          `${run.ttft.p50.toFixed(1)} p99 ${run.ttft.p99.toFixed(1)} ms${rss}` +
+          `${run.ttft.p50.toFixed(1)} p99 ${run.ttft.p99.toFixed(1)} ms${rss}${lag}` +
           (firstError ? ` (first error: ${firstError})` : "") +
           `\n           per stream: ${costLine(run.perStream)}` +
           (run.steps ? `\n           in the services: ${stepsLine(run.steps)}` : ""),
@@ -320,11 +379,12 @@ async function streamScenario(make: Record<TargetName, () => Target>): Promise<v
       await pool.close();
     }
   }
+  return runs;
 }
 
 async function verifyOurs(scenario: string): Promise<void> {
   if (!verifier) return;
-  step(`checking ${oursSent.length} requests sent to ours against billing (scenario 4 after ${scenario})`);
+  step(`checking ${oursSent.length} requests sent to ours against billing (scenario 5 after ${scenario})`);
   const verdict = await verifier.verify(scenario, oursSent, config.settleTimeoutSeconds * 1000);
   results.verdicts.push(verdict);
   step(`${verdict.ok ? "PASS" : "FAIL"} ${verdictLine(verdict)}`);
@@ -362,16 +422,25 @@ try {
   );
   if (wanted("ours")) await verifyOurs("throughput");
 
-  // Scenario 3 restarts the upstream on the same port with a paced, longer answer (system.ts).
+  // Scenarios 3–4 restart the upstream on the same port with a paced, longer answer (system.ts).
   await system.startModel({ completionTokens: config.streamTokens, tokensPerSecond: config.streamTokensPerSecond });
   step(
     `scenario 3: ${config.streams} streams at once, ${config.streamTokens} tokens at ${config.streamTokensPerSecond} tokens/s ` +
       `(upstream restarted with that pace)`,
   );
-  await streamScenario(make);
+  results.streams = await streamScenario(burst(), make);
   if (wanted("ours")) await verifyOurs("streams");
 
-  results.goals = goals(results, config.streams);
+  if (arrivalCount(config.arrivalRate, config.arrivalSeconds) > 0) {
+    step(
+      `scenario 4: ${config.arrivalRate} new streams per second for ${config.arrivalSeconds} s, ` +
+        `${config.streamTokens} tokens at ${config.streamTokensPerSecond} tokens/s`,
+    );
+    results.arrivals = await streamScenario(arrivals(), make);
+    if (wanted("ours")) await verifyOurs("arrivals");
+  }
+
+  results.goals = goals(results, config);
   printTable(results);
   if (results.verdicts.some((v) => !v.ok)) exitCode = 1;
 } catch (err) {

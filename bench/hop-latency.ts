@@ -58,7 +58,7 @@ if (process.argv[2] === "server") {
     echo(request: Buffer, metadata: Metadata, options: CallOptions, done: (err: ServiceError | null) => void): void;
     close(): void;
   };
-  const payload = Buffer.alloc(200); // about an AuthorizeRequest
+  const payload = Buffer.alloc(200); // about a GrantLeaseRequest
   const call = () =>
     new Promise<void>((resolve, reject) =>
       client.echo(payload, new Metadata(), { deadline: Date.now() + 10_000 }, (err) => (err ? reject(err) : resolve())),

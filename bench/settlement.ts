@@ -1,27 +1,28 @@
 /**
  * Settlement throughput: how many usage.completed events billing consumes from JetStream and
- * commits per second (usage row, hourly rollup, balanced ledger entry, wallet and reservation
+ * commits per second (usage row, hourly rollup, balanced ledger entry, wallet and lease hold
  * updates, all durable: synchronous_commit stays on).
  *
  *   npm run bench:settlement                      # 20,000 events
  *   BENCH_EVENTS=50000 SETTLE_BATCH_SIZE=500 npm run bench:settlement
  *
  * It uses a fresh database and a fresh stream prefix, the real billing server (startBilling) and
- * its durable consumer. The reservations are seeded with SQL that writes exactly what Authorize
- * writes for an admitted request (wallet with its starting grant, hold, 'held' reservation with
- * the price snapshot): calling Authorize 20,000 times would measure Authorize, which is not the
- * subject here. Rate counters are left out: settlement never reads them. Every other request is
- * served by a hoster (BENCH_HOSTER_EVERY=n: one in n), so the revenue split and the hosters'
- * rollup are part of what is measured.
+ * its durable consumer. Each account gets one admission lease, granted by billing's own GrantLease,
+ * holding the worst case of every request the bench then settles on it (as an edge that admitted
+ * them all on one lease would). Every other request is served by a hoster (BENCH_HOSTER_EVERY=n:
+ * one in n), so the revenue split and the hosters' rollup are part of what is measured.
  */
-import { randomBytes } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import pg from "pg";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
+import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { createLogger } from "@mkt/runtime/logger";
 import { eventNames } from "@mkt/runtime/nats";
 import { costMicros, splitRevenue } from "@mkt/runtime/money";
 import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { testCertificates } from "@mkt/testkit/test-certificates";
+import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { loadBillingConfig } from "../services/billing/src/config.ts";
 import { startBilling } from "../services/billing/src/server.ts";
@@ -31,7 +32,6 @@ const ACCOUNTS = Number(process.env.BENCH_ACCOUNTS ?? 500);
 const PUBLISH_WINDOW = 2_000; // publishes in flight at once
 const PRICES = { input: 500_000n, output: 1_500_000n }; // the demo model's, micro-USD per 1M tokens
 const TOKENS = { input: 100n, maxOutput: 200n, output: 150n };
-const STARTING_CREDIT = 5_000_000n;
 const HOSTER_EVERY = Number(process.env.BENCH_HOSTER_EVERY ?? 2);
 const HOSTER_ID = "00000000-0000-4000-8000-00000000b0b0";
 
@@ -39,79 +39,100 @@ const log = createLogger("bench", process.env.LOG_LEVEL ?? "warn");
 const databaseUrl = await freshDatabaseUrl();
 const prefix = freshEventsPrefix();
 const names = eventNames(prefix);
+// A wide tier: the grants below admit every request of the run at once.
 const config = loadBillingConfig({
+  ...(await testCertificates()).env("billing"),
+  TIERS: JSON.stringify({ free: { limit_per_minute: 1_000_000, limit_per_day: 100_000_000 } }),
   DATABASE_URL: databaseUrl,
   NATS_URL: TEST_NATS_URL,
   EVENTS_PREFIX: prefix,
   GRPC_PORT: "0",
+  METRICS_PORT: "0",
   SECRETS_KEY: randomBytes(32).toString("hex"),
   ...(process.env.SETTLE_BATCH_SIZE ? { SETTLE_BATCH_SIZE: process.env.SETTLE_BATCH_SIZE } : {}),
 });
-const reserved = costMicros(TOKENS.input, TOKENS.maxOutput, PRICES.input, PRICES.output);
+const worstCase = costMicros(TOKENS.input, TOKENS.maxOutput, PRICES.input, PRICES.output);
 const cost = costMicros(TOKENS.input, TOKENS.output, PRICES.input, PRICES.output);
 const hosterEvents = HOSTER_EVERY > 0 ? Math.ceil(EVENTS / HOSTER_EVERY) : 0;
 
-// 1. A first start migrates the schema and creates the stream and the durable consumer; it is
-//    stopped again so the events below queue up as a backlog.
-await (await startBilling(config, log, { sweepIntervalMs: 3_600_000 })).close();
+// The lease closer must not release the bench's leases while it runs (their edge never beats).
+const options = { leaseCloserIntervalMs: 3_600_000 };
+const perAccount = (n: number) => Math.floor(EVENTS / ACCOUNTS) + (n < EVENTS % ACCOUNTS ? 1 : 0);
+
+// 1. A first start migrates the schema and creates the stream and the durable consumer, and
+//    grants each account one lease holding the worst case of all its requests; it is stopped
+//    again so the events below queue up as a backlog.
+let t = performance.now();
+const leases: string[] = [];
+{
+  const first = await startBilling(config, log, options);
+  const client = createClient(BillingServiceClient, `127.0.0.1:${first.port}`, (await testCertificates()).tls("edge"));
+  const billing = promiseClient(client);
+  const edgeId = `edge_${randomUUID()}`;
+  for (let n = 0; n < ACCOUNTS; n++) {
+    const { lease } = await billing.grantLease({
+      edgeId,
+      sequence: BigInt(n + 1),
+      accountId: randomUUID(),
+      tier: "free",
+      minCreditMicros: 0n,
+      request: {
+        creditMicros: worstCase * BigInt(perAccount(n)),
+        requests: BigInt(perAccount(n)),
+        tokens: 0n,
+        subscriptionId: "",
+        keyId: "",
+      },
+    });
+    leases.push(lease!.leaseId);
+  }
+  client.close();
+  await first.close();
+}
 
 const db = new pg.Client({ connectionString: databaseUrl, options: "-c search_path=billing" });
 await db.connect();
 const nc = await connect({ servers: TEST_NATS_URL });
 try {
-  // 2. What Authorize leaves behind for EVENTS admitted requests spread over ACCOUNTS accounts.
-  let t = performance.now();
-  await db.query("begin");
-  await db.query(`create temp table bench_accounts on commit drop as
-    select gen_random_uuid() as account_id, n from generate_series(0, ${ACCOUNTS - 1}) n`);
-  await db.query(`insert into wallets (account_id, posted_micros, held_micros)
-    select account_id, ${STARTING_CREDIT}, ${reserved} * (${EVENTS} / ${ACCOUNTS} + case when n < ${EVENTS} % ${ACCOUNTS} then 1 else 0 end)
-    from bench_accounts`);
-  await db.query(`insert into journal_entries (id, kind, reference)
-    select gen_random_uuid(), 'grant', account_id::text from bench_accounts`);
-  await db.query(`insert into ledger_postings (id, entry_id, ledger_account, amount_micros)
-    select gen_random_uuid(), e.id, leg.account, leg.amount from journal_entries e
-    cross join lateral (values ('platform:grants', -${STARTING_CREDIT}), ('customer:' || e.reference, ${STARTING_CREDIT}))
-      as leg(account, amount)
-    where e.kind = 'grant'`);
-  await db.query(`insert into reservations (id, request_id, account_id, key_id, model_id, provider, hoster_id,
-      input_price_per_1m_micros, output_price_per_1m_micros, input_tokens, max_output_tokens, reserved_micros,
-      status, created_at, expires_at)
-    select gen_random_uuid(), 'bench-' || i, a.account_id, 'key-bench', 'demo-small',
-      case when ${HOSTER_EVERY} > 0 and i % ${Math.max(HOSTER_EVERY, 1)} = 0 then 'hoster' else 'local' end,
-      case when ${HOSTER_EVERY} > 0 and i % ${Math.max(HOSTER_EVERY, 1)} = 0 then '${HOSTER_ID}' else '' end,
-      ${PRICES.input}, ${PRICES.output}, ${TOKENS.input}, ${TOKENS.maxOutput}, ${reserved},
-      'held', now(), now() + interval '1 hour'
-    from generate_series(0, ${EVENTS - 1}) i join bench_accounts a on a.n = i % ${ACCOUNTS}`);
-  await db.query("commit");
   const accounts = (
-    await db.query<{ account_id: string; request_id: string; provider: string; hoster_id: string }>(
-      `select account_id, request_id, provider, hoster_id from reservations`,
-    )
+    await db.query<{ id: string; account_id: string }>(`select id, account_id from leases where id = any($1)`, [leases])
   ).rows;
-  console.log(`seeded ${EVENTS} reservations over ${ACCOUNTS} accounts in ${ms(t)} ms`);
+  const requests = Array.from({ length: EVENTS }, (_, i) => {
+    const hosted = HOSTER_EVERY > 0 && i % HOSTER_EVERY === 0;
+    return {
+      requestId: `bench-${i}`,
+      lease: accounts[i % ACCOUNTS]!,
+      provider: hosted ? "hoster" : "local",
+      hosterId: hosted ? HOSTER_ID : "",
+    };
+  });
+  console.log(`granted ${ACCOUNTS} leases for ${EVENTS} requests in ${ms(t)} ms`);
 
   // 3. EVENTS usage.completed events, as registry publishes them (Nats-Msg-Id = request_id).
   t = performance.now();
   const js = jetstream(nc);
   const startedAt = new Date().toISOString();
-  for (let i = 0; i < accounts.length; i += PUBLISH_WINDOW) {
+  for (let i = 0; i < requests.length; i += PUBLISH_WINDOW) {
     await Promise.all(
-      accounts.slice(i, i + PUBLISH_WINDOW).map(({ account_id, request_id, provider, hoster_id }) => {
+      requests.slice(i, i + PUBLISH_WINDOW).map(({ requestId, lease, provider, hosterId }) => {
         const event = UsageCompleted.fromPartial({
-          requestId: request_id,
-          accountId: account_id,
+          requestId,
+          accountId: lease.account_id,
           keyId: "key-bench",
           modelId: "demo-small",
           provider,
-          hosterId: hoster_id,
+          hosterId,
+          leaseId: lease.id,
+          worstCaseMicros: worstCase,
+          inputPricePer1mMicros: PRICES.input,
+          outputPricePer1mMicros: PRICES.output,
           inputTokens: TOKENS.input,
           outputTokens: TOKENS.output,
           latencyMs: 250n,
           success: true,
           startedAt,
         });
-        return js.publish(names.usageCompleted, UsageCompleted.encode(event).finish(), { msgID: request_id });
+        return js.publish(names.usageCompleted, UsageCompleted.encode(event).finish(), { msgID: requestId });
       }),
     );
   }
@@ -120,7 +141,7 @@ try {
 
   // 4. Billing starts on the backlog; the clock stops when the last usage record is committed.
   t = performance.now();
-  const billing = await startBilling(config, log, { sweepIntervalMs: 3_600_000 });
+  const billing = await startBilling(config, log, options);
   let settled = 0;
   while (settled < EVENTS) {
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -134,7 +155,7 @@ try {
     await db.query(`select
       (select count(*) from usage_records) as records,
       (select sum(cost_micros) from usage_records) as charged,
-      (select count(*) from reservations where status <> 'settled') as unsettled,
+      (select count(*) from leases where held_micros <> 0) as unsettled,
       (select sum(held_micros) from wallets) as held,
       (select sum(amount_micros) from ledger_postings) as postings,
       (select count(*) from wallets w where posted_micros <> (select sum(amount_micros) from ledger_postings
@@ -159,7 +180,7 @@ try {
   );
   console.log(
     ok
-      ? "check: every event settled once, holds released, ledger balanced, hoster shares and rollup exact"
+      ? "check: every event settled once, lease holds released, ledger balanced, hoster shares and rollup exact"
       : `CHECK FAILED: ${JSON.stringify(check)}`,
   );
   if (!ok) process.exitCode = 1;

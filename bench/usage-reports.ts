@@ -22,6 +22,7 @@ import { randomToken } from "@mkt/runtime/ids";
 import { eventNames } from "@mkt/runtime/nats";
 import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { freePort } from "@mkt/testkit/ports";
+import { testCertificates } from "@mkt/testkit/test-certificates";
 import { statusField } from "./gateway/process-stats.ts";
 import { startProcesses, waitForHttp } from "../scripts/lib/processes.ts";
 
@@ -41,23 +42,38 @@ function memoryOf(pid: number): { peakMb: number; rssMb: number } {
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;
 const verdict = (ok: boolean) => (ok ? "ok" : "MISSED");
 
-const [accountsPort, billingPort, registryPort, edgePort] = await Promise.all([
+const [accountsPort, accountsMetricsPort, billingPort, billingMetricsPort, registryPort, edgePort] = await Promise.all([
+  freePort(),
+  freePort(),
   freePort(),
   freePort(),
   freePort(),
   freePort(),
 ]);
 const common = { DATABASE_URL: databaseUrl, NATS_URL: TEST_NATS_URL, EVENTS_PREFIX: prefix, LOG_LEVEL: "warn" };
+// mTLS between the services, as in production (a CA of the bench's own, in a temporary folder).
+const certs = await testCertificates();
 const supervisor = startProcesses(
   root,
   [
-    { name: "accounts", entry: "services/accounts/src/main.ts", env: { ...common, GRPC_PORT: String(accountsPort) } },
+    {
+      name: "accounts",
+      entry: "services/accounts/src/main.ts",
+      env: {
+        ...common,
+        ...certs.env("accounts"),
+        GRPC_PORT: String(accountsPort),
+        METRICS_PORT: String(accountsMetricsPort),
+      },
+    },
     {
       name: "billing",
       entry: "services/billing/src/main.ts",
       env: {
         ...common,
+        ...certs.env("billing"),
         GRPC_PORT: String(billingPort),
+        METRICS_PORT: String(billingMetricsPort),
         // Subscriptions need these; the usage reports never call them.
         ACCOUNTS_ADDR: `127.0.0.1:${accountsPort}`,
         REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
@@ -69,6 +85,7 @@ const supervisor = startProcesses(
       entry: "edge/src/main.ts",
       env: {
         ...common,
+        ...certs.env("edge"),
         HOST: "127.0.0.1",
         PORT: String(edgePort),
         ACCOUNTS_ADDR: `127.0.0.1:${accountsPort}`,
@@ -115,10 +132,10 @@ try {
   // every 365 days / ROWS, the newest now. Costs follow DESIGN.md §3: ceil(tokens × price / 1M),
   // hoster fee floor(20%) per record.
   await db.query(
-    `insert into usage_records (request_id, reservation_id, account_id, key_id, model_id, provider, hoster_id,
+    `insert into usage_records (request_id, account_id, key_id, model_id, provider, hoster_id,
        input_tokens, output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success,
        error_code, created_at)
-     select 'bench_' || g, null, $1, 'key_bench', r.model_id, r.provider, r.hoster_id, u.input_tokens,
+     select 'bench_' || g, $1, 'key_bench', r.model_id, r.provider, r.hoster_id, u.input_tokens,
        u.output_tokens, c.cost, case when r.provider = 'hoster' then c.cost * 20 / 100 else c.cost end,
        case when r.provider = 'hoster' then c.cost - c.cost * 20 / 100 else 0 end,
        200 + (g * 7919) % 3000, g % 37 <> 0, case when g % 37 = 0 then 'upstream_error' else '' end,
@@ -173,7 +190,7 @@ try {
     );
   }
 
-  const edgePid = supervisor.children.get("edge")!.pid!;
+  const edgePid = supervisor.child("edge")!.pid!;
   const before = memoryOf(edgePid);
   t = performance.now();
   const res = await fetch(`${base}/v1/usage/export?days=365`, { headers: auth });

@@ -1,4 +1,6 @@
 /** The benchmark's knobs: every one an environment variable with a default (listed in bench/gateway.ts). */
+import { TARGET_SCENARIOS } from "./targets.ts";
+
 const num = (name: string, fallback: number): number => {
   const raw = process.env[name];
   if (raw === undefined || raw === "") return fallback;
@@ -17,13 +19,15 @@ export const config = {
   warmupSeconds: num("BENCH_WARMUP_SECONDS", 2),
   latencySeconds: num("BENCH_LATENCY_SECONDS", 10),
   throughputSeconds: num("BENCH_THROUGHPUT_SECONDS", 20),
-  throughputConnections: num("BENCH_THROUGHPUT_CONNECTIONS", 64),
+  throughputConnections: num("BENCH_THROUGHPUT_CONNECTIONS", TARGET_SCENARIOS.throughputConnections),
   shortTokens: num("BENCH_SHORT_TOKENS", 16),
-  streams: num("BENCH_STREAMS", 1000),
+  streams: num("BENCH_STREAMS", TARGET_SCENARIOS.streams),
   streamWarmup: num("BENCH_STREAM_WARMUP", 20),
   streamTokens: num("BENCH_STREAM_TOKENS", 200),
   streamTokensPerSecond: num("BENCH_STREAM_TOKENS_PER_SECOND", 50),
   streamTimeoutSeconds: num("BENCH_STREAM_TIMEOUT_SECONDS", 60),
+  arrivalRate: num("BENCH_ARRIVAL_RATE", TARGET_SCENARIOS.arrivalRate),
+  arrivalSeconds: num("BENCH_ARRIVAL_SECONDS", TARGET_SCENARIOS.arrivalSeconds),
   streamsPeer: flag("BENCH_STREAMS_PEER", true),
   streamPreconnect: flag("BENCH_STREAM_PRECONNECT", true),
   settleTimeoutSeconds: num("BENCH_SETTLE_TIMEOUT_SECONDS", 90),

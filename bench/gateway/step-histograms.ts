@@ -1,7 +1,7 @@
 /**
  * Where our requests waited before their first token, read from the services' own Prometheus
  * histograms (scraped before and after a measured run, so warm-ups and earlier runs drop out):
- * the edge's Authorize and first event, and the registry's upstream first event. The quantiles
+ * the edge's admission (against its lease) and first event, and the registry's upstream first event. The quantiles
  * are interpolated within buckets, as PromQL's histogram_quantile does, so they are as coarse as
  * the buckets (a few per decade).
  */
@@ -15,7 +15,7 @@ interface Series {
 
 /** The histograms the bench reads, each selected by its name and label set as exposed. */
 const STEPS = {
-  authorize: { source: "edge", series: "mkt_chat_authorize_seconds" },
+  admit: { source: "edge", series: "mkt_chat_admit_seconds" },
   upstreamFirstEvent: { source: "registry", series: 'mkt_upstream_first_event_seconds{provider="local"}' },
   firstEventStreamed: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="true"}' },
   firstEventWhole: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="false"}' },
@@ -118,7 +118,7 @@ export async function watchSteps(sources: MetricsSources): Promise<{ finish(): P
 }
 
 const LABELS: Record<StepName, string> = {
-  authorize: "Authorize",
+  admit: "admission",
   upstreamFirstEvent: "upstream's first event",
   firstEventStreamed: "edge's first chunk",
   firstEventWhole: "edge's whole completion",

@@ -1,9 +1,10 @@
 /**
- * Streaming load: n chat completions with "stream": true started at once, each on its own
- * connection, read as server-sent events: time to the first content token, the usage chunk,
+ * Streaming load: chat completions with "stream": true, started all at once or at a steady rate,
+ * each on its own connection, read as server-sent events: time to the first content token, the usage chunk,
  * whether [DONE] arrived. Only the lines needed are parsed (JSON.parse until the first content
  * delta, then only the usage and error events), so the client spends little CPU per token.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Pool } from "undici";
 import { headerOf, newRecord, postChat, type RequestRecord, type Target } from "./load.ts";
 
@@ -101,3 +102,34 @@ export async function streamsAtOnce(
     ),
   );
 }
+
+/**
+ * Open-loop arrivals: stream i starts at i / `ratePerSecond` seconds from the start, whether or
+ * not earlier streams have finished, for `seconds` (on connection i, so ours spreads the keys as
+ * in the other scenarios). A closed loop would slow its arrivals down as the target slows, hiding
+ * the queueing a steady stream of new clients meets. Due times are absolute, so a late timer
+ * starts every overdue stream at once rather than shifting the rest of the schedule; `lagMs` says
+ * how late each start was (the load generator shares the cores with the target).
+ */
+export async function streamsArriving(
+  pool: Pool,
+  target: Target,
+  options: { ratePerSecond: number; seconds: number; body: string; scenario: string; timeoutMs: number },
+): Promise<{ records: RequestRecord[]; lagMs: number[] }> {
+  const count = arrivalCount(options.ratePerSecond, options.seconds);
+  const intervalMs = 1000 / options.ratePerSecond;
+  const started = performance.now();
+  const streams: Array<Promise<RequestRecord>> = [];
+  const lagMs: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const due = started + i * intervalMs;
+    const wait = due - performance.now();
+    if (wait > 0) await sleep(wait);
+    lagMs.push(performance.now() - due);
+    streams.push(oneStream(pool, target, i, options.body, options.scenario, false, options.timeoutMs));
+  }
+  return { records: await Promise.all(streams), lagMs };
+}
+
+/** How many streams an arrival run starts. */
+export const arrivalCount = (ratePerSecond: number, seconds: number): number => Math.round(ratePerSecond * seconds);

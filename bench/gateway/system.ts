@@ -5,13 +5,14 @@
  *
  * The upstream (hoster-server's demo model, "local-model") runs under a supervisor of its own so
  * it can be restarted with other settings on the same port: scenarios 1–2 want a short, instant
- * completion, scenario 3 a 200-token answer paced at 50 tokens/s. Restarting it in place keeps
+ * completion, scenarios 3–4 a 200-token answer paced at 50 tokens/s. Restarting it in place keeps
  * the registry's LOCAL_MODEL_URL valid, so the registry, billing and the edge keep running (and
  * keep their memory history) across all scenarios.
  */
 import { randomBytes } from "node:crypto";
 import { freePort } from "@mkt/testkit/ports";
-import { startProcesses, waitForHttp, type ProcessSpec, type Supervisor } from "../../scripts/lib/processes.ts";
+import { testCertificates } from "@mkt/testkit/test-certificates";
+import { startProcesses, waitForHttp, type ProcessSpec, type StartedProcesses } from "../../scripts/lib/processes.ts";
 import type { MetricsSources } from "./step-histograms.ts";
 
 export interface Account {
@@ -34,7 +35,11 @@ export interface SystemOptions {
   natsUrl: string;
   eventsPrefix: string;
   model: string;
+  /** The model's context window (default 8192, the registry's demo model). */
+  contextWindow?: number;
   logLevel: string;
+  /** Added to every process's environment (the tracing test points OTEL_* at its receiver). */
+  env?: Record<string, string>;
   onCrash: (what: string, tail: string) => void;
 }
 
@@ -42,8 +47,8 @@ export class System {
   readonly adminToken = `mk_admin_${randomBytes(24).toString("base64url")}`;
   readonly modelToken = randomBytes(24).toString("base64url");
   readonly secretsKey = randomBytes(32).toString("hex");
-  services: Supervisor | undefined;
-  upstream: Supervisor | undefined;
+  services: StartedProcesses | undefined;
+  upstream: StartedProcesses | undefined;
   edgeUrl = "";
   /** Where the edge and the registry expose their Prometheus metrics. */
   metrics: MetricsSources = { edge: "", registry: "" };
@@ -67,6 +72,7 @@ export class System {
         DEMO_COMPLETION_TOKENS: String(settings.completionTokens),
         DEMO_TOKENS_PER_SECOND: String(settings.tokensPerSecond),
         LOG_LEVEL: this.options.logLevel,
+        ...this.options.env,
       },
     };
   }
@@ -84,7 +90,9 @@ export class System {
 
   /** Starts accounts, billing, registry and the edge, and waits for the edge's /readyz. */
   async startServices(): Promise<void> {
-    const [accounts, billing, registry, registryMetrics, edge] = await Promise.all([
+    const [accounts, accountsMetrics, billing, billingMetrics, registry, registryMetrics, edge] = await Promise.all([
+      freePort(),
+      freePort(),
       freePort(),
       freePort(),
       freePort(),
@@ -93,11 +101,14 @@ export class System {
     ]);
     const addr = (port: number) => `127.0.0.1:${port}`;
     const o = this.options;
+    // mTLS between the services, as in production (a CA of the bench's own, in a temporary folder).
+    const certs = await testCertificates();
     const common = {
       DATABASE_URL: o.databaseUrl,
       NATS_URL: o.natsUrl,
       EVENTS_PREFIX: o.eventsPrefix,
       LOG_LEVEL: o.logLevel,
+      ...o.env,
     };
     this.services = startProcesses(
       o.root,
@@ -107,7 +118,9 @@ export class System {
           entry: "services/accounts/src/main.ts",
           env: {
             ...common,
+            ...certs.env("accounts"),
             GRPC_PORT: String(accounts),
+            METRICS_PORT: String(accountsMetrics),
             DEFAULT_TIER: "bench",
             // The bench signs its accounts up through the public API, all from 127.0.0.1.
             SIGNUP_LIMIT_PER_IP_PER_HOUR: "1000000",
@@ -118,7 +131,10 @@ export class System {
           entry: "services/billing/src/main.ts",
           env: {
             ...common,
+            ...certs.env("billing"),
             GRPC_PORT: String(billing),
+            // A free port, not the default 9465: several benches or a launcher may run at once.
+            METRICS_PORT: String(billingMetrics),
             ACCOUNTS_ADDR: addr(accounts),
             REGISTRY_ADDR: addr(registry),
             SECRETS_KEY: this.secretsKey,
@@ -133,9 +149,9 @@ export class System {
           entry: "services/registry/src/main.ts",
           env: {
             ...common,
+            ...certs.env("registry"),
             GRPC_PORT: String(registry),
             METRICS_PORT: String(registryMetrics),
-            BILLING_ADDR: addr(billing),
             ACCOUNTS_ADDR: addr(accounts),
             LOCAL_MODEL_URL: this.modelUrl,
             LOCAL_MODEL_TOKEN: this.modelToken,
@@ -144,7 +160,7 @@ export class System {
               {
                 model_id: o.model,
                 model_alias: "Bench model",
-                context_window: 8192,
+                context_window: o.contextWindow ?? 8192,
                 input_price_per_1m_usd: "0.50",
                 output_price_per_1m_usd: "1.50",
               },
@@ -158,6 +174,7 @@ export class System {
           entry: "edge/src/main.ts",
           env: {
             ...common,
+            ...certs.env("edge"),
             HOST: "127.0.0.1",
             PORT: String(edge),
             ACCOUNTS_ADDR: addr(accounts),
@@ -179,7 +196,7 @@ export class System {
   pids(): Record<string, number> {
     const pids: Record<string, number> = {};
     for (const name of ["edge", "registry", "billing", "accounts"]) {
-      const pid = this.services?.children.get(name)?.pid;
+      const pid = this.services?.child(name)?.pid;
       if (pid) pids[name] = pid;
     }
     return pids;
@@ -187,7 +204,7 @@ export class System {
 
   /** The upstream's process id (it is restarted between scenarios). */
   modelPid(): number | undefined {
-    return this.upstream?.children.get("local-model")?.pid;
+    return this.upstream?.child("local-model")?.pid;
   }
 
   /** Signs `count` accounts up through POST /v1/accounts and tops each up through the admin API. */

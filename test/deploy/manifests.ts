@@ -120,12 +120,25 @@ export function docsTable(heading: string): DocsRow[] {
 
 /**
  * A stand-in for a secret the operator supplies: a URL for `*_URL` (DATABASE_URL carries its
- * password), else 32 random bytes in hex, which every secret validator accepts.
+ * password), a letter then hex for NATS passwords (the form docs/deploy.md generates), else 32
+ * random bytes in hex, which every other secret validator accepts.
  */
 export const placeholder = (name: string) => {
   const secret = randomBytes(32).toString("hex");
-  return name.endsWith("_URL") ? `postgres://operator:${secret}@db.example.net:5432/marketplace` : secret;
+  if (name.endsWith("_URL")) return `postgres://operator:${secret}@db.example.net:5432/marketplace`;
+  return /^NATS_\w*PASSWORD$/.test(name) ? `n${secret}` : secret;
 };
+
+/**
+ * A gRPC address variable's host, port and resolver: `host:port` (grpc-js's default, DNS) or
+ * `dns:///host:port` (DNS too, spelled out as the manifests do). Other URLs (`http://…`) as URLs.
+ */
+export function addressParts(value: string): { scheme: string; host: string; port: string } {
+  const dns = /^dns:\/\/\/([^:/]+):([0-9]+)$/.exec(value);
+  if (dns) return { scheme: "dns", host: dns[1]!, port: dns[2]! };
+  const url = new URL(value.includes("://") ? value : `grpc://${value}`);
+  return { scheme: url.protocol.slice(0, -1), host: url.hostname, port: url.port };
+}
 
 /** Names whose values are secrets: they must never be written into a committed file. */
 export const isSecretName = (name: string) => /(TOKEN|SECRET|PASSWORD|_KEY)$/.test(name);
@@ -135,6 +148,8 @@ export const isSecretName = (name: string) => /(TOKEN|SECRET|PASSWORD|_KEY)$/.te
 
 export interface ComposeService {
   image?: string;
+  restart?: string;
+  profiles?: string[];
   build?: { context: string; dockerfile: string };
   command?: string[];
   environment?: Record<string, string | number | boolean | null>;
@@ -233,8 +248,9 @@ export interface SecurityContext {
 
 export interface PodSpec {
   securityContext?: SecurityContext;
+  initContainers?: Container[];
   containers: Container[];
-  volumes?: Array<{ name: string; configMap?: { name: string }; emptyDir?: object }>;
+  volumes?: Array<{ name: string; configMap?: { name: string }; emptyDir?: object; secret?: { secretName: string } }>;
 }
 
 export interface Kustomization {
@@ -365,4 +381,86 @@ export function workspaceDirs(): string[] {
 function readdirNames(dir: string): string[] {
   if (!exists(dir)) return [];
   return readdirSync(join(root, dir)).filter((child) => exists(`${dir}/${child}/package.json`));
+}
+
+// ---------------------------------------------------------------------------------------------
+// NetworkPolicies, evaluated as a network plugin enforcing them would
+
+interface PolicyPeer {
+  podSelector?: { matchLabels?: Record<string, string> };
+  namespaceSelector?: { matchLabels?: Record<string, string> };
+  ipBlock?: { cidr: string; except?: string[] };
+}
+interface PolicyRule {
+  from?: PolicyPeer[];
+  to?: PolicyPeer[];
+  ports?: Array<{ protocol?: string; port: number | string }>;
+}
+export interface NetworkPolicySpec {
+  podSelector: { matchLabels?: Record<string, string> };
+  policyTypes: Array<"Ingress" | "Egress">;
+  ingress?: PolicyRule[];
+  egress?: PolicyRule[];
+}
+
+/**
+ * One end of a connection: a pod (its namespace's labels and its own) with an address, or an
+ * address outside the cluster. Pods in the policies' namespace are governed by its policies.
+ */
+export interface Endpoint {
+  namespace?: { name: string; labels: Record<string, string> };
+  labels?: Record<string, string>;
+  ip: string;
+}
+
+const matches = (selector: { matchLabels?: Record<string, string> } | undefined, labels: Record<string, string>) =>
+  Object.entries(selector?.matchLabels ?? {}).every(([key, value]) => labels[key] === value);
+
+function ipv4(ip: string): number {
+  return ip.split(".").reduce((n, part) => n * 256 + Number(part), 0);
+}
+
+function inCidr(ip: string, cidr: string): boolean {
+  const [base, bits] = cidr.split("/");
+  const size = 2 ** (32 - Number(bits));
+  return Math.floor(ipv4(ip) / size) === Math.floor(ipv4(base!) / size);
+}
+
+function peerMatches(peer: PolicyPeer, other: Endpoint, namespace: string): boolean {
+  if (peer.ipBlock) {
+    // As in Kubernetes, an ipBlock is meant for addresses outside the cluster.
+    if (other.namespace) return false;
+    return inCidr(other.ip, peer.ipBlock.cidr) && !(peer.ipBlock.except ?? []).some((c) => inCidr(other.ip, c));
+  }
+  if (!other.namespace || !other.labels) return false;
+  const sameNamespace = other.namespace.name === namespace;
+  if (peer.namespaceSelector) {
+    return matches(peer.namespaceSelector, other.namespace.labels) && matches(peer.podSelector, other.labels);
+  }
+  return sameNamespace && matches(peer.podSelector, other.labels);
+}
+
+/** Whether `policies` (all in `namespace`) let `from` open a TCP connection to `to` on `port`. */
+export function networkAllows(
+  policies: NetworkPolicySpec[],
+  namespace: string,
+  from: Endpoint,
+  to: Endpoint,
+  port: number,
+): boolean {
+  const side = (self: Endpoint, other: Endpoint, type: "Ingress" | "Egress") => {
+    if (self.namespace?.name !== namespace) return true; // not ours to govern
+    const selecting = policies.filter((p) => p.policyTypes.includes(type) && matches(p.podSelector, self.labels ?? {}));
+    if (selecting.length === 0) return true;
+    return selecting.some((p) =>
+      (type === "Ingress" ? p.ingress : p.egress)?.some((rule) => {
+        const peers = type === "Ingress" ? rule.from : rule.to;
+        const peerOk = !peers || peers.some((peer) => peerMatches(peer, other, namespace));
+        const portOk =
+          !rule.ports || rule.ports.some((p) => (p.protocol ?? "TCP") === "TCP" && Number(p.port) === port);
+        return peerOk && portOk;
+      }),
+    );
+  };
+  return side(from, to, "Egress") && side(to, from, "Ingress");
 }

@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { postChat } from "./billing-db.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
+
+// Reports trail admission by one lease heartbeat (5 s in the e2e systems): the polls below wait for it.
+vi.setConfig({ testTimeout: 90_000 });
 
 interface RateLimits {
   requests_this_minute: number;
@@ -56,17 +59,21 @@ describe("account rate limits at the edge", () => {
     expect(first.headers.get("x-ratelimit-reset-requests")).toMatch(/^\d+s$/);
     await first.text();
 
-    // The other edge sees the same count: it lives in billing, not in an edge's memory.
+    // The other edge shares the count: billing recalls the room edge A's lease holds unused. Its
+    // header says what its own lease can still admit, never more than the account has left.
     const second = await ask(edgeB, apiKey);
     expect(second.status).toBe(200);
-    expect(second.headers.get("x-ratelimit-remaining-requests")).toBe("1");
+    expect(Number(second.headers.get("x-ratelimit-remaining-requests"))).toBeLessThanOrEqual(1);
     await second.text();
-    expect(await rateLimits(edgeA, apiKey)).toMatchObject({
-      requests_this_minute: 2,
-      requests_today: 2,
-      limit_per_minute: PER_MINUTE,
-      remaining_this_minute: 1,
-    });
+    // Reports trail admission by at most one heartbeat (DESIGN.md §2).
+    await expect
+      .poll(() => rateLimits(edgeA, apiKey), { timeout: 20_000 })
+      .toMatchObject({
+        requests_this_minute: 2,
+        requests_today: 2,
+        limit_per_minute: PER_MINUTE,
+        remaining_this_minute: 1,
+      });
 
     const third = await ask(edgeA, apiKey);
     expect(third.headers.get("x-ratelimit-remaining-requests")).toBe("0");
@@ -86,14 +93,16 @@ describe("account rate limits at the edge", () => {
 
     // A refused request is not counted, on either edge.
     expect((await ask(edgeA, apiKey)).status).toBe(429);
-    expect(await rateLimits(edgeB, apiKey)).toEqual({
-      requests_this_minute: PER_MINUTE,
-      requests_today: PER_MINUTE,
-      limit_per_minute: PER_MINUTE,
-      limit_per_day: 1000,
-      remaining_this_minute: 0,
-      remaining_today: 1000 - PER_MINUTE,
-    });
+    await expect
+      .poll(() => rateLimits(edgeB, apiKey), { timeout: 20_000 })
+      .toEqual({
+        requests_this_minute: PER_MINUTE,
+        requests_today: PER_MINUTE,
+        limit_per_minute: PER_MINUTE,
+        limit_per_day: 1000,
+        remaining_this_minute: 0,
+        remaining_today: 1000 - PER_MINUTE,
+      });
   });
 
   it("admits exactly the limit when a burst hits both edges at once", async () => {
@@ -106,8 +115,24 @@ describe("account rate limits at the edge", () => {
         return res.status;
       }),
     );
-    expect(statuses.filter((s) => s === 200)).toHaveLength(PER_MINUTE);
-    expect(statuses.filter((s) => s === 429)).toHaveLength(12 - PER_MINUTE);
-    expect((await rateLimits(system.urls[1]!, apiKey)).requests_this_minute).toBe(PER_MINUTE);
+    // Never more than the limit; a burst may be refused while room sits in the other edge's lease
+    // (an edge that was refused refuses the account itself until its next heartbeat reply) ...
+    let admitted = statuses.filter((s) => s === 200).length;
+    expect(admitted).toBeGreaterThan(0);
+    expect(admitted).toBeLessThanOrEqual(PER_MINUTE);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(12 - admitted);
+    // ... but no room is lost: within a few heartbeats the account is served to exactly its limit.
+    const until = Date.now() + 20_000;
+    for (let i = 0; admitted < PER_MINUTE && Date.now() < until; i++) {
+      const res = await ask(system.urls[i % 2]!, apiKey);
+      await res.text();
+      if (res.status === 200) admitted += 1;
+      else await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(admitted).toBe(PER_MINUTE);
+    for (const url of system.urls) expect((await ask(url, apiKey)).status).toBe(429);
+    await expect
+      .poll(async () => (await rateLimits(system.urls[1]!, apiKey)).requests_this_minute, { timeout: 20_000 })
+      .toBe(PER_MINUTE);
   });
 });

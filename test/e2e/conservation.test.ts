@@ -36,8 +36,9 @@ beforeAll(async () => {
         },
       ]),
     },
-    // 40-token answers at 50 tokens/s: 0.8 s, long enough to act while one is streaming.
-    model: { DEMO_COMPLETION_TOKENS: "40", DEMO_TOKENS_PER_SECOND: "50" },
+    // 100-token answers at 20 tokens/s: 5 s, long enough to act while one is streaming even on a
+    // busy machine (a cold admission on the other edge recalls the first edge's lease first).
+    model: { DEMO_COMPLETION_TOKENS: "100", DEMO_TOKENS_PER_SECOND: "20" },
   });
   db = await openBillingDb(system.databaseUrl);
 });
@@ -87,7 +88,7 @@ async function upstreamFailure(url: string, apiKey: string): Promise<Seen> {
 
 /**
  * A big streamed request that the client abandons after its first words; while it still holds
- * its reservation, a second request of the same size is refused for credit on the other edge.
+ * its worst case, a second request of the same size is refused for credit on the other edge.
  */
 async function cancelledWithRefusal(urls: string[], apiKey: string): Promise<Seen[]> {
   const abort = new AbortController();
@@ -169,7 +170,7 @@ describe("money is conserved after a mixed workload through the edges", () => {
       if (s.kind === "cancelled") {
         expect(row).toMatchObject({ success: false, error_code: "client_cancelled" });
         expect(BigInt(row.cost_micros as string)).toBeGreaterThan(0n);
-        expect(BigInt(row.output_tokens as string)).toBeLessThan(40n);
+        expect(BigInt(row.output_tokens as string)).toBeLessThan(100n);
       }
     }
     for (const row of rows) {
@@ -178,15 +179,17 @@ describe("money is conserved after a mixed workload through the edges", () => {
       );
     }
 
-    // Per account: the grant minus its charges is its balance, and nothing is still held.
+    // Per account: the grant minus its charges is its balance, and nothing is still held once the
+    // edges' idle leases are closed (two TTLs without a request, then a heartbeat: about 25 s here).
     for (const { accountId } of accounts) {
       const charged = await db.figure(`select sum(cost_micros)::text as v from usage_records where account_id = $1`, [
         accountId,
       ]);
-      const [wallet] = await db.query(`select posted_micros, held_micros from wallets where account_id = $1`, [
-        accountId,
-      ]);
-      expect(wallet).toEqual({ posted_micros: String(GRANT_MICROS - charged), held_micros: "0" });
+      const wallet = async () =>
+        (await db.query(`select posted_micros, held_micros from wallets where account_id = $1`, [accountId]))[0];
+      await expect
+        .poll(wallet, { timeout: 60_000 })
+        .toEqual({ posted_micros: String(GRANT_MICROS - charged), held_micros: "0" });
     }
 
     // Ledger-wide: grants − charges = balances, usage records = customer charge postings,
@@ -211,5 +214,5 @@ describe("money is conserved after a mixed workload through the edges", () => {
     expect(await postingsOf("usage", "platform:revenue")).toBe(BigInt(sums[0]!.fee));
     expect(await postingsOf("usage", "hoster:%")).toBe(BigInt(sums[0]!.earned));
     expect(await ledgerInvariants(db)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
-  });
+  }, 120_000);
 });

@@ -14,28 +14,45 @@ export async function createInvite(system: RunningSystem): Promise<string> {
   return data[0]!.invite_code;
 }
 
+/** A hoster's OpenAI-compatible server on loopback: where it listens and the api_key it requires. */
+export interface HosterServer {
+  url: string;
+  token: string;
+  close(): Promise<void>;
+}
+
 export interface RegisteredHoster {
   hosterId: string;
   email: string;
   password: string;
   /** `mk_session=...`, ready for a Cookie header. */
   cookie: string;
-  /** The reference hoster-server it registered; close it when done. */
-  server: Awaited<ReturnType<typeof startRealHoster>>;
+  /** The server it registered (the reference hoster-server unless `startServer` said); close it when done. */
+  server: HosterServer;
   modelId: string;
+  /** The headers of the registration's answer. */
+  registrationHeaders: Headers;
 }
 
 /**
  * Registers a real hoster-server (started here, on loopback) through POST /hosters/register, as a
  * hoster would: invite from the admin API, then registration, which logs the hoster in.
- * `serverEnv` configures the hoster-server (DEMO_TOKENS_PER_SECOND: a slow, streaming model).
+ * `serverEnv` configures the hoster-server (DEMO_TOKENS_PER_SECOND: a slow, streaming model);
+ * `startServer` starts another server serving `modelId` instead (a test upstream).
  */
 export async function registerHoster(
   system: RunningSystem,
-  options: { modelId?: string; name?: string; serverEnv?: Record<string, string> } = {},
+  options: {
+    modelId?: string;
+    name?: string;
+    serverEnv?: Record<string, string>;
+    startServer?: (modelId: string) => Promise<HosterServer>;
+  } = {},
 ): Promise<RegisteredHoster> {
   const modelId = options.modelId ?? `llama-${randomToken(4)}.gguf`;
-  const server = await startRealHoster({ models: [modelId], env: options.serverEnv });
+  const server = options.startServer
+    ? await options.startServer(modelId)
+    : await startRealHoster({ models: [modelId], env: options.serverEnv });
   const email = `hoster-${randomToken(6)}@example.com`;
   const password = "hoster password 123";
   const res = await fetch(`${system.url}/hosters/register`, {
@@ -57,5 +74,5 @@ export async function registerHoster(
   }
   const { hoster_id } = (await res.json()) as { hoster_id: string };
   const cookie = (res.headers.getSetCookie()[0] ?? "").split(";")[0]!;
-  return { hosterId: hoster_id, email, password, cookie, server, modelId };
+  return { hosterId: hoster_id, email, password, cookie, server, modelId, registrationHeaders: res.headers };
 }

@@ -240,7 +240,7 @@ describe("GET /metrics on the edge", () => {
     expect(names).not.toContain(stray);
   });
 
-  it("times each chat completion's Authorize and its first event, by stream or not", async () => {
+  it("times each chat completion's admission and its first event, by stream or not", async () => {
     const { apiKey } = await signUp(system.url);
     const chat = (body: Record<string, unknown>) =>
       post(
@@ -255,18 +255,18 @@ describe("GET /metrics on the edge", () => {
       const streamed = await chat({ model: "auto", stream: true });
       expect(streamed.status).toBe(200);
       expect((await streamed.text()).trimEnd().endsWith("data: [DONE]")).toBe(true);
-      // Refused before Authorize: neither step is observed.
+      // Refused before admission: neither step is observed.
       expect((await chat({ model: `no-such-model-${randomToken(4)}` })).status).toBe(404);
     });
-    expect(grew("mkt_chat_authorize_seconds_count")).toBe(2);
-    expect(grew('mkt_chat_authorize_seconds_bucket{le="+Inf"}')).toBe(2);
-    expect(grew("mkt_chat_authorize_seconds_sum")).toBeGreaterThan(0);
+    expect(grew("mkt_chat_admit_seconds_count")).toBe(2);
+    expect(grew('mkt_chat_admit_seconds_bucket{le="+Inf"}')).toBe(2);
+    expect(grew("mkt_chat_admit_seconds_sum")).toBeGreaterThan(0);
     expect(grew('mkt_chat_first_event_seconds_count{stream="false"}')).toBe(1);
     expect(grew('mkt_chat_first_event_seconds_count{stream="true"}')).toBe(1);
-    // The first event comes after Authorize, so it cannot have taken less time.
+    // The first event comes after admission, so it cannot have taken less time.
     const firstEvents =
       grew('mkt_chat_first_event_seconds_sum{stream="false"}') +
       grew('mkt_chat_first_event_seconds_sum{stream="true"}');
-    expect(firstEvents).toBeGreaterThanOrEqual(grew("mkt_chat_authorize_seconds_sum"));
+    expect(firstEvents).toBeGreaterThanOrEqual(grew("mkt_chat_admit_seconds_sum"));
   });
 });

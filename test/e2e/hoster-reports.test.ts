@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openBillingDb, type BillingDb } from "./billing-db.ts";
 import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
+import { apiCall, type CallOptions } from "./api-call.ts";
 
 // A hoster's side of the marketplace through the public API: plans, subscribers, pausing one of
 // them, and the earnings reports, checked to the micro-dollar against billing's ledger.
@@ -17,18 +18,7 @@ let payg: { apiKey: string; email: string; scopedKey: string; subscriptionId: st
 
 type Json = Record<string, unknown>;
 
-async function call(method: string, path: string, options: { key?: string; cookie?: string; body?: unknown } = {}) {
-  const headers: Record<string, string> = {};
-  if (options.key) headers.authorization = `Bearer ${options.key}`;
-  if (options.cookie) headers.cookie = options.cookie;
-  if (options.body !== undefined) headers["content-type"] = "application/json";
-  const res = await fetch(`${system.url}${path}`, {
-    method,
-    headers,
-    body: options.body === undefined ? undefined : JSON.stringify(options.body),
-  });
-  return { status: res.status, body: (await res.json()) as Json };
-}
+const call = (method: string, path: string, options: CallOptions = {}) => apiCall(system.url, method, path, options);
 
 async function createPlan(body: Json): Promise<string> {
   const res = await call("POST", "/hosters/products", { cookie: hoster.cookie, body });

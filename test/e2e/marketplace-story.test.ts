@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { costMicros, splitRevenue, usdToMicros } from "@mkt/runtime/money";
 import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, waitForUsage, type RunningSystem } from "./system.ts";
+import { apiCall, type Json } from "./api-call.ts";
 
 /**
  * The spec's whole story, as a hoster and a customer live it, with the `openai` SDK and plain
@@ -10,8 +11,6 @@ import { signUp, startSystem, waitForUsage, type RunningSystem } from "./system.
  * list hosters → subscribe → chat (stream and not) → usage, breakdown and earnings agree to the
  * micro-dollar → pause → resume → cancel.
  */
-
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
 let system: RunningSystem;
 let hoster: RegisteredHoster;
@@ -24,23 +23,8 @@ afterAll(async () => {
   await system?.close();
 });
 
-async function call(
-  method: string,
-  path: string,
-  auth: { cookie?: string; apiKey?: string } = {},
-  body?: unknown,
-): Promise<{ status: number; body: Json }> {
-  const headers: Record<string, string> = {};
-  if (auth.cookie) headers.cookie = auth.cookie;
-  if (auth.apiKey) headers.authorization = `Bearer ${auth.apiKey}`;
-  if (body !== undefined) headers["content-type"] = "application/json";
-  const res = await fetch(`${system.url}${path}`, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, body: (await res.json()) as Json };
-}
+const call = (method: string, path: string, auth: { cookie?: string; apiKey?: string } = {}, body?: unknown) =>
+  apiCall(system.url, method, path, { cookie: auth.cookie, key: auth.apiKey, body });
 
 const micros = (usd: number) => usdToMicros(usd);
 

@@ -12,7 +12,7 @@ import { DEMO_PRICES, signUp, startSystem, type RunningSystem } from "./system.t
  * 1000 × 1.50 + prompt × 0.50 ≈ 1,510 micro-USD: about 15% of the balance. Only 6 of the 100 can
  * ever be paid (6 × 1,510 ≤ 10,000 < 7 × 1,510), whatever order billing sees them in; the rest
  * must be refused with 402. At 4,000 tokens/s an answer streams for 0.25 s, so holds of requests
- * still running overlap with the Authorize calls of the others.
+ * still running overlap with the admission of the others, on two edges' leases.
  */
 const GRANT_MICROS = 10_000n;
 const MAX_TOKENS = 1000;
@@ -84,17 +84,32 @@ describe("100 concurrent requests through two edges against 0.01 USD", () => {
       ),
     );
 
-    const admitted = results.filter((r) => r.status === 200).length;
+    let admitted = results.filter((r) => r.status === 200).length;
     const refused = results.filter((r) => r.status !== 200);
-    // 6 × ~1,510 fits in 10,000 and 7 × 1,500 does not, however the requests interleave.
-    expect(admitted).toBe(6);
-    expect(refused).toHaveLength(REQUESTS - 6);
+    // 6 × ~1,510 fits in 10,000 and 7 × 1,500 does not, however the requests interleave. The
+    // burst may be refused earlier while credit sits in the other edge's lease (an edge refused
+    // once refuses the account itself until its next heartbeat reply) ...
+    expect(admitted).toBeGreaterThan(0);
+    expect(admitted).toBeLessThanOrEqual(6);
     for (const r of refused) {
       expect(r).toMatchObject({ status: 402, code: "insufficient_credits" });
       expect(r.message).toMatch(/your balance is \$[\d.]+ and this request needs \$[\d.]+/);
     }
+    // ... but no credit is lost: one at a time, the account is then served to exactly 6.
+    const ask = (i: number) =>
+      postChat(system.urls[i % 2]!, apiKey, {
+        model: "demo-small",
+        max_tokens: MAX_TOKENS,
+        messages: [{ role: "user", content: `Request number ${REQUESTS + i}, please write at length.` }],
+      }).then(outcome);
+    for (let i = 0, until = Date.now() + 20_000; admitted < 6 && Date.now() < until; i++) {
+      const r = await ask(i);
+      if (r.status === 200) admitted += 1;
+      else await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(admitted).toBe(6);
 
-    // Every admitted request settles: one usage record, its reservation settled, no hold left.
+    // Every admitted request settles: one usage record, its worst case released, no hold left.
     const usageRows = async () =>
       db.figure(`select count(*)::text as v from usage_records where account_id = $1`, [accountId]);
     for (const deadline = Date.now() + 15_000; (await usageRows()) < BigInt(admitted);) {
@@ -104,24 +119,22 @@ describe("100 concurrent requests through two edges against 0.01 USD", () => {
     watching = false;
     await watcher;
 
-    const reservations = await db.query<{ status: string; n: string }>(
-      `select status, count(*)::text as n from reservations where account_id = $1 group by status`,
-      [accountId],
-    );
-    // Refused requests left no reservation behind (their Authorize rolled back).
-    expect(reservations).toEqual([{ status: "settled", n: String(admitted) }]);
     expect(await usageRows()).toBe(BigInt(admitted));
-    const [wallet] = await db.query<{ posted: string; held: string }>(
-      `select posted_micros as posted, held_micros as held from wallets where account_id = $1`,
-      [accountId],
-    );
-    expect(wallet!.held).toBe("0");
+    // The edges' leases go idle and are closed: nothing stays held (refused requests held nothing).
+    const wallet = async () =>
+      (
+        await db.query<{ posted: string; held: string }>(
+          `select posted_micros as posted, held_micros as held from wallets where account_id = $1`,
+          [accountId],
+        )
+      )[0]!;
+    await expect.poll(async () => (await wallet()).held, { timeout: 60_000 }).toBe("0");
 
     const charged = await db.figure(`select sum(cost_micros)::text as v from usage_records where account_id = $1`, [
       accountId,
     ]);
     expect(charged).toBeLessThanOrEqual(GRANT_MICROS);
-    expect(BigInt(wallet!.posted)).toBe(GRANT_MICROS - charged);
+    expect(BigInt((await wallet()).posted)).toBe(GRANT_MICROS - charged);
     expect(lowestPosted).toBeGreaterThanOrEqual(0n);
     expect(lowestSpendable).toBeGreaterThanOrEqual(0n);
     // The balance, not luck, decided: one more request of this size would not have fit.
@@ -130,5 +143,5 @@ describe("100 concurrent requests through two edges against 0.01 USD", () => {
     expect(BigInt(admitted) * perRequest).toBeLessThanOrEqual(GRANT_MICROS);
 
     expect(await ledgerInvariants(db)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
-  });
+  }, 120_000);
 });

@@ -221,6 +221,32 @@ describe("errors as the openai SDK's error classes", () => {
   });
 });
 
+describe("errors on the Responses API", () => {
+  it("an upstream failing mid-stream ends the stream with response.failed after the partial answer", async () => {
+    const client = await customer();
+    const stream = await client.responses.create({ model: MODEL, input: FAIL_MID_STREAM, stream: true });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const event of stream) events.push(event);
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+    const text = events.flatMap((e) => (e.type === "response.output_text.delta" ? [e.delta] : [])).join("");
+    expect(text).toBe("Partial answer");
+    const last = events.at(-1)!;
+    if (last.type !== "response.failed") throw new Error(`ended with ${last.type}`);
+    expect(last.response.status).toBe("failed");
+    expect(last.response.error).toEqual({ code: "upstream_error", message: expect.any(String) });
+    expect(JSON.stringify(events)).not.toContain(UPSTREAM_SECRET);
+    recorder.takeCalls();
+  });
+
+  it("an upstream failing before the answer is an HTTP error, as on chat", async () => {
+    const client = await customer();
+    const err = await failure(client.responses.create({ model: MODEL, input: FAIL_BEFORE_ANSWER, stream: true }));
+    expect(err).toBeInstanceOf(OpenAI.InternalServerError);
+    expect(err).toMatchObject({ status: 502, code: "upstream_error" });
+    recorder.takeCalls();
+  });
+});
+
 describe("errors for a subscription's scoped key", () => {
   let hoster: RegisteredHoster;
   let subscriptionId: string;

@@ -335,3 +335,74 @@ describe("x-request-id", () => {
     expect(a._request_id).not.toBe(b._request_id);
   });
 });
+
+describe("the Responses API reaches the upstream as the equivalent chat request", () => {
+  it("translates instructions, input items with a tool round trip, tools, tool_choice and text.format", async () => {
+    const schema = { type: "object", properties: { answer: { type: "string" } }, required: ["answer"] };
+    const response = await client.responses.create({
+      model: MODEL,
+      instructions: "Use tools when they help.",
+      input: [
+        { role: "user", content: [{ type: "input_text", text: "What is the weather in Rome?" }] },
+        { type: "function_call", call_id: "call_rome", name: "get_weather", arguments: '{"city":"Rome"}' },
+        { type: "function_call_output", call_id: "call_rome", output: '{"temp_c":21}' },
+        { role: "assistant", content: "It is 21 °C." },
+        { role: "user", content: "And in Paris?" },
+      ],
+      tools: [{ type: "function", name: "get_weather", parameters: WEATHER_TOOL.function.parameters, strict: true }],
+      tool_choice: { type: "function", name: "get_weather" },
+      parallel_tool_calls: false,
+      text: { format: { type: "json_schema", name: "weather", schema, strict: true } },
+      max_output_tokens: 100,
+      temperature: 0.2,
+      top_p: 0.9,
+      user: "customer-42",
+      metadata: { team: "compat" },
+      store: false,
+      include: ["message.output_text.logprobs"],
+    });
+    expect(onlyCall().body).toStrictEqual({
+      model: UPSTREAM_MODEL,
+      messages: [
+        { role: "system", content: "Use tools when they help." },
+        { role: "user", content: [{ type: "text", text: "What is the weather in Rome?" }] },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [
+            { id: "call_rome", type: "function", function: { name: "get_weather", arguments: '{"city":"Rome"}' } },
+          ],
+        },
+        { role: "tool", tool_call_id: "call_rome", content: '{"temp_c":21}' },
+        { role: "assistant", content: "It is 21 °C." },
+        { role: "user", content: "And in Paris?" },
+      ],
+      tools: [
+        {
+          type: "function",
+          function: { name: "get_weather", parameters: WEATHER_TOOL.function.parameters, strict: true },
+        },
+      ],
+      tool_choice: { type: "function", function: { name: "get_weather" } },
+      parallel_tool_calls: false,
+      response_format: { type: "json_schema", json_schema: { name: "weather", schema, strict: true } },
+      max_tokens: 100,
+      temperature: 0.2,
+      top_p: 0.9,
+      user: "customer-42",
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    // The upstream's tool call comes back as a function_call item; metadata is echoed, not sent.
+    const call = toolCallOf(0, "get_weather");
+    expect(response.output).toEqual([
+      expect.objectContaining({
+        type: "function_call",
+        call_id: call.id,
+        name: "get_weather",
+        arguments: call.function.arguments,
+      }),
+    ]);
+    expect(response.metadata).toEqual({ team: "compat" });
+  });
+});

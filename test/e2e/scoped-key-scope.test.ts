@@ -2,10 +2,9 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
+import { apiCall, type Json } from "./api-call.ts";
 
 /** A subscription's scoped key reaches its own hoster's models and nothing else (DESIGN.md §4). */
-
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
 let system: RunningSystem;
 let hosterA: RegisteredHoster;
@@ -13,18 +12,8 @@ let hosterB: RegisteredHoster;
 let scopedKey: string;
 let normalKey: string;
 
-async function call(method: string, path: string, auth: { cookie?: string; key?: string }, body?: unknown) {
-  const headers: Record<string, string> = {};
-  if (auth.cookie) headers.cookie = auth.cookie;
-  if (auth.key) headers.authorization = `Bearer ${auth.key}`;
-  if (body !== undefined) headers["content-type"] = "application/json";
-  const res = await fetch(`${system.url}${path}`, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, body: (await res.json()) as Json };
-}
+const call = (method: string, path: string, auth: { cookie?: string; key?: string }, body?: unknown) =>
+  apiCall(system.url, method, path, { ...auth, body });
 
 beforeAll(async () => {
   system = await startSystem();
@@ -64,6 +53,9 @@ describe("a scoped key", () => {
     expect(models.data.map((m) => m.id)).toEqual([hosterA.modelId]);
     expect((await chat(scopedKey, hosterA.modelId)).status).toBe(200);
     expect((await chat(scopedKey, "auto")).status).toBe(200);
+    // The Responses API is the same chat path, with the same scope.
+    const response = await client.responses.create({ model: "auto", input: "hi", max_output_tokens: 5 });
+    expect(response.model).toBe(hosterA.modelId);
   });
 
   it("cannot call another hoster's model or a local model (404, as if they did not exist)", async () => {

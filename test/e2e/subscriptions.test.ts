@@ -2,6 +2,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
+import { apiCall, type CallOptions } from "./api-call.ts";
 
 // Subscriptions through the public API, with two edges behind one set of services: what one edge
 // does (cancel) must take effect on the other at once.
@@ -11,23 +12,8 @@ let planId: string;
 
 type Json = Record<string, unknown>;
 
-async function call(
-  method: string,
-  path: string,
-  options: { key?: string; cookie?: string; body?: unknown; idempotencyKey?: string; url?: string } = {},
-) {
-  const headers: Record<string, string> = {};
-  if (options.key) headers.authorization = `Bearer ${options.key}`;
-  if (options.cookie) headers.cookie = options.cookie;
-  if (options.idempotencyKey) headers["idempotency-key"] = options.idempotencyKey;
-  if (options.body !== undefined) headers["content-type"] = "application/json";
-  const res = await fetch(`${options.url ?? system.url}${path}`, {
-    method,
-    headers,
-    body: options.body === undefined ? undefined : JSON.stringify(options.body),
-  });
-  return { status: res.status, headers: res.headers, body: (await res.json()) as Json };
-}
+const call = (method: string, path: string, options: CallOptions & { url?: string } = {}) =>
+  apiCall(options.url ?? system.url, method, path, options);
 
 async function createPlan(body: Json): Promise<string> {
   const res = await call("POST", "/hosters/products", { cookie: hoster.cookie, body });
@@ -195,7 +181,7 @@ describe("subscriptions through the edge", () => {
     const created = await subscribe(apiKey, planId);
     const scopedKey = created.body.api_key as string;
     const id = created.body.subscription_id as string;
-    // The key reaches its hoster (Authorize checks the subscription), and both edges have its
+    // The key reaches its hoster (its lease grant checks the subscription), and both edges have its
     // principal cached.
     const chat = await call("POST", "/v1/chat/completions", {
       key: scopedKey,

@@ -1,12 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { freePort } from "@mkt/testkit/ports";
 import { createLogger } from "@mkt/runtime/logger";
 import { randomToken } from "@mkt/runtime/ids";
-import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { freshServiceDatabases } from "@mkt/testkit/service-databases";
+import { testCertificates } from "@mkt/testkit/test-certificates";
 import { loadAccountsConfig } from "../../services/accounts/src/config.ts";
 import { startAccounts } from "../../services/accounts/src/server.ts";
 import { loadBillingConfig } from "../../services/billing/src/config.ts";
 import { startBilling } from "../../services/billing/src/server.ts";
+import type { RenewalResult } from "../../services/billing/src/subscriptions/renewal-scheduler.ts";
 import { loadRegistryConfig } from "../../services/registry/src/config.ts";
 import { startRegistry } from "../../services/registry/src/server.ts";
 import { loadHosterServerConfig } from "../../hoster-server/src/config.ts";
@@ -21,29 +23,59 @@ export interface RunningSystem {
   url: string;
   /** Base URLs of every edge; they share one accounts, billing and registry. */
   urls: string[];
+  /** The fresh database, as its administrator (the services connect as their own roles). */
   databaseUrl: string;
   eventsPrefix: string;
   adminToken: string;
+  /** Each backend service's readiness probe (`GET /readyz` on its metrics port), by service. */
+  readyzUrls: { accounts: string; billing: string; registry: string };
+  /** Each backend service's gRPC address (mTLS: callers present a service certificate). */
+  grpcAddresses: { accounts: string; billing: string; registry: string };
+  /** Runs one billing renewal pass as of `now` (a test's clock for renewals: a period ends when it says). */
+  renewSubscriptions(now: Date): Promise<RenewalResult>;
   close(): Promise<void>;
 }
 
 /**
  * The whole system in this test process: every service is its real implementation listening on
- * a loopback port, talking real gRPC, a fresh Postgres database and fresh NATS subjects.
+ * a loopback port, talking real gRPC over mTLS (each with its own certificate, checked against
+ * the caller tables), a fresh Postgres database with each service's two roles, as deployed
+ * (docs/deploy.md, "Database roles"), and fresh NATS subjects.
  */
+/**
+ * Leases live 10 s here, not the default 2 s: a lease is valid from its grant's send time, and on
+ * a busy 2-core runner (two whole systems and a browser at once) a GrantLease can take seconds to
+ * come back, leaving the lease already lapsed (503). Tests that need a short TTL set it on both
+ * billing and the edges; reports trail admission by one heartbeat (5 s here).
+ */
+const TEST_LEASE_TTL_MS = "10000";
+
 export async function startSystem(
   overrides: {
     billing?: Record<string, string>;
     registry?: Record<string, string>;
     model?: Record<string, string>;
+    accounts?: Record<string, string>;
+    edge?: Record<string, string>;
     /** How many edge instances to run side by side (default 1), as behind a load balancer. */
     edges?: number;
+    /** A PostgreSQL server of the test's own (fault tests stop it); the shared one by default. */
+    postgresUrl?: string;
+    /** A nats-server of the test's own (fault tests stop it); the shared one by default. */
+    natsUrl?: string;
   } = {},
 ): Promise<RunningSystem> {
   const log = createLogger("e2e", process.env.E2E_LOG_LEVEL ?? "silent");
-  const databaseUrl = await freshDatabaseUrl();
+  const databases = await freshServiceDatabases(overrides.postgresUrl);
   const eventsPrefix = freshEventsPrefix();
-  const common = { DATABASE_URL: databaseUrl, NATS_URL: TEST_NATS_URL, EVENTS_PREFIX: eventsPrefix, GRPC_PORT: "0" };
+  const natsUrl = overrides.natsUrl ?? TEST_NATS_URL;
+  const common = { NATS_URL: natsUrl, EVENTS_PREFIX: eventsPrefix, GRPC_PORT: "0" };
+  // Each service runs as its runtime role and migrates as its schema's owner.
+  const database = (service: "accounts" | "billing" | "registry") => ({
+    DATABASE_URL: databases.services[service].url,
+    MIGRATE_DATABASE_URL: databases.services[service].migrateUrl,
+  });
+  const certs = await testCertificates();
   const modelToken = randomToken(24);
   const adminToken = randomToken(24);
 
@@ -52,26 +84,22 @@ export async function startSystem(
     log,
   );
   const secretsKey = randomBytes(32).toString("hex");
-  const accounts = await startAccounts(loadAccountsConfig({ ...common }), log);
-  // Billing and registry call each other; registry's port is known only once it listens, so
-  // billing gets a free port reserved up front (its gRPC client connects lazily).
-  const registryPort = await freePort();
-  const billing = await startBilling(
-    loadBillingConfig({
+  const accounts = await startAccounts(
+    loadAccountsConfig({
       ...common,
-      ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
-      REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
-      SECRETS_KEY: secretsKey,
-      ...overrides.billing,
+      ...database("accounts"),
+      ...certs.env("accounts"),
+      METRICS_PORT: "0",
+      ...overrides.accounts,
     }),
     log,
   );
   const registry = await startRegistry(
     loadRegistryConfig({
       ...common,
-      GRPC_PORT: String(registryPort),
+      ...database("registry"),
+      ...certs.env("registry"),
       METRICS_PORT: "0",
-      BILLING_ADDR: `127.0.0.1:${billing.port}`,
       ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
       LOCAL_MODEL_URL: model.url,
       LOCAL_MODEL_TOKEN: modelToken,
@@ -82,29 +110,65 @@ export async function startSystem(
     }),
     log,
   );
+  // Registry starts before billing, on a port the OS picks: billing calls registry (when a
+  // customer subscribes), never the other way round. A port reserved up front could be taken by
+  // another test file's outgoing connection before registry listened on it (EADDRINUSE).
+  const billing = await startBilling(
+    loadBillingConfig({
+      ...common,
+      ...database("billing"),
+      ...certs.env("billing"),
+      METRICS_PORT: "0",
+      ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
+      REGISTRY_ADDR: `127.0.0.1:${registry.port}`,
+      SECRETS_KEY: secretsKey,
+      LEASE_TTL_MS: TEST_LEASE_TTL_MS,
+      ...overrides.billing,
+    }),
+    log,
+  );
   const edgeConfig = loadEdgeConfig({
+    ...certs.env("edge"),
     HOST: "127.0.0.1",
     PORT: "0",
-    NATS_URL: TEST_NATS_URL,
+    NATS_URL: natsUrl,
     EVENTS_PREFIX: eventsPrefix,
     ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
     BILLING_ADDR: `127.0.0.1:${billing.port}`,
     REGISTRY_ADDR: `127.0.0.1:${registry.port}`,
     ADMIN_TOKEN: adminToken,
+    LEASE_TTL_MS: TEST_LEASE_TTL_MS,
+    ...overrides.edge,
   });
   const edges = await Promise.all(Array.from({ length: overrides.edges ?? 1 }, () => startEdge(edgeConfig, log)));
   return {
     url: edges[0]!.url,
     urls: edges.map((edge) => edge.url),
-    databaseUrl,
+    databaseUrl: databases.databaseUrl,
     eventsPrefix,
     adminToken,
+    readyzUrls: {
+      accounts: `http://127.0.0.1:${accounts.metricsPort}/readyz`,
+      billing: `http://127.0.0.1:${billing.metricsPort}/readyz`,
+      registry: `http://127.0.0.1:${registry.metricsPort}/readyz`,
+    },
+    grpcAddresses: {
+      accounts: `127.0.0.1:${accounts.port}`,
+      billing: `127.0.0.1:${billing.port}`,
+      registry: `127.0.0.1:${registry.port}`,
+    },
+    renewSubscriptions: (now) => billing.renewSubscriptions(now),
     async close() {
-      await Promise.all(edges.map((edge) => edge.close()));
-      await registry.close();
-      await billing.close();
-      await accounts.close();
-      await model.close();
+      try {
+        await Promise.all(edges.map((edge) => edge.close()));
+        await registry.close();
+        await billing.close();
+        await accounts.close();
+        await model.close();
+      } finally {
+        // Roles are cluster-wide: dropped even when a process failed to close.
+        await databases.dropRoles();
+      }
     },
   };
 }

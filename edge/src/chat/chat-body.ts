@@ -1,8 +1,13 @@
+import { AppError } from "@mkt/runtime/errors";
 import type { ChatMessageLike } from "@mkt/runtime/tokens";
+import { MAX_MODELS } from "./model-choices.ts";
 
 /** The fields of an OpenAI chat-completions body the gateway reads; the rest passes through. */
 export interface ChatBody {
-  model: string;
+  /** The model to call; `models` may add fallbacks or stand instead of it (modelChoices). */
+  model?: string;
+  /** Fallbacks tried in order while nothing has been answered (OpenRouter's `models`). */
+  models?: string[] | null;
   messages: ChatMessageLike[];
   stream?: boolean | null;
   stream_options?: { include_usage?: boolean | null } | null;
@@ -13,12 +18,29 @@ export interface ChatBody {
   [field: string]: unknown;
 }
 
+/** The largest `max_tokens` / `max_completion_tokens` accepted, as OpenAI bounds them (2^31 − 1). */
+export const MAX_OUTPUT_TOKENS_FIELD = 2_147_483_647;
+/** `seed` is an int64 upstream; beyond 2^63 a JSON number cannot be one. */
+const MAX_SEED = 2 ** 63;
+
 /** JSON schema of the body: what is checked here, before any backend is asked. */
 export const chatBodySchema = {
   type: "object",
-  required: ["model", "messages"],
+  // `model` or `models` is required: checked by modelChoices, which names the missing field.
+  required: ["messages"],
   properties: {
     model: { type: "string", minLength: 1, maxLength: 256, example: "auto" },
+    models: {
+      type: ["array", "null"],
+      description:
+        "Fallbacks (OpenRouter's convention): models tried in order after `model` (or instead of it) when " +
+        "one has no healthy server or fails before the first byte of its answer. The answer's `model` " +
+        "names the one that answered, and it is charged at that model's prices.",
+      minItems: 1,
+      maxItems: MAX_MODELS,
+      items: { type: "string", minLength: 1, maxLength: 256 },
+      example: ["demo-small", "cloud-mini"],
+    },
     messages: {
       type: "array",
       minItems: 1,
@@ -36,8 +58,11 @@ export const chatBodySchema = {
     },
     stream: { type: ["boolean", "null"] },
     stream_options: { type: ["object", "null"], properties: { include_usage: { type: ["boolean", "null"] } } },
-    max_tokens: { type: ["integer", "null"], minimum: 1 },
-    max_completion_tokens: { type: ["integer", "null"], minimum: 1 },
+    // OpenAI's own bound (an int32): past it a count is not a count, and 2^63−1 or 1e300 would
+    // not fit the int64 fields of the gRPC calls behind.
+    max_tokens: { type: ["integer", "null"], minimum: 1, maximum: MAX_OUTPUT_TOKENS_FIELD },
+    max_completion_tokens: { type: ["integer", "null"], minimum: 1, maximum: MAX_OUTPUT_TOKENS_FIELD },
+    seed: { type: ["integer", "null"], minimum: -MAX_SEED, maximum: MAX_SEED },
     // The fields below reach the model server untouched (docs/decisions.md), but their types and
     // OpenAI's documented ranges are checked here: a wrong one is a 400 naming the field, as
     // OpenAI answers it, rather than a 502 when the upstream refuses the body (or a model server
@@ -48,7 +73,6 @@ export const chatBodySchema = {
     stop: { type: ["string", "array", "null"], items: { type: "string" } },
     presence_penalty: { type: ["number", "null"], minimum: -2, maximum: 2 },
     frequency_penalty: { type: ["number", "null"], minimum: -2, maximum: 2 },
-    seed: { type: ["integer", "null"] },
     logprobs: { type: ["boolean", "null"] },
     top_logprobs: { type: ["integer", "null"], minimum: 0, maximum: 20 },
     logit_bias: { type: ["object", "null"], additionalProperties: { type: "number", minimum: -100, maximum: 100 } },
@@ -68,6 +92,7 @@ export const chatBodySchema = {
         },
       },
     },
+    modalities: { type: ["array", "null"], items: { type: "string" } },
     tool_choice: { type: ["string", "object", "null"] },
     parallel_tool_calls: { type: ["boolean", "null"] },
     response_format: {
@@ -77,3 +102,21 @@ export const chatBodySchema = {
     },
   },
 } as const;
+
+/**
+ * Audio output has no price (every price is per text token), so a request asking for it is
+ * refused instead of answered with audio nobody is billed for. Audio *input* parts are not
+ * refused here: they are prompt content, counted as such.
+ */
+export function refuseAudioOutput(body: ChatBody): void {
+  if (Array.isArray(body.modalities) && body.modalities.includes("audio")) {
+    throw new AppError("invalid_request", "Audio output is not supported: `modalities` may only ask for text.", {
+      param: "modalities",
+    });
+  }
+  if (body.audio !== undefined && body.audio !== null) {
+    throw new AppError("invalid_request", "Audio output is not supported: remove the `audio` parameters.", {
+      param: "audio",
+    });
+  }
+}

@@ -3,7 +3,7 @@ import type { ClientReadableStream } from "@grpc/grpc-js";
 import type { FastifyReply } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 import type { ChatCompletionResponse } from "@mkt/proto/registry/v1/registry";
-import { SSE_DONE, sseData, sseError } from "./sse.ts";
+import type { AnswerFormat } from "./answer-format.ts";
 
 type Call = ClientReadableStream<ChatCompletionResponse>;
 
@@ -20,16 +20,6 @@ async function next(events: AsyncIterator<ChatCompletionResponse>): Promise<Chat
   }
 }
 
-const completionIdOf = (chunk: Uint8Array | undefined): string | undefined => {
-  if (!chunk) return undefined;
-  try {
-    const id = (JSON.parse(Buffer.from(chunk).toString("utf8")) as { id?: unknown }).id;
-    return typeof id === "string" ? id : undefined;
-  } catch {
-    return undefined;
-  }
-};
-
 /**
  * Answers the client from the registry's ChatCompletion stream. Nothing is sent until the first
  * event arrives, so a failure before it is an ordinary HTTP error; after it, a streamed answer ends
@@ -42,8 +32,8 @@ export async function relayCompletion(
   reply: FastifyReply,
   options: {
     stream: boolean;
-    model: string;
-    requestId: string;
+    /** Chat completions as they are, or translated (the Responses API). */
+    format: AnswerFormat;
     shutdown?: AbortSignal;
     /** Called once the first event is in, before anything is sent (the edge's metrics time it). */
     onFirstEvent?: () => void;
@@ -77,30 +67,28 @@ export async function relayCompletion(
     // cancel is an HTTP/2 RST_STREAM, and a peer resetting streams at hundreds per second trips
     // Node's rapid-reset guard, which closes the whole connection (every call on it fails).
     void next(events).catch(() => undefined);
-    return reply.type("application/json").send(Buffer.from(first.completion));
+    return reply.type("application/json").send(options.format.completion(first.completion));
   }
 
   if (!first) throw new AppError("upstream_error", "The model server sent no answer.");
-  // Every chunk of one answer carries the same id; the first one's names the error event, if any.
-  // Later chunks are relayed as bytes, never parsed.
-  const completionId = completionIdOf(first.chunk ?? first.chunks?.chunks[0]) ?? `chatcmpl-${options.requestId}`;
+  const { format } = options;
   async function* frames(): AsyncGenerator<string | Buffer> {
     try {
       for (let event: ChatCompletionResponse | undefined = first; event; event = await next(events)) {
-        if (event.chunk) {
-          yield sseData(event.chunk);
-        } else if (event.chunks) {
-          // Chunks that arrived together leave in one write.
-          yield Buffer.concat(event.chunks.chunks.map((chunk) => sseData(chunk)));
+        // Chunks that arrived together leave in one write (a translation may have nothing to say).
+        const chunks = event.chunk ? [event.chunk] : event.chunks?.chunks;
+        if (chunks) {
+          const frames = format.chunks(chunks);
+          if (frames.length > 0) yield frames;
         } else if (event.error) {
-          yield sseError(AppError.fromCode(event.error.code, event.error.message), options.model, completionId);
+          yield format.failure(AppError.fromCode(event.error.code, event.error.message));
           return;
         }
       }
-      yield SSE_DONE;
+      yield format.end();
     } catch (err) {
       if (reply.raw.destroyed) return; // the client left; the cancelled call is why we are here
-      yield sseError(failure(err), options.model, completionId);
+      yield format.failure(failure(err));
     } finally {
       reply.raw.off("close", cancel);
       shutdown?.removeEventListener("abort", cancel);

@@ -1,8 +1,9 @@
 import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
-import { AuthenticateRequest, type Principal } from "@mkt/proto/accounts/v1/accounts";
+import { AuthenticateRequest, ResolveSessionRequest, type Principal } from "@mkt/proto/accounts/v1/accounts";
 import type { Backends } from "../backends.ts";
 import type { PrincipalCache } from "../principal-cache.ts";
+import { SESSION_COOKIE } from "./session-auth.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -16,6 +17,12 @@ const BEARER = /^Bearer[ ]+(\S+)\s*$/i;
 export interface ApiKeyAuthOptions {
   /** Scoped (subscription) keys may call chat, models and usage reads only (DESIGN.md §4). */
   allowScoped: boolean;
+  /**
+   * A customer route the portal calls (DESIGN.md §4): without an `Authorization` header, the
+   * customer session cookie stands for the account. Chat never takes it: the playground uses a
+   * session key, so every chat request is a key's.
+   */
+  acceptSession?: boolean;
 }
 
 /** The current principal of an authenticated route. */
@@ -24,10 +31,25 @@ export function principalOf(request: FastifyRequest): Principal {
   return request.principal;
 }
 
+/**
+ * Whose usage the caller may read: its account, or for a scoped key only its subscription's
+ * requests (least privilege; billing filters on it).
+ */
+export function usageOwnerOf(request: FastifyRequest): { accountId: string; subscriptionId?: string } {
+  const principal = principalOf(request);
+  const subscriptionId = principal.scope?.subscriptionId;
+  return subscriptionId ? { accountId: principal.accountId, subscriptionId } : { accountId: principal.accountId };
+}
+
 /** Builds the onRequest hook (it runs before the body is read) that turns `Authorization: Bearer <key>` into `request.principal`. */
 export function apiKeyAuth(backends: Backends, cache: PrincipalCache) {
-  return ({ allowScoped }: ApiKeyAuthOptions): onRequestAsyncHookHandler =>
+  return ({ allowScoped, acceptSession = false }: ApiKeyAuthOptions): onRequestAsyncHookHandler =>
     async (request: FastifyRequest, _reply: FastifyReply) => {
+      const sessionToken = request.cookies[SESSION_COOKIE];
+      if (acceptSession && request.headers.authorization === undefined && sessionToken !== undefined) {
+        request.principal = await sessionPrincipal(backends, sessionToken);
+        return;
+      }
       const match = BEARER.exec(request.headers.authorization ?? "");
       if (!match) {
         throw new AppError(
@@ -48,4 +70,13 @@ export function apiKeyAuth(backends: Backends, cache: PrincipalCache) {
       }
       request.principal = principal;
     };
+}
+
+/** Whom a customer session cookie acts as (no key: `key_id` is empty). */
+async function sessionPrincipal(backends: Backends, sessionToken: string): Promise<Principal> {
+  const { principal } = await backends.accounts.resolveSession(ResolveSessionRequest.fromPartial({ sessionToken }), {
+    timeoutMs: 5_000,
+  });
+  if (!principal) throw new AppError("forbidden", "This needs a customer session or an API key.");
+  return principal;
 }

@@ -1,10 +1,10 @@
-import type { FastifyError, FastifyInstance } from "fastify";
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 
 /**
  * The edge's one error handler: every failure leaves as an OpenAI-shaped body (DESIGN.md §4).
- * AppErrors carry their status and headers; Fastify's own 4xx (bad JSON, body too large, wrong
- * media type) become `invalid_request`; anything else is logged and answered with a generic 500,
+ * AppErrors carry their status and headers; a body over the limit is 413 `request_too_large`;
+ * Fastify's other 4xx (bad JSON, wrong media type) become `invalid_request`; anything else is logged and answered with a generic 500,
  * so no internal message or upstream body reaches a client.
  */
 export function installErrorHandler(app: FastifyInstance): void {
@@ -14,6 +14,13 @@ export function installErrorHandler(app: FastifyInstance): void {
       return reply.code(err.httpStatus).headers(err.headers).send(err.toBody());
     }
     const status = err.statusCode ?? 500;
+    if (err.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+      const limit = request.routeOptions.bodyLimit ?? app.initialConfig.bodyLimit;
+      const tooLarge = new AppError("request_too_large", `The request body is larger than the ${limit}-byte limit.`, {
+        param: "body",
+      });
+      return reply.code(tooLarge.httpStatus).send(tooLarge.toBody());
+    }
     if (status >= 400 && status < 500) {
       // The JSON parser's message quotes the body, so a fixed text replaces it.
       const message =
@@ -30,4 +37,18 @@ export function installErrorHandler(app: FastifyInstance): void {
       .code(404)
       .send(new AppError("not_found", `Unknown path: ${request.method} ${request.url.split("?")[0]}.`).toBody()),
   );
+}
+
+/**
+ * Fastify's `frameworkErrors`: the router's own refusals, answered before any route or error
+ * handler runs, in the OpenAI shape too. A path that is not valid UTF-8 once percent-decoded
+ * (`%ED%A0%80`, a lone surrogate) or a path parameter over the router's length limit is a bad
+ * value, so 400 rather than Fastify's bare 400 / 414.
+ */
+export function frameworkErrorReply(err: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
+  const message =
+    err.code === "FST_ERR_MAX_PARAM_LENGTH"
+      ? "A path parameter is longer than any identifier."
+      : "The request path is not a valid URL component.";
+  void reply.code(400).send(new AppError("invalid_request", message, { param: "path" }).toBody());
 }

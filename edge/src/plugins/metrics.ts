@@ -11,8 +11,11 @@ const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
  * token from the model server's.
  */
 export interface ChatMetrics {
-  /** A granted Authorize as the edge waits for it: batching, billing's transaction, the hops. */
-  authorize: Histogram;
+  /**
+   * Admission against the account's lease, its two steps summed (the prompt's counting between
+   * them left out): microseconds when warm, a GrantLease round trip when cold or short.
+   */
+  admit: Histogram;
   /**
    * From the edge receiving the request to the registry's first event: the first chunk of a
    * stream, the whole completion otherwise (`stream` label).
@@ -54,9 +57,9 @@ export function installMetrics(app: FastifyInstance): ChatMetrics {
     return reply.type(registry.contentType).send(text);
   });
   return {
-    authorize: new Histogram({
-      name: "mkt_chat_authorize_seconds",
-      help: "Granted Authorize calls as the edge waits for them (batching, billing's transaction, the round trips).",
+    admit: new Histogram({
+      name: "mkt_chat_admit_seconds",
+      help: "Admission of a chat request against the edge's lease (in memory when warm, one GrantLease when cold).",
       buckets: FIRST_TOKEN_BUCKETS_SECONDS,
       registers: [registry],
     }),

@@ -39,19 +39,30 @@ export function clearSessionCookie(request: FastifyRequest, reply: FastifyReply)
  * Cookies ride along on cross-site requests a browser is tricked into making, so a
  * state-changing request carrying the session cookie must come from a page of this site: a
  * foreign `Origin` is refused (SameSite=Lax already stops most of them; this also covers older
- * browsers and same-site subdomains). It runs for every route, so login, logout and any later
- * cookie route are covered without each remembering to ask.
+ * browsers and same-site subdomains), and so is a request without `Origin` whose
+ * `Sec-Fetch-Site` says another site made it. It runs for every route, so login, logout, the
+ * customer routes that take the cookie (keys, subscriptions) and any later cookie route are
+ * covered without each remembering to ask. A client that sends neither header is not a browser,
+ * and cannot be made to carry someone's cookie.
  */
 export function installCsrfGuard(app: FastifyInstance): void {
   app.addHook("onRequest", async (request) => {
-    if (request.cookies[SESSION_COOKIE] !== undefined) refuseForeignOrigin(request);
+    if (request.cookies[SESSION_COOKIE] !== undefined) refuseCrossSite(request);
   });
 }
 
-function refuseForeignOrigin(request: FastifyRequest): void {
+const SAME_SITE_FETCHES = new Set(["same-origin", "none"]);
+
+function refuseCrossSite(request: FastifyRequest): void {
   if (!UNSAFE_METHODS.has(request.method)) return;
   const origin = request.headers.origin;
-  if (origin === undefined) return;
+  if (origin === undefined) {
+    const fetchSite = request.headers["sec-fetch-site"];
+    if (typeof fetchSite === "string" && !SAME_SITE_FETCHES.has(fetchSite)) {
+      throw new AppError("forbidden", "Cross-site request refused: it was not made by a page of this site.");
+    }
+    return;
+  }
   let host: string;
   try {
     host = new URL(origin).host;

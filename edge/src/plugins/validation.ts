@@ -27,7 +27,29 @@ function paramOf(error: FastifySchemaValidationError | ErrorObject): string | un
   return path || undefined;
 }
 
+// eslint-disable-next-line no-control-regex
+const CONTROL_CHARACTER = /[\x00-\x1f\x7f]/;
+
+/**
+ * Path parameters and query values are identifiers, numbers and enum words: none holds a control
+ * character, and a NUL would reach Postgres (which cannot store one) as a 500. Refused for every
+ * route at once, naming the parameter.
+ */
+function refuseControlCharacters(values: unknown): void {
+  if (!values || typeof values !== "object") return;
+  for (const [name, value] of Object.entries(values)) {
+    const texts = Array.isArray(value) ? value : [value];
+    if (texts.some((text) => typeof text === "string" && CONTROL_CHARACTER.test(text))) {
+      throw new AppError("invalid_request", `Invalid \`${name}\`: it holds a control character.`, { param: name });
+    }
+  }
+}
+
 export function installValidation(app: FastifyInstance): void {
+  app.addHook("preValidation", async (request) => {
+    refuseControlCharacters(request.params);
+    refuseControlCharacters(request.query);
+  });
   app.setValidatorCompiler(({ schema, httpPart }) =>
     httpPart === "body" ? bodyAjv.compile(schema) : textAjv.compile(schema),
   );

@@ -3,6 +3,7 @@ import { CreateAccountRequest } from "@mkt/proto/accounts/v1/accounts";
 import { GetBalanceRequest } from "@mkt/proto/billing/v1/billing";
 import { microsToUsd } from "@mkt/runtime/money";
 import type { RouteDeps } from "./route-deps.ts";
+import { noStore } from "../plugins/security-headers.ts";
 
 interface SignUpBody {
   email: string;
@@ -14,6 +15,7 @@ export function accountRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.post<{ Body: SignUpBody }>(
     "/v1/accounts",
     {
+      onRequest: noStore,
       schema: {
         summary: "Create a customer account and its first API key (shown once)",
         tags: ["accounts"],

@@ -10,6 +10,7 @@ import {
 import { principalSession, setSessionCookie } from "../plugins/session-auth.ts";
 import { renderProduct } from "../products/render-product.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { noStore } from "../plugins/security-headers.ts";
 
 interface RegisterBody {
   name: string;
@@ -44,6 +45,7 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.post<{ Body: RegisterBody }>(
     "/hosters/register",
     {
+      onRequest: noStore,
       schema: {
         summary: "Register an inference server with an invite code (no Authorization header)",
         tags: ["hosters"],
@@ -145,7 +147,7 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.get(
     "/v1/hosters",
     {
-      onRequest: deps.auth({ allowScoped: false }),
+      onRequest: deps.auth({ allowScoped: false, acceptSession: true }),
       schema: {
         summary: "Hosters with their status, models and active plans",
         tags: ["hosters"],

@@ -25,7 +25,7 @@ export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.get(
     "/v1/models",
     {
-      onRequest: deps.auth({ allowScoped: true }),
+      onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: { summary: "List the models your key may call", tags: ["chat"], security: [{ apiKey: [] }] },
     },
     async (request) => ({ object: "list", data: (await modelsOf(request)).map(renderModel) }),
@@ -36,7 +36,7 @@ export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.get<{ Params: { model: string } }>(
     "/v1/models/:model",
     {
-      onRequest: deps.auth({ allowScoped: true }),
+      onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "One model your key may call",
         tags: ["chat"],

@@ -2,6 +2,7 @@ import type { onRequestAsyncHookHandler } from "fastify";
 import type { Backends } from "../backends.ts";
 import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
 import type { RouteCache } from "../chat/route-cache.ts";
+import type { LeaseTable } from "../leases/lease-table.ts";
 import type { ChatMetrics } from "../plugins/metrics.ts";
 import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
 import type { SessionKind } from "../plugins/session-auth.ts";
@@ -10,7 +11,9 @@ import type { SessionKind } from "../plugins/session-auth.ts";
 export interface RouteDeps {
   backends: Backends;
   promptTokens: PromptTokenCounter;
-  /** Resolved chat routes, reused briefly (ROUTE_CACHE_TTL_MS). */
+  /** The edge's admission leases (DESIGN.md §2.3): chat requests are admitted against them. */
+  leases: LeaseTable;
+  /** Resolved chat routes, reused until registry announces a change (or ROUTE_CACHE_TTL_MS). */
   routes: RouteCache;
   /** The chat route's steps, exposed at GET /metrics. */
   chatMetrics: ChatMetrics;

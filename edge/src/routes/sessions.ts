@@ -1,7 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { LoginRequest, LogoutRequest } from "@mkt/proto/accounts/v1/accounts";
+import { CreateSessionKeyRequest, LoginRequest, LogoutRequest } from "@mkt/proto/accounts/v1/accounts";
 import { clearSessionCookie, principalSession, SESSION_COOKIE, setSessionCookie } from "../plugins/session-auth.ts";
+import { renderKey } from "./keys.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { noStore } from "../plugins/security-headers.ts";
 
 interface LoginBody {
   email: string;
@@ -51,6 +53,7 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.post<{ Body: LoginBody }>(
     "/auth/login",
     {
+      onRequest: noStore,
       schema: {
         summary: "Log in (customer by default, or `kind: hoster`); sets the mk_session cookie",
         tags: ["sessions"],
@@ -64,7 +67,10 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
   );
   app.post<{ Body: LoginBody }>(
     "/hosters/login",
-    { schema: { summary: "Hoster login; sets the mk_session cookie", tags: ["hosters"], body: credentials } },
+    {
+      onRequest: noStore,
+      schema: { summary: "Hoster login; sets the mk_session cookie", tags: ["hosters"], body: credentials },
+    },
     (request, reply) => login(request, reply, { ...request.body, kind: "hoster" }),
   );
   app.get(
@@ -76,6 +82,23 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
     async (request) => {
       const session = principalSession(request);
       return { kind: session.kind, subject_id: session.subjectId, email: session.email, expires_at: session.expiresAt };
+    },
+  );
+  app.post(
+    "/auth/session-key",
+    {
+      onRequest: [noStore, deps.session("customer")],
+      schema: {
+        summary:
+          "A short-lived API key for this login session (the portal's playground): it expires with the session and is revoked at logout",
+        tags: ["sessions"],
+      },
+    },
+    async (request, reply) => {
+      const created = await deps.backends.accounts.createSessionKey(
+        CreateSessionKeyRequest.fromPartial({ sessionToken: request.cookies[SESSION_COOKIE] }),
+      );
+      return reply.code(201).send({ ...renderKey(created.key), api_key: created.apiKey });
     },
   );
   for (const path of ["/auth/logout", "/hosters/logout"]) {

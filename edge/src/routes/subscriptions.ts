@@ -8,6 +8,7 @@ import {
 import { microsToUsd } from "@mkt/runtime/money";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { noStore } from "../plugins/security-headers.ts";
 
 /** A subscription as the API shows it (DESIGN.md §4); the key appears only where it is created. */
 function renderSubscription(s: Subscription | undefined) {
@@ -38,13 +39,13 @@ interface Create {
  * subscriptions. Billing runs the saga; a scoped key cannot manage subscriptions (403).
  */
 export function subscriptionRoutes(app: FastifyInstance, deps: RouteDeps): void {
-  const auth = deps.auth({ allowScoped: false });
+  const auth = deps.auth({ allowScoped: false, acceptSession: true });
   const security = [{ apiKey: [] }];
 
   app.post<Create>(
     "/v1/subscriptions",
     {
-      onRequest: auth,
+      onRequest: [noStore, auth],
       schema: {
         summary: "Subscribe to a plan: charges the first month and returns a scoped API key (shown once)",
         tags: ["subscriptions"],

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { ExportUsageRequest } from "@mkt/proto/billing/v1/billing";
-import { principalOf } from "../plugins/api-key-auth.ts";
+import { usageOwnerOf } from "../plugins/api-key-auth.ts";
 import { EXPORT_COLUMNS, openUsageExport, sendUsageCsv } from "../usage/export-csv.ts";
 import { daysQuerySchema, type DaysQuery } from "../usage/usage-query.ts";
 import type { RouteDeps } from "./route-deps.ts";
@@ -10,7 +10,7 @@ export function usageExportRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.get(
     "/v1/usage/export",
     {
-      onRequest: deps.auth({ allowScoped: true }),
+      onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Usage records as CSV (failed requests included), oldest first",
         description: `Columns: ${EXPORT_COLUMNS.join(", ")}. Timestamps are ISO 8601 UTC; cost_usd has six decimals.`,
@@ -25,7 +25,7 @@ export function usageExportRoutes(app: FastifyInstance, deps: RouteDeps): void {
       // No deadline: a year of records takes a while; the client leaving cancels the call instead.
       const call = openUsageExport(
         deps.backends.billingStream,
-        ExportUsageRequest.fromPartial({ accountId: principalOf(request).accountId, days }),
+        ExportUsageRequest.fromPartial({ ...usageOwnerOf(request), days }),
       );
       return sendUsageCsv(call, reply, `usage-${days}d.csv`);
     },

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { GetUsageBreakdownRequest, GetUsageTokensRequest } from "@mkt/proto/billing/v1/billing";
 import { microsToUsd } from "@mkt/runtime/money";
-import { principalOf } from "../plugins/api-key-auth.ts";
+import { usageOwnerOf } from "../plugins/api-key-auth.ts";
 import { avgLatencyMs, renderFigures } from "../usage/render-usage.ts";
 import { daysQuerySchema, tokensQuerySchema, type DaysQuery, type TokensQuery } from "../usage/usage-query.ts";
 import type { RouteDeps } from "./route-deps.ts";
@@ -11,7 +11,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.get(
     "/v1/usage/tokens",
     {
-      onRequest: deps.auth({ allowScoped: true }),
+      onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Token usage series: one zero-filled entry per hour, day, week or month (UTC)",
         tags: ["usage"],
@@ -22,7 +22,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
     async (request) => {
       const { days, interval } = request.query as TokensQuery;
       const report = await deps.backends.billing.getUsageTokens(
-        GetUsageTokensRequest.fromPartial({ accountId: principalOf(request).accountId, days, interval }),
+        GetUsageTokensRequest.fromPartial({ ...usageOwnerOf(request), days, interval }),
       );
       return {
         period_days: days,
@@ -43,7 +43,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.get(
     "/v1/usage/breakdown",
     {
-      onRequest: deps.auth({ allowScoped: true }),
+      onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Cost breakdown by model (with the platform fee and hoster share) and by UTC day",
         tags: ["usage"],
@@ -54,7 +54,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
     async (request) => {
       const { days } = request.query as DaysQuery;
       const report = await deps.backends.billing.getUsageBreakdown(
-        GetUsageBreakdownRequest.fromPartial({ accountId: principalOf(request).accountId, days }),
+        GetUsageBreakdownRequest.fromPartial({ ...usageOwnerOf(request), days }),
       );
       return {
         period_days: days,

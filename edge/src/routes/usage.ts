@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { GetUsageSummaryRequest } from "@mkt/proto/billing/v1/billing";
 import { microsToUsd } from "@mkt/runtime/money";
-import { principalOf } from "../plugins/api-key-auth.ts";
+import { principalOf, usageOwnerOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
 /** GET /v1/usage: the spec's usage summary for the caller's account. */
@@ -9,7 +9,7 @@ export function usageRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.get(
     "/v1/usage",
     {
-      onRequest: deps.auth({ allowScoped: true }),
+      onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Credit balance, rate limits and the last 30 days of usage",
         tags: ["usage"],
@@ -19,7 +19,7 @@ export function usageRoutes(app: FastifyInstance, deps: RouteDeps): void {
     async (request) => {
       const principal = principalOf(request);
       const summary = await deps.backends.billing.getUsageSummary(
-        GetUsageSummaryRequest.fromPartial({ accountId: principal.accountId, tier: principal.tier }),
+        GetUsageSummaryRequest.fromPartial({ ...usageOwnerOf(request), tier: principal.tier }),
       );
       const limits = summary.rateLimits;
       const usage = summary.usage30d;

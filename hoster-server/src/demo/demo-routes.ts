@@ -3,10 +3,10 @@ import type { ServerResponse } from "node:http";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 import { randomToken } from "@mkt/runtime/ids";
-import { countPromptTokens, countTextTokens, type ChatMessageLike } from "@mkt/runtime/tokens";
+import { countPromptTokens, type ChatMessageLike } from "@mkt/runtime/tokens";
 import { parseChatRequest } from "../chat-request.ts";
 import type { ShutdownSignals } from "../shutdown-signals.ts";
-import { demoAnswer, type DemoAnswer } from "./demo-text.ts";
+import { demoReply, type DemoReply } from "./demo-reply.ts";
 
 export interface DemoOptions {
   models: readonly string[];
@@ -74,7 +74,7 @@ function clientGone(res: ServerResponse): AbortSignal {
 
 async function streamAnswer(
   reply: FastifyReply,
-  answer: DemoAnswer,
+  demo: DemoReply,
   base: { id: string; object: string; created: number; model: string },
   usage: object | undefined,
   options: DemoOptions,
@@ -100,8 +100,9 @@ async function streamAnswer(
     choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
   });
   const pacer = new Pacer(options.tokensPerSecond, waits);
+  const { answer } = demo;
   try {
-    await send(chunk({ role: "assistant", content: "" }, null));
+    await send(chunk(demo.opening, null));
     let tokens = 0;
     for (let i = 0; i < answer.pieces.length;) {
       await pacer.waitFor(tokens + answer.pieceTokens[i]!);
@@ -112,12 +113,12 @@ async function streamAnswer(
       // that: the response then leaves its chunks one write each.)
       do {
         tokens += answer.pieceTokens[i]!;
-        write(chunk({ content: answer.pieces[i] }, null));
+        write(chunk(demo.pieceDelta(answer.pieces[i]!), null));
         i++;
       } while (i < answer.pieces.length && pacer.dueIn(tokens + answer.pieceTokens[i]!) <= 0);
       await drained();
     }
-    await send(chunk({}, answer.finishReason));
+    await send(chunk({}, demo.finishReason));
     if (usage) await send({ ...base, choices: [], usage });
     res.end("data: [DONE]\n\n");
   } catch (err) {
@@ -141,9 +142,9 @@ export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
     if (!models.has(chat.model)) {
       throw new AppError("model_not_found", `The model '${chat.model}' does not exist.`, { param: "model" });
     }
-    const answer = demoAnswer(promptKey(chat.messages), options.completionTokens, chat.maxTokens);
-    const promptTokens = countPromptTokens(chat.messages);
-    const completionTokens = countTextTokens(answer.text);
+    const demo = demoReply(chat, promptKey(chat.messages), options.completionTokens);
+    const promptTokens = countPromptTokens(chat.messages, { tools: chat.toolDefinitions });
+    const { completionTokens } = demo;
     const usage = {
       prompt_tokens: promptTokens,
       completion_tokens: completionTokens,
@@ -154,7 +155,7 @@ export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
 
     if (chat.stream) {
       const base = { id, object: "chat.completion.chunk", created: now, model: chat.model };
-      await streamAnswer(reply, answer, base, chat.includeUsage ? usage : undefined, options);
+      await streamAnswer(reply, demo, base, chat.includeUsage ? usage : undefined, options);
       return reply;
     }
 
@@ -175,9 +176,9 @@ export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
       choices: [
         {
           index: 0,
-          message: { role: "assistant", content: answer.text, refusal: null },
+          message: demo.message,
           logprobs: null,
-          finish_reason: answer.finishReason,
+          finish_reason: demo.finishReason,
         },
       ],
       usage,

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { countTextTokens } from "@mkt/runtime/tokens";
+import { countTextTokens, decodeTokens, encodeText } from "@mkt/runtime/tokens";
 
 /**
  * Common English words, each one BPE token with its leading space, so an answer's token count
@@ -22,7 +22,7 @@ export interface DemoAnswer {
 }
 
 /** mulberry32: a tiny deterministic PRNG; quality is irrelevant, reproducibility is the point. */
-function prng(seed: number): () => number {
+export function prng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -43,6 +43,33 @@ function tokensOf(piece: string): number {
   return n;
 }
 
+/** A PRNG seeded by a hash of `prompt`: equal prompts draw equal answers. */
+export function promptRandom(prompt: string): () => number {
+  return prng(createHash("sha256").update(prompt).digest().readUInt32BE(0));
+}
+
+/**
+ * A fixed text (a JSON document, tool arguments) as an answer: one piece per BPE token, so a
+ * stream sends it token by token and `maxTokens` cuts it at exactly that many tokens, as a model
+ * that runs into its cap does (the cut text is then not valid JSON, as OpenAI's is not either).
+ */
+export function answerFromText(text: string, maxTokens?: number): DemoAnswer {
+  const tokens = encodeText(text);
+  const cutByMax = maxTokens !== undefined && maxTokens < tokens.length;
+  const kept = cutByMax ? tokens.slice(0, maxTokens) : tokens;
+  const pieces: string[] = [];
+  const pieceTokens: number[] = [];
+  for (let start = 0, end = 1; end <= kept.length; end++) {
+    const piece = decodeTokens(kept.slice(start, end));
+    // A token that ends inside a character waits for the rest of it.
+    if (piece.endsWith("\uFFFD") && end < kept.length) continue;
+    pieces.push(piece);
+    pieceTokens.push(end - start);
+    start = end;
+  }
+  return { pieces, pieceTokens, text: pieces.join(""), finishReason: cutByMax ? "length" : "stop" };
+}
+
 /**
  * The demo model's answer to `prompt`: `targetTokens` tokens of words drawn from a fixed list,
  * seeded by a hash of the prompt, and never more than `maxTokens`. finish_reason is "length"
@@ -51,7 +78,7 @@ function tokensOf(piece: string): number {
 export function demoAnswer(prompt: string, targetTokens: number, maxTokens?: number): DemoAnswer {
   const cutByMax = maxTokens !== undefined && maxTokens < targetTokens;
   const limit = cutByMax ? maxTokens : targetTokens;
-  const random = prng(createHash("sha256").update(prompt).digest().readUInt32BE(0));
+  const random = promptRandom(prompt);
   const pieces: string[] = [];
   const pieceTokens: number[] = [];
   let used = 0;

@@ -9,10 +9,12 @@ export const ERROR_CODES = {
   invalid_request: { http: 400, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
   context_length_exceeded: { http: 400, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
   max_tokens_exceeded: { http: 400, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
+  request_too_large: { http: 413, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
   invalid_api_key: { http: 401, type: "authentication_error", grpc: GrpcStatus.UNAUTHENTICATED },
   invalid_credentials: { http: 401, type: "authentication_error", grpc: GrpcStatus.UNAUTHENTICATED },
   unauthenticated: { http: 401, type: "authentication_error", grpc: GrpcStatus.UNAUTHENTICATED },
   insufficient_credits: { http: 402, type: "insufficient_quota", grpc: GrpcStatus.FAILED_PRECONDITION },
+  key_limit_exceeded: { http: 402, type: "insufficient_quota", grpc: GrpcStatus.FAILED_PRECONDITION },
   subscription_past_due: { http: 402, type: "insufficient_quota", grpc: GrpcStatus.FAILED_PRECONDITION },
   subscription_paused: { http: 403, type: "permission_error", grpc: GrpcStatus.PERMISSION_DENIED },
   forbidden: { http: 403, type: "permission_error", grpc: GrpcStatus.PERMISSION_DENIED },
@@ -32,6 +34,15 @@ export const ERROR_CODES = {
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
+
+/**
+ * A 503 always says when to come back (issue 20): a dependency outage or a restarting upstream
+ * is over within seconds, so one second unless the thrower knows better (a lease's TTL).
+ */
+const DEFAULT_RETRY_AFTER: Partial<Record<ErrorCode, string>> = {
+  service_unavailable: "1",
+  no_healthy_upstream: "1",
+};
 
 /** Fallback when a gRPC error carries no `mk-error-code` (DESIGN.md §4). */
 const GRPC_FALLBACK: Partial<Record<GrpcStatus, ErrorCode>> = {
@@ -58,14 +69,6 @@ export interface AppErrorOptions {
   cause?: unknown;
 }
 
-/** An AppError as plain data (billing's Refusal message has these fields). */
-export interface ErrorData {
-  code: string;
-  message: string;
-  param: string;
-  headers: Record<string, string>;
-}
-
 /** A typed, user-facing failure. Its message is safe to show to the caller. */
 export class AppError extends Error {
   readonly code: ErrorCode;
@@ -77,7 +80,8 @@ export class AppError extends Error {
     this.name = "AppError";
     this.code = code;
     this.param = options.param;
-    this.headers = options.headers ?? {};
+    const retryAfter = DEFAULT_RETRY_AFTER[code];
+    this.headers = { ...(retryAfter === undefined ? {} : { "retry-after": retryAfter }), ...options.headers };
   }
 
   get httpStatus(): number {
@@ -100,20 +104,6 @@ export class AppError extends Error {
     if (this.param) metadata.set(PARAM_KEY, this.param);
     for (const [name, value] of Object.entries(this.headers)) metadata.set(HEADER_PREFIX + name, value);
     return { code: ERROR_CODES[this.code].grpc, details: this.message, metadata };
-  }
-
-  /** The error as data, for answers that carry refusals as messages (AuthorizeBatch). */
-  toData(): ErrorData {
-    return { code: this.code, message: this.message, param: this.param ?? "", headers: this.headers };
-  }
-
-  /** The inverse of toData; an unknown code becomes an internal error. */
-  static fromData(data: ErrorData): AppError {
-    if (!(data.code in ERROR_CODES)) return new AppError("internal_error", "Internal error.", { cause: data });
-    return new AppError(data.code as ErrorCode, data.message, {
-      param: data.param || undefined,
-      headers: data.headers,
-    });
   }
 
   /** An error from a code received as data (a stream's error event); unknown codes are upstream errors. */

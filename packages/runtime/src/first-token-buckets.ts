@@ -1,6 +1,6 @@
 /**
  * Histogram buckets, in seconds, for the steps before a chat completion's first token (the edge's
- * Authorize and first event, the registry's upstream first event): a millisecond or two when the
+ * admission and first event, the registry's upstream first event): a millisecond or two when the
  * system is idle, seconds when it is saturated or a model server is cold (the first-byte limit is
  * 60 s by default). One set, so the edge's and the registry's histograms can be compared bucket for
  * bucket.

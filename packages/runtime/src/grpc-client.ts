@@ -1,6 +1,6 @@
 import {
-  credentials,
   Metadata,
+  type ChannelCredentials,
   type CallOptions,
   type ChannelOptions,
   type Client,
@@ -8,6 +8,7 @@ import {
   type ServiceError,
 } from "@grpc/grpc-js";
 import { AppError } from "./errors.ts";
+import { channelCredentials, type ServiceTls } from "./service-tls.ts";
 
 type UnaryMethod<Req, Res> = (
   request: Req,
@@ -28,26 +29,44 @@ export type PromiseClient<C> = {
     : never;
 };
 
+/**
+ * Every client balances per call over all the addresses its target resolves to: with a
+ * `dns:///billing:50052` target on a headless Service that is every ready pod, with
+ * `ipv4:127.0.0.1:A,127.0.0.1:B` both listed servers. grpc-js's default, `pick_first`, would send
+ * everything over one connection to one replica. `round_robin` keeps a connection to each address
+ * and skips those not READY, so a replica that dies stops getting calls as soon as its
+ * connection drops (docs/deploy.md, "Balancing across replicas").
+ */
+export const SERVICE_CONFIG = { loadBalancingConfig: [{ round_robin: {} }] };
+
 export const CHANNEL_OPTIONS: ChannelOptions = {
+  "grpc.service_config": JSON.stringify(SERVICE_CONFIG),
+  // Our config, not one a DNS TXT record could swap in (and no TXT lookup on every resolution).
+  "grpc.service_config_disable_resolution": 1,
+  // A connection to a pod that vanished without a FIN (node lost, partition) is found dead
+  // within 40 s even when idle, instead of when the next call on it times out.
   "grpc.keepalive_time_ms": 30_000,
   "grpc.keepalive_timeout_ms": 10_000,
+  "grpc.keepalive_permit_without_calls": 1,
+  // A dropped connection or a server's GOAWAY (max connection age, grpc-server.ts) asks the
+  // resolver again; 30 s by default between lookups, 5 s here so a scale-up is seen quickly.
+  "grpc.dns_min_time_between_resolutions_ms": 5_000,
   "grpc.max_receive_message_length": 16 << 20,
 };
 
 /**
- * Builds a ts-proto client on an insecure channel (traffic stays inside the cluster network);
- * `options` adds to or overrides CHANNEL_OPTIONS for this client's channel.
+ * Builds a ts-proto client balancing round-robin over every address `address` resolves to
+ * (`host:port`, `dns:///host:port` or `ipv4:a:p,b:q`). With `tls` it presents that certificate
+ * and checks the server's against the CA (the host name it dials must be one of the server's
+ * SANs); null is plaintext (TLS_MODE=off). `options` adds to or overrides CHANNEL_OPTIONS.
  */
 export function createClient<C extends Client>(
-  ClientClass: new (
-    address: string,
-    creds: ReturnType<typeof credentials.createInsecure>,
-    options?: ChannelOptions,
-  ) => C,
+  ClientClass: new (address: string, creds: ChannelCredentials, options?: ChannelOptions) => C,
   address: string,
+  tls: ServiceTls | null,
   options: ChannelOptions = {},
 ): C {
-  return new ClientClass(address, credentials.createInsecure(), { ...CHANNEL_OPTIONS, ...options });
+  return new ClientClass(address, channelCredentials(tls), { ...CHANNEL_OPTIONS, ...options });
 }
 
 /**

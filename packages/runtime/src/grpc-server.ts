@@ -1,6 +1,5 @@
 import {
   Server,
-  ServerCredentials,
   type handleServerStreamingCall,
   type handleUnaryCall,
   type ServerUnaryCall,
@@ -8,12 +7,24 @@ import {
   type ServiceDefinition,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { callerPolicy } from "./caller-policy.ts";
+import { dependencyUnavailable, isDependencyOutage } from "./dependency-outage.ts";
 import { AppError } from "./errors.ts";
 import type { Logger } from "./logger.ts";
+import type { ServiceName } from "./service-identity.ts";
+import { serverCredentials, type ServiceTls } from "./service-tls.ts";
 
-/** Turns anything thrown into a gRPC error: typed AppErrors keep their code, the rest is INTERNAL. */
+/**
+ * Turns anything thrown into a gRPC error: typed AppErrors keep their code; a dependency that is
+ * down (PostgreSQL, NATS, another service) is UNAVAILABLE (the edge answers 503 with
+ * `retry-after`); the rest is INTERNAL.
+ */
 function toGrpcError(err: unknown, log: Logger, method: string) {
   if (err instanceof AppError) return err.toGrpc();
+  if (isDependencyOutage(err)) {
+    log.warn({ err, method }, "a dependency is unavailable");
+    return dependencyUnavailable(err).toGrpc();
+  }
   log.error({ err, method }, "unhandled error in gRPC handler");
   return new AppError("internal_error", "Internal error.").toGrpc();
 }
@@ -58,18 +69,42 @@ export interface GrpcServerHandle {
   close(graceMs?: number): Promise<void>;
 }
 
-/** Starts a gRPC server on host:port (port 0 picks a free one, as tests do). */
+export const SERVER_OPTIONS = {
+  "grpc.keepalive_permit_without_calls": 1,
+  "grpc.max_receive_message_length": 16 << 20,
+  // Clients learn of new replicas only when they resolve their target again, which grpc-js does
+  // when a connection ends. So every connection is ended after ~5 min (±10% jitter): a GOAWAY,
+  // after which new calls go over a new connection made after a fresh DNS lookup, while calls
+  // already running finish undisturbed (no grace limit: a streamed answer may run for minutes).
+  "grpc.max_connection_age_ms": 5 * 60_000,
+};
+
+/** A service to serve: its definition, its implementation and who may call each method (caller-policy.ts). */
+export type GrpcService = [ServiceDefinition, UntypedServiceImplementation, Record<string, readonly ServiceName[]>];
+
+/**
+ * Starts a gRPC server on host:port (port 0 picks a free one, as tests do). With `tls`, only
+ * clients holding a certificate signed by its CA connect, and each call must come from a service
+ * its method's caller table lists; with null (TLS_MODE=off) it is plaintext and trusts everyone.
+ */
 export async function startGrpcServer(
   host: string,
   port: number,
-  services: Array<[ServiceDefinition, UntypedServiceImplementation]>,
+  services: GrpcService[],
+  { tls, log }: { tls: ServiceTls | null; log: Logger },
 ): Promise<GrpcServerHandle> {
-  const server = new Server({ "grpc.keepalive_permit_without_calls": 1, "grpc.max_receive_message_length": 16 << 20 });
+  const interceptors = tls
+    ? [
+        callerPolicy(
+          services.map(([definition, , callers]) => [definition, callers]),
+          log,
+        ),
+      ]
+    : [];
+  const server = new Server({ ...SERVER_OPTIONS, interceptors });
   for (const [definition, implementation] of services) server.addService(definition, implementation);
   const bound = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(`${host}:${port}`, ServerCredentials.createInsecure(), (err, p) =>
-      err ? reject(err) : resolve(p),
-    ),
+    server.bindAsync(`${host}:${port}`, serverCredentials(tls), (err, p) => (err ? reject(err) : resolve(p))),
   );
   return {
     server,

@@ -1,4 +1,5 @@
 import { pino, type Logger } from "pino";
+import { traceLogFields } from "./trace-context.ts";
 
 export type { Logger };
 
@@ -22,7 +23,10 @@ export const REDACTED_PATHS = [
   'res.headers["set-cookie"]',
 ];
 
-/** The process logger: JSON lines on stdout, secrets redacted. */
+/**
+ * The process logger: JSON lines on stdout, secrets redacted, and inside a traced operation the
+ * `trace_id` and `span_id` that find its trace (none when tracing is off).
+ */
 export function createLogger(name: string, level = "info"): Logger {
-  return pino({ name, level, redact: { paths: REDACTED_PATHS, censor: "[redacted]" } });
+  return pino({ name, level, redact: { paths: REDACTED_PATHS, censor: "[redacted]" }, mixin: traceLogFields });
 }

@@ -10,6 +10,10 @@ export function eventNames(prefix: string) {
   return {
     usageCompleted: `${prefix}usage.completed`,
     keysRevoked: `${prefix}keys.revoked`,
+    /** Registry's hint that cached routes may be stale (NATS core, no stream). */
+    catalogChanged: `${prefix}catalog.changed`,
+    /** Billing's recall of an edge's leases: request-reply to that edge alone (DESIGN.md §2.4). */
+    leaseRecall: (edgeId: string) => `${prefix}leases.recall.${edgeId}`,
     usageStream: `${streamPrefix}USAGE`,
     settlerConsumer: "billing-settler",
   };
@@ -17,11 +21,45 @@ export function eventNames(prefix: string) {
 
 export type EventNames = ReturnType<typeof eventNames>;
 
-/** Connects to NATS, reconnecting forever, and logs connection state changes. */
-export async function connectNats(url: string, name: string, log: Logger): Promise<NatsConnection> {
+/**
+ * The inbox prefix a user's connection puts its reply subjects under (nats.js `inboxPrefix`).
+ * Each user may subscribe only under its own (nats-permissions.ts), so no service can read
+ * replies meant for another (JetStream acks, recall acks), which a shared `_INBOX.>` would allow.
+ */
+export function natsInboxPrefix(user: string): string {
+  return `_INBOX_${user}`;
+}
+
+/** A service's NATS user (nats-permissions.ts); the password is a secret, never logged. */
+export interface NatsCredentials {
+  user: string;
+  password: string;
+}
+
+/** The credentials a service's config names (NATS_USER, NATS_PASSWORD), if any. */
+export function natsCredentials(config: { NATS_USER?: string; NATS_PASSWORD?: string }): NatsCredentials | undefined {
+  return config.NATS_USER && config.NATS_PASSWORD
+    ? { user: config.NATS_USER, password: config.NATS_PASSWORD }
+    : undefined;
+}
+
+/**
+ * Connects to NATS, reconnecting forever, and logs connection state changes and the server's
+ * errors (a permission violation names the subject). With credentials, replies come under the
+ * user's own inbox prefix, the only one its permissions let it subscribe to.
+ */
+export async function connectNats(
+  url: string,
+  name: string,
+  log: Logger,
+  credentials?: NatsCredentials,
+): Promise<NatsConnection> {
   const nc = await connect({
     servers: url.split(","),
     name,
+    ...(credentials
+      ? { user: credentials.user, pass: credentials.password, inboxPrefix: natsInboxPrefix(credentials.user) }
+      : {}),
     maxReconnectAttempts: -1,
     reconnectTimeWait: 500,
     // nats.js builds an Error (a stack trace) up front for every request and publish, in case it
@@ -31,7 +69,8 @@ export async function connectNats(url: string, name: string, log: Logger): Promi
   });
   void (async () => {
     for await (const status of nc.status()) {
-      if (status.type === "disconnect" || status.type === "reconnect" || status.type === "error") {
+      if (status.type === "error") log.warn({ nats: status.type, err: status.error }, "nats server reported an error");
+      else if (status.type === "disconnect" || status.type === "reconnect") {
         log.warn({ nats: status.type }, "nats connection state changed");
       }
     }

@@ -1,4 +1,5 @@
 import type { Logger } from "./logger.ts";
+import { flushTraces } from "./trace-context.ts";
 
 /**
  * Runs `steps` in order once, on SIGTERM or SIGINT (readiness off → stop accepting → drain →
@@ -28,6 +29,8 @@ export function onShutdown(
       }
     }
     log.info("shutdown complete");
+    // The last requests' spans are still in the exporter's batch; process.exit would drop them.
+    await flushTraces();
     process.exit(0);
   };
   process.once("SIGTERM", () => void run("SIGTERM"));

@@ -30,4 +30,15 @@ describe("AppError over gRPC", () => {
     expect(unavailable.message).not.toContain("10.0.0.1");
     expect(AppError.fromGrpc({ code: status.NOT_FOUND, details: "no such thing" }).httpStatus).toBe(404);
   });
+
+  it("gives every 503 a retry-after, unless the thrower set its own", () => {
+    const outage = AppError.fromGrpc({ code: status.UNAVAILABLE, details: "connect ECONNREFUSED 10.0.0.1" });
+    expect(outage.headers).toEqual({ "retry-after": "1" });
+    const relayed = AppError.fromGrpc(new AppError("service_unavailable", "Down.").toGrpc());
+    expect(relayed.headers).toEqual({ "retry-after": "1" });
+    expect(new AppError("no_healthy_upstream", "None.").headers).toEqual({ "retry-after": "1" });
+    const lease = new AppError("service_unavailable", "Later.", { headers: { "retry-after": "10" } });
+    expect(AppError.fromGrpc(lease.toGrpc()).headers).toEqual({ "retry-after": "10" });
+    expect(new AppError("upstream_error", "Bad gateway.").headers).toEqual({});
+  });
 });

@@ -7,10 +7,11 @@ export const TEST_NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 
 /**
  * A database of its own for one test file (`mkt_test_<random>`), created now; tests never share
- * state through Postgres. Old test databases are dropped by `dropStaleTestDatabases`.
+ * state through Postgres. Old test databases are dropped by `dropStaleTestDatabases`. `server`
+ * names another PostgreSQL (a test's private one) than the shared DATABASE_URL.
  */
-export async function freshDatabaseUrl(): Promise<string> {
-  const url = new URL(BASE_DATABASE_URL);
+export async function freshDatabaseUrl(server = BASE_DATABASE_URL): Promise<string> {
+  const url = new URL(server);
   url.pathname = `/mkt_test_${Date.now().toString(36)}_${randomBytes(4).toString("hex")}`;
   await ensureDatabase(url.toString());
   return url.toString();
@@ -35,7 +36,10 @@ export async function dropDatabase(url: string): Promise<void> {
   }
 }
 
-/** Drops test databases left by earlier runs (older than an hour). */
+/**
+ * Drops test databases left by earlier runs (older than an hour), then the roles made for them
+ * (`freshServiceDatabases`: named after their database, so as old).
+ */
 export async function dropStaleTestDatabases(): Promise<void> {
   const admin = new URL(BASE_DATABASE_URL);
   admin.pathname = "/postgres";
@@ -46,11 +50,19 @@ export async function dropStaleTestDatabases(): Promise<void> {
       "SELECT datname FROM pg_database WHERE datname LIKE 'mkt_test_%'",
     );
     const cutoff = Date.now() - 3600_000;
-    for (const { datname } of rows) {
-      const created = parseInt(datname.split("_")[2] ?? "", 36);
-      if (Number.isFinite(created) && created < cutoff) {
-        await client.query(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(() => undefined);
-      }
+    const stale = (name: string) => {
+      const created = parseInt(name.split("_")[2] ?? "", 36);
+      return Number.isFinite(created) && created < cutoff;
+    };
+    for (const { datname } of rows.filter((row) => stale(row.datname))) {
+      await client.query(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(() => undefined);
+    }
+    const roles = await client.query<{ rolname: string }>(
+      "SELECT rolname FROM pg_roles WHERE rolname LIKE 'mkt_test_%'",
+    );
+    for (const { rolname } of roles.rows.filter((row) => stale(row.rolname))) {
+      // Refused while the role still holds something elsewhere; a later run tries again.
+      await client.query(`DROP ROLE IF EXISTS ${client.escapeIdentifier(rolname)}`).catch(() => undefined);
     }
   } finally {
     await client.end();

@@ -5,12 +5,14 @@ import { createAccount } from "./accounts/create-account.ts";
 import { getAccount, getAccounts } from "./accounts/get-account.ts";
 import { authenticate } from "./keys/authenticate.ts";
 import { createApiKey, listApiKeys } from "./keys/api-keys.ts";
+import { revalidateKeys } from "./keys/revalidate-keys.ts";
 import { revokeApiKey } from "./keys/revoke-api-key.ts";
 import { issueScopedKey, revokeScopedKey } from "./keys/scoped-keys.ts";
 import { registerHosterLogin } from "./hosters/register-hoster-login.ts";
 import { checkInvite, createInvite } from "./invites/invites.ts";
 import { ipAttempts } from "./ip-attempts.ts";
-import { login, logout, resolveSession } from "./sessions/sessions.ts";
+import { createSessionKey, endSession } from "./sessions/session-keys.ts";
+import { login, resolveSession } from "./sessions/sessions.ts";
 
 /** The AccountsService gRPC handlers. Errors other than AppError answer INTERNAL, generically. */
 export function accountsService(ctx: AccountsContext): AccountsServiceServer {
@@ -19,6 +21,9 @@ export function accountsService(ctx: AccountsContext): AccountsServiceServer {
   return {
     createAccount: unary(log, "CreateAccount", (req) => createAccount(ctx, attempts, req)),
     authenticate: unary(log, "Authenticate", async (req) => ({ principal: await authenticate(ctx, req.apiKey) })),
+    revalidateKeys: unary(log, "RevalidateKeys", async (req) => ({
+      principals: await revalidateKeys(ctx, req.keyIds),
+    })),
     createApiKey: unary(log, "CreateApiKey", (req) => createApiKey(ctx, req)),
     listApiKeys: unary(log, "ListApiKeys", (req) => listApiKeys(ctx, req.accountId)),
     revokeApiKey: unary(log, "RevokeApiKey", (req) => revokeApiKey(ctx, req)),
@@ -34,9 +39,10 @@ export function accountsService(ctx: AccountsContext): AccountsServiceServer {
     registerHosterLogin: unary(log, "RegisterHosterLogin", (req) => registerHosterLogin(ctx, req)),
     login: unary(log, "Login", (req) => login(ctx, attempts, req)),
     logout: unary(log, "Logout", async (req) => {
-      await logout(ctx, req.sessionToken);
+      await endSession(ctx, req.sessionToken);
       return {};
     }),
     resolveSession: unary(log, "ResolveSession", (req) => resolveSession(ctx, req.sessionToken)),
+    createSessionKey: unary(log, "CreateSessionKey", (req) => createSessionKey(ctx, req.sessionToken)),
   };
 }

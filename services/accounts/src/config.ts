@@ -1,12 +1,16 @@
 import { commonSpecs, loadConfig, host, str, intBetween, listenPort } from "@mkt/runtime/config";
+import { tlsSpecs } from "@mkt/runtime/service-tls";
 
 export function loadAccountsConfig(env: NodeJS.ProcessEnv = process.env) {
   return loadConfig(
     {
       ...commonSpecs,
+      ...tlsSpecs,
       GRPC_HOST: host({ default: "127.0.0.1" }),
       // 0 picks a free port (tests).
       GRPC_PORT: listenPort({ default: 50051 }),
+      // Plain HTTP on GRPC_HOST, no client certificate: GET /metrics, /healthz, /readyz (probes).
+      METRICS_PORT: listenPort({ default: 9466 }),
       /** The tier new accounts start on; billing maps tiers to their limits. */
       DEFAULT_TIER: str({ default: "free" }),
       /** Sign-up attempts allowed per client IP per UTC hour; 0 turns the limit off. */

@@ -1,4 +1,5 @@
 import { AppError } from "@mkt/runtime/errors";
+import { clientIpKey } from "./client-ip-key.ts";
 import type { AccountsContext } from "./context.ts";
 
 const HOUR_MS = 3_600_000;
@@ -33,7 +34,8 @@ function cleanIp(clientIp: string): string {
     throw new AppError("invalid_request", "client_ip is not an IP address.", { param: "client_ip" });
   }
   // A caller that sends no IP shares the empty bucket: limited together, never unlimited.
-  return ip;
+  // An IPv6 address counts as its /64 (one host owns one): see clientIpKey.
+  return clientIpKey(ip);
 }
 
 function tooMany(purpose: AttemptPurpose, limit: number, resetSeconds: number): AppError {

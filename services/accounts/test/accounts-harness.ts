@@ -1,12 +1,13 @@
 import pg from "pg";
 import { randomBytes } from "node:crypto";
-import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { createLogger } from "@mkt/runtime/logger";
 import { connectNats, eventNames } from "@mkt/runtime/nats";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
+import { allowedCallerClient, testCertificates } from "@mkt/testkit/test-certificates";
 import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import { loadAccountsConfig } from "../src/config.ts";
 import { startAccounts, type AccountsOptions } from "../src/server.ts";
+import { ACCOUNTS_CALLERS } from "../src/accounts-callers.ts";
 
 /**
  * A real accounts process for one test file: its own database and NATS prefix, a real gRPC
@@ -15,17 +16,20 @@ import { startAccounts, type AccountsOptions } from "../src/server.ts";
  */
 export async function startTestAccounts(env: Record<string, string> = {}, options: AccountsOptions = {}) {
   const prefix = freshEventsPrefix();
+  const certs = await testCertificates();
   const config = loadAccountsConfig({
+    ...certs.env("accounts"),
     DATABASE_URL: await freshDatabaseUrl(),
     NATS_URL: TEST_NATS_URL,
     EVENTS_PREFIX: prefix,
     GRPC_PORT: "0",
+    METRICS_PORT: "0",
     ...env,
   });
   const log = createLogger("accounts-test", process.env.TEST_LOG_LEVEL ?? "silent");
   const accounts = await startAccounts(config, log, options);
-  const grpcClient = createClient(AccountsServiceClient, `127.0.0.1:${accounts.port}`);
-  const client = promiseClient(grpcClient);
+  const callers = allowedCallerClient(AccountsServiceClient, `127.0.0.1:${accounts.port}`, ACCOUNTS_CALLERS, certs);
+  const client = callers.client;
   const db = new pg.Client({ connectionString: config.DATABASE_URL, options: "-c search_path=accounts" });
   await db.connect();
   const nc = await connectNats(TEST_NATS_URL, "accounts-test", log);
@@ -43,7 +47,7 @@ export async function startTestAccounts(env: Record<string, string> = {}, option
       return (await db.query<R>(sql, params)).rows;
     },
     async close() {
-      grpcClient.close();
+      callers.close();
       await db.end();
       await accounts.close();
       await nc.drain();

@@ -32,6 +32,8 @@ describe("sign-up", () => {
       createdAt: res.account!.createdAt,
       revokedAt: "",
       scope: undefined,
+      expiresAt: "",
+      sessionKey: false,
     });
 
     const { principal } = await t.client.authenticate({ apiKey: res.apiKey });

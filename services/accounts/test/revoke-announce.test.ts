@@ -36,7 +36,7 @@ function fakeNats(flush: () => Promise<void>) {
 }
 
 async function setup(nc: NatsConnection) {
-  const config = loadAccountsConfig({ EVENTS_PREFIX: "fake." });
+  const config = loadAccountsConfig({ EVENTS_PREFIX: "fake.", TLS_MODE: "off" });
   const ctx: AccountsContext = { orm, config, log, nc, names: eventNames("fake."), clock: () => new Date() };
   const { account, key } = await createAccount(ctx, ipAttempts(ctx), {
     email: uniqueEmail(),

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
+import { clientIpKey } from "../src/client-ip-key.ts";
 import { rejection, startTestAccounts, uniqueEmail, uniqueIp, type TestAccounts } from "./accounts-harness.ts";
 
 let t: TestAccounts;
@@ -33,7 +34,7 @@ describe("per-IP sign-up limit", () => {
 
     const [row] = await t.query<{ attempts: number }>(
       `select attempts from ip_attempts where purpose = 'signup' and client_ip = $1`,
-      [ip],
+      [clientIpKey(ip)], // an IPv6 address counts as its /64
     );
     expect(row?.attempts).toBe(4);
   });

@@ -5,6 +5,13 @@ import { Migration20261124000000UsageExportIndex } from "./Migration202611240000
 import { Migration20261127000000Subscriptions } from "./Migration20261127000000Subscriptions.ts";
 import { Migration20261128000000PlanLimits } from "./Migration20261128000000PlanLimits.ts";
 import { Migration20261128090000SubscriptionRenewalAndEarnings } from "./Migration20261128090000SubscriptionRenewalAndEarnings.ts";
+import { Migration20261202000000UsageBySubscription } from "./Migration20261202000000UsageBySubscription.ts";
+import { Migration20261210000000AdmissionLeases } from "./Migration20261210000000AdmissionLeases.ts";
+import { Migration20261217000000LeaseBudgets } from "./Migration20261217000000LeaseBudgets.ts";
+import { Migration20261220000000GenerationDetails } from "./Migration20261220000000GenerationDetails.ts";
+import { Migration20261224000000LeaseBudgetTerms } from "./Migration20261224000000LeaseBudgetTerms.ts";
+import { Migration20261228000000DropReservations } from "./Migration20261228000000DropReservations.ts";
+import { Migration20261230000000KeySpendLimits } from "./Migration20261230000000KeySpendLimits.ts";
 
 /** Billing's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -17,4 +24,11 @@ export const migrations: MigrationObject[] = [
     name: "Migration20261128090000SubscriptionRenewalAndEarnings",
     class: Migration20261128090000SubscriptionRenewalAndEarnings,
   },
+  { name: "Migration20261202000000UsageBySubscription", class: Migration20261202000000UsageBySubscription },
+  { name: "Migration20261210000000AdmissionLeases", class: Migration20261210000000AdmissionLeases },
+  { name: "Migration20261217000000LeaseBudgets", class: Migration20261217000000LeaseBudgets },
+  { name: "Migration20261220000000GenerationDetails", class: Migration20261220000000GenerationDetails },
+  { name: "Migration20261224000000LeaseBudgetTerms", class: Migration20261224000000LeaseBudgetTerms },
+  { name: "Migration20261228000000DropReservations", class: Migration20261228000000DropReservations },
+  { name: "Migration20261230000000KeySpendLimits", class: Migration20261230000000KeySpendLimits },
 ];

@@ -2,12 +2,13 @@ import type { Logger } from "@mkt/runtime/logger";
 import { serverStream, unary } from "@mkt/runtime/grpc-server";
 import type { BillingServiceServer } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext } from "./context.ts";
-import { AppError } from "@mkt/runtime/errors";
-import { authorize, authorizeBatch } from "./reservations/authorize.ts";
-import { releaseSlot } from "./reservations/release-slot.ts";
 import { addCredits } from "./wallets/add-credits.ts";
+import { grantLease } from "./leases/grant-lease.ts";
+import { heartbeat } from "./leases/heartbeat.ts";
+import { returnLeases } from "./leases/return-leases.ts";
 import { usageBreakdown } from "./usage/usage-breakdown.ts";
 import { exportUsage } from "./usage/usage-export.ts";
+import { generation } from "./usage/usage-generation.ts";
 import { spendableBalance, usageSummary } from "./usage/usage-summary.ts";
 import { usageTokens } from "./usage/usage-tokens.ts";
 import { cancelSubscription, listSubscriptions } from "./subscriptions/cancel-subscription.ts";
@@ -16,24 +17,19 @@ import { pauseSubscription, resumeSubscription } from "./subscriptions/pause-sub
 import { renewDueSubscriptions } from "./subscriptions/renewal-scheduler.ts";
 import { hosterEarnings, hosterEarningsByModel } from "./earnings/hoster-earnings.ts";
 import { listHosterSubscribers } from "./earnings/hoster-subscribers.ts";
+import { listKeyLimits, setKeyLimit } from "./key-limits/key-limits.ts";
 
 /** The BillingService gRPC handlers. */
 export function billingService(ctx: BillingContext, log: Logger): BillingServiceServer {
   return {
-    authorize: unary(log, "Authorize", (req) => authorize(ctx, req)),
-    authorizeBatch: unary(log, "AuthorizeBatch", async (req) => ({
-      results: (await authorizeBatch(ctx, req.requests)).map((outcome) =>
-        outcome instanceof AppError ? { refusal: outcome.toData() } : { grant: outcome },
-      ),
-    })),
-    releaseSlot: unary(log, "ReleaseSlot", async (req) => {
-      await releaseSlot(ctx, req.reservationId);
-      return {};
-    }),
-    getUsageSummary: unary(log, "GetUsageSummary", (req) => usageSummary(ctx, req.accountId, req.tier)),
+    grantLease: unary(log, "GrantLease", (req) => grantLease(ctx, req)),
+    heartbeat: unary(log, "Heartbeat", (req) => heartbeat(ctx, req)),
+    returnLeases: unary(log, "ReturnLeases", (req) => returnLeases(ctx, req)),
+    getUsageSummary: unary(log, "GetUsageSummary", (req) => usageSummary(ctx, req)),
     getUsageTokens: unary(log, "GetUsageTokens", (req) => usageTokens(ctx, req)),
     getUsageBreakdown: unary(log, "GetUsageBreakdown", (req) => usageBreakdown(ctx, req)),
     exportUsage: serverStream(log, "ExportUsage", (call) => exportUsage(ctx, call)),
+    getGeneration: unary(log, "GetGeneration", (req) => generation(ctx, req)),
     getBalance: unary(log, "GetBalance", async (req) => ({
       creditBalanceMicros: await spendableBalance(ctx, req.accountId),
     })),
@@ -48,6 +44,8 @@ export function billingService(ctx: BillingContext, log: Logger): BillingService
       if (renewed.renewed === 0) return added;
       return { ...added, creditBalanceMicros: await spendableBalance(ctx, req.accountId) };
     }),
+    setKeyLimit: unary(log, "SetKeyLimit", (req) => setKeyLimit(ctx, req)),
+    listKeyLimits: unary(log, "ListKeyLimits", (req) => listKeyLimits(ctx, req)),
     createSubscription: unary(log, "CreateSubscription", (req) => createSubscription(ctx, req)),
     listSubscriptions: unary(log, "ListSubscriptions", (req) => listSubscriptions(ctx, req.accountId)),
     cancelSubscription: unary(log, "CancelSubscription", (req) => cancelSubscription(ctx, req)),

@@ -9,6 +9,7 @@ import {
   str,
 } from "@mkt/runtime/config";
 import { usdToMicros } from "@mkt/runtime/money";
+import { tlsSpecs } from "@mkt/runtime/service-tls";
 
 /** Request limits of one account tier. */
 export interface TierLimits {
@@ -60,12 +61,22 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
   return loadConfig(
     {
       ...commonSpecs,
+      ...tlsSpecs,
       GRPC_HOST: host({ default: "127.0.0.1" }),
       // 0 picks a free port (tests).
       GRPC_PORT: listenPort({ default: 50052 }),
+      // Plain HTTP on GRPC_HOST, no client certificate: GET /metrics, /healthz, /readyz (probes);
+      // 0 picks a free port (tests).
+      METRICS_PORT: listenPort({ default: 9465 }),
       TIERS: tiers({ default: { free: { limitPerMinute: 60n, limitPerDay: 1000n } } }),
       STARTING_CREDIT_USD: usdAmount({ default: 5_000_000n }),
-      RESERVATION_TTL_SECONDS: intBetween(1, 7 * 24 * 3600)({ default: 900 }),
+      // Admission leases (DESIGN.md §2.3): a lease lives this long past its edge's last heartbeat
+      // (edges send one every half of it), and a revoked subscription or key is refused within it.
+      LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
+      // The longest a request admitted on a lease can still be running: registry refuses to start
+      // one admitted more than 10 s earlier and cuts it at UPSTREAM_TOTAL_TIMEOUT_MS (600 s), plus
+      // a margin. A lease that never sent its final totals is held this long past its deadline.
+      MAX_REQUEST_MS: intBetween(1_000, 24 * 3600_000)({ default: 630_000 }),
       SETTLE_BATCH_SIZE: intBetween(1, 10_000)({ default: 500 }),
       // The settler pulls again at most this often after a batch: under load the events of one
       // window share a transaction, while a lone event still settles as soon as it arrives.

@@ -5,6 +5,8 @@ import type { SecretBox } from "@mkt/runtime/secret-box";
 import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import type { RegistryServiceClient } from "@mkt/proto/registry/v1/registry";
 import type { BillingConfig } from "./config.ts";
+import type { RecallLeases } from "./leases/recall-sender.ts";
+import type { BillingMetrics } from "./metrics/billing-metrics.ts";
 
 /** What billing's handlers share: the database, the config and a clock tests may set. */
 export interface BillingContext {
@@ -19,10 +21,14 @@ export interface BillingContext {
   box: SecretBox;
   /**
    * Accounts whose wallet row is known to exist (committed; wallets are never deleted), so
-   * Authorize's hot path skips the statement that opens one. Bounded: emptied when it reaches
+   * GrantLease skips the statement that opens one. Bounded: emptied when it reaches
    * 100,000 entries, after which it fills again as accounts call.
    */
   openWallets: Set<string>;
+  /** Recalls fenced leases or budgets from their edges over NATS and applies the acks (§2.4). */
+  recallLeases: RecallLeases;
+  /** This process's Prometheus metrics (one registry per startBilling, served on METRICS_PORT). */
+  metrics: BillingMetrics;
 }
 
 /** The entity manager of a transaction (or of a fork). */

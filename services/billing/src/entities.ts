@@ -1,10 +1,10 @@
 import type { EntitySchema } from "@mikro-orm/core";
 import { Wallet } from "./wallets/wallet.entity.ts";
 import { JournalEntry, LedgerPosting } from "./wallets/ledger.entity.ts";
-import { Reservation } from "./reservations/reservation.entity.ts";
 import { RateCounter } from "./rate-limits/rate-counter.entity.ts";
 import { UsageRecord } from "./usage/usage-record.entity.ts";
 import { UsageHourly } from "./usage/usage-hourly.entity.ts";
+import { EdgeSession, Lease, LeaseAllowance, LeaseBudget } from "./leases/lease.entity.ts";
 import { Subscription } from "./subscriptions/subscription.entity.ts";
 import { SubscriptionRateCounter, SubscriptionUsage } from "./subscriptions/subscription-usage.entity.ts";
 
@@ -13,11 +13,14 @@ export const entities = [
   Wallet,
   JournalEntry,
   LedgerPosting,
-  Reservation,
   RateCounter,
   UsageRecord,
   UsageHourly,
   Subscription,
   SubscriptionUsage,
   SubscriptionRateCounter,
+  EdgeSession,
+  Lease,
+  LeaseAllowance,
+  LeaseBudget,
 ] as unknown as EntitySchema[];

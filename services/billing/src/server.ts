@@ -2,7 +2,10 @@ import { openDatabase } from "@mkt/runtime/db";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { startGrpcServer } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
-import { connectNats, eventNames } from "@mkt/runtime/nats";
+import { startMetricsServer } from "@mkt/runtime/metrics-server";
+import { connectNats, eventNames, natsCredentials } from "@mkt/runtime/nats";
+import { dependencyReadiness } from "@mkt/runtime/readiness";
+import { readServiceTls } from "@mkt/runtime/service-tls";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
 import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import { BillingServiceService } from "@mkt/proto/billing/v1/billing";
@@ -12,26 +15,34 @@ import type { BillingConfig } from "./config.ts";
 import type { BillingContext } from "./context.ts";
 import { entities } from "./entities.ts";
 import { billingService } from "./billing-service.ts";
+import { BILLING_CALLERS } from "./billing-callers.ts";
+import { createBillingMetrics } from "./metrics/billing-metrics.ts";
 import { startSettlementConsumer } from "./settlement/settlement-consumer.ts";
-import { startSweeper, sweepExpiredReservations, type SweepResult } from "./reservations/reservation-sweeper.ts";
+import { startCounterPruner } from "./rate-limits/counter-pruner.ts";
+import { recallSender } from "./leases/recall-sender.ts";
+import { closeDueLeases, startLeaseCloser, type CloseResult } from "./leases/lease-closer.ts";
 import { startSubscriptionJanitor, tidySubscriptions, type TidyResult } from "./subscriptions/subscription-janitor.ts";
 import { startRenewalScheduler, type RenewalResult } from "./subscriptions/renewal-scheduler.ts";
 
 export interface BillingOptions {
   /** The clock for windows, holds and expiry; tests set it. */
   clock?: () => Date;
-  /** How often the reservation sweeper runs (DESIGN.md §2: about every 30 s). */
-  sweepIntervalMs?: number;
+  /** How often rate counters of windows long past are deleted (default: every minute). */
+  counterPruneIntervalMs?: number;
   /** How often abandoned subscription attempts, unrevoked keys and expired secrets are tidied. */
   janitorIntervalMs?: number;
+  /** How often leases past their deadline + MAX_REQUEST_MS are closed (default: one LEASE_TTL_MS). */
+  leaseCloserIntervalMs?: number;
   /** Overrides RENEWAL_INTERVAL_MS (tests run passes themselves with renewSubscriptions). */
   renewalIntervalMs?: number;
 }
 
 export interface BillingHandle {
   port: number;
-  /** Runs one expiry sweep now (it still waits for an idle settlement consumer). */
-  sweepExpiredReservations(): Promise<SweepResult>;
+  /** The plain HTTP listener's port (METRICS_PORT, or the free one picked for 0): /metrics, /healthz, /readyz. */
+  metricsPort: number;
+  /** Runs one lease closer pass now (billing's clock). */
+  closeDueLeases(): Promise<CloseResult>;
   /** Runs one subscription janitor pass now. */
   tidySubscriptions(): Promise<TidyResult>;
   /** Runs one renewal pass now, as of `now` (billing's clock by default). */
@@ -40,26 +51,31 @@ export interface BillingHandle {
   close(): Promise<void>;
 }
 
-/** Opens billing's dependencies, starts the gRPC server, the settlement consumer and the sweeper. */
+/**
+ * Opens billing's dependencies, starts the gRPC server, the settlement consumer and the periodic
+ * jobs (lease closer, counter pruning, subscription janitor, renewals).
+ */
 export async function startBilling(
   config: BillingConfig,
   log: Logger,
   options: BillingOptions = {},
 ): Promise<BillingHandle> {
+  const tls = readServiceTls(config);
   const orm = await openDatabase({
     url: config.DATABASE_URL,
+    migrateUrl: config.MIGRATE_DATABASE_URL,
     schema: "billing",
     entities,
     migrations,
     migrate: config.MIGRATE_ON_START,
     log,
   });
-  const nc = await connectNats(config.NATS_URL, "billing", log).catch(async (err: unknown) => {
+  const nc = await connectNats(config.NATS_URL, "billing", log, natsCredentials(config)).catch(async (err: unknown) => {
     await orm.close();
     throw err;
   });
-  const accountsClient = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR);
-  const registryClient = createClient(RegistryServiceClient, config.REGISTRY_ADDR);
+  const accountsClient = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR, tls);
+  const registryClient = createClient(RegistryServiceClient, config.REGISTRY_ADDR, tls);
   const closeClients = () => {
     accountsClient.close();
     registryClient.close();
@@ -73,6 +89,8 @@ export async function startBilling(
     registry: promiseClient(registryClient),
     box: new SecretBox(parseSecretsKey(config.SECRETS_KEY)),
     openWallets: new Set(),
+    recallLeases: recallSender(() => ctx, nc, eventNames(config.EVENTS_PREFIX).leaseRecall),
+    metrics: createBillingMetrics(),
   };
   const settler = await startSettlementConsumer(ctx, nc, eventNames(config.EVENTS_PREFIX)).catch(
     async (err: unknown) => {
@@ -82,34 +100,60 @@ export async function startBilling(
       throw err;
     },
   );
-  const stopSweeper = startSweeper(ctx, () => settler.isIdle(), options.sweepIntervalMs ?? 30_000);
+  const stopPruner = startCounterPruner(ctx, options.counterPruneIntervalMs ?? 60_000);
+  const stopLeaseCloser = startLeaseCloser(ctx, options.leaseCloserIntervalMs ?? config.LEASE_TTL_MS);
   const stopJanitor = startSubscriptionJanitor(ctx, options.janitorIntervalMs ?? 60_000);
   const renewals = startRenewalScheduler(ctx, options.renewalIntervalMs ?? config.RENEWAL_INTERVAL_MS);
-  const grpc = await startGrpcServer(config.GRPC_HOST, config.GRPC_PORT, [
-    [BillingServiceService, billingService(ctx, log)],
-  ]).catch(async (err: unknown) => {
+  // When a listener cannot start (its port taken): undo everything started before it.
+  const stopBackground = async () => {
     await renewals.stop();
     await stopJanitor();
-    await stopSweeper();
+    await stopLeaseCloser();
+    await stopPruner();
     await settler.stop();
     closeClients();
     await nc.close();
     await orm.close();
+  };
+  const grpc = await startGrpcServer(
+    config.GRPC_HOST,
+    config.GRPC_PORT,
+    [[BillingServiceService, billingService(ctx, log), BILLING_CALLERS]],
+    { tls, log },
+  ).catch(async (err: unknown) => {
+    await stopBackground();
     throw err;
   });
-  log.info({ port: grpc.port }, "billing listening");
+  let closing = false;
+  const metricsServer = await startMetricsServer(
+    config.GRPC_HOST,
+    config.METRICS_PORT,
+    ctx.metrics.registry,
+    log,
+    dependencyReadiness(orm, nc, () => closing),
+  ).catch(async (err: unknown) => {
+    await grpc.close();
+    await stopBackground();
+    throw err;
+  });
+  log.info({ port: grpc.port, metricsPort: metricsServer.port, tls: tls !== null }, "billing listening");
 
   return {
     port: grpc.port,
-    sweepExpiredReservations: () => sweepExpiredReservations(ctx, () => settler.isIdle()),
+    metricsPort: metricsServer.port,
+    closeDueLeases: () => closeDueLeases(ctx),
     tidySubscriptions: () => tidySubscriptions(ctx),
     renewSubscriptions: (now?: Date) => renewals.runOnce(now),
     async close() {
+      closing = true;
       await grpc.close();
       await renewals.stop();
       await stopJanitor();
-      await stopSweeper();
+      await stopLeaseCloser();
+      await stopPruner();
       await settler.stop();
+      // After the settler: its last batch still counts in a final scrape until here.
+      await metricsServer.close();
       closeClients();
       await nc.drain();
       await orm.close();

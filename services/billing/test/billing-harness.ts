@@ -3,14 +3,18 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { ClientUnaryCall, Metadata, CallOptions, ServiceError } from "@grpc/grpc-js";
-import { createClient, promiseClient, type CallSettings } from "@mkt/runtime/grpc-client";
+import type { CallSettings } from "@mkt/runtime/grpc-client";
 import { createLogger } from "@mkt/runtime/logger";
 import { eventNames } from "@mkt/runtime/nats";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
-import { AuthorizeRequest, BillingServiceClient } from "@mkt/proto/billing/v1/billing";
+import { allowedCallerClient, testCertificates } from "@mkt/testkit/test-certificates";
+import { costMicros } from "@mkt/runtime/money";
+import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
+import { LeaseResource, type LeaseRoom } from "@mkt/proto/billing/v1/leases";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { loadBillingConfig } from "../src/config.ts";
 import { startBilling, type BillingOptions } from "../src/server.ts";
+import { BILLING_CALLERS } from "../src/billing-callers.ts";
 
 type UnaryMethod<Req, Res> = (
   request: Req,
@@ -36,22 +40,27 @@ type PromiseMethods<C> = {
  */
 export async function startTestBilling(env: Record<string, string> = {}, options: BillingOptions = {}) {
   const prefix = freshEventsPrefix();
+  const certs = await testCertificates();
   const config = loadBillingConfig({
+    ...certs.env("billing"),
     DATABASE_URL: await freshDatabaseUrl(),
     NATS_URL: TEST_NATS_URL,
     EVENTS_PREFIX: prefix,
     GRPC_PORT: "0",
+    // Test files run in parallel: a fixed port would collide.
+    METRICS_PORT: "0",
     SECRETS_KEY: randomBytes(32).toString("hex"),
     ...env,
   });
   const billing = await startBilling(config, createLogger("billing-test", process.env.TEST_LOG_LEVEL ?? "silent"), {
-    sweepIntervalMs: 3_600_000, // tests call the sweep themselves
-    janitorIntervalMs: 3_600_000, // and the subscription janitor
+    counterPruneIntervalMs: 3_600_000, // tests move billing's clock; old windows stay readable
+    janitorIntervalMs: 3_600_000, // tests run the subscription janitor themselves
     renewalIntervalMs: 3_600_000, // and renewal passes, at the times they choose
+    leaseCloserIntervalMs: 3_600_000, // and the lease closer
     ...options,
   });
-  const grpcClient = createClient(BillingServiceClient, `127.0.0.1:${billing.port}`);
-  const client = promiseClient(grpcClient) as unknown as PromiseMethods<BillingServiceClient>;
+  const callers = allowedCallerClient(BillingServiceClient, `127.0.0.1:${billing.port}`, BILLING_CALLERS, certs);
+  const client = callers.client as unknown as PromiseMethods<BillingServiceClient>;
   const db = new pg.Client({ connectionString: config.DATABASE_URL, options: "-c search_path=billing" });
   await db.connect();
   const nc: NatsConnection = await connect({ servers: TEST_NATS_URL });
@@ -84,7 +93,7 @@ export async function startTestBilling(env: Record<string, string> = {}, options
       return (await db.query<R>(sql, params)).rows;
     },
     async close() {
-      grpcClient.close();
+      callers.close();
       await db.end();
       await billing.close();
       // The stream is this file's alone; leave nothing behind in the shared NATS server.
@@ -96,24 +105,91 @@ export async function startTestBilling(env: Record<string, string> = {}, options
 
 export type TestBilling = Awaited<ReturnType<typeof startTestBilling>>;
 
-/** An Authorize request for a local model at $0.50 / $1.50 per 1M tokens, context 8192, cap 4096. */
-export function authorizeRequest(overrides: Partial<AuthorizeRequest> = {}): AuthorizeRequest {
-  return AuthorizeRequest.fromPartial({
+/** One request's usage for settleOnLease: the event's fields (account required) and the tier. */
+export type LeaseUsage = Partial<UsageCompleted> & { accountId: string; tier?: string };
+
+/**
+ * Admits one request the way production does (DESIGN.md §2.3): a fresh edge is granted a lease on
+ * the account with room for the request's worst case (in the subscription's budget when the event
+ * names one), admits the request on it and returns the lease, as an edge going idle does (its
+ * final report admits all the room, and no slot is in flight: the request's call has ended), so
+ * no room is left unreported for reports or later grants to see. Returns the request's
+ * usage.completed as registry would publish it on that lease (not yet published). Defaults: a local model at $0.50 / $1.50 per 1M tokens, a worst case of exactly the
+ * event's cost at its prices and of its tokens, the included tokens its budget was granted (at
+ * most its worst case's), billing's clock for the request's time. A refused grant throws its error.
+ */
+export async function admitOnLease(t: TestBilling, usage: LeaseUsage): Promise<UsageCompleted> {
+  const { tier = "free", ...fields } = usage;
+  const event = UsageCompleted.fromPartial({
     requestId: `req_${randomUUID()}`,
-    accountId: randomUUID(),
     keyId: "key_1",
-    tier: "free",
     modelId: "demo-small",
     provider: "local",
-    hosterId: "",
     inputPricePer1mMicros: 500_000n,
     outputPricePer1mMicros: 1_500_000n,
-    contextWindow: 8192n,
-    maxOutputTokensCap: 4096n,
-    inputTokens: 100n,
-    requestedMaxOutputTokens: 0n,
-    ...overrides,
+    success: true,
+    latencyMs: 10n,
+    ...fields,
   });
+  const tokens = event.inputTokens + event.outputTokens;
+  if (usage.worstCaseTokens === undefined) event.worstCaseTokens = tokens;
+  if (usage.worstCaseMicros === undefined) {
+    event.worstCaseMicros = costMicros(
+      event.inputTokens,
+      event.outputTokens,
+      event.inputPricePer1mMicros,
+      event.outputPricePer1mMicros,
+    );
+  }
+  const edgeId = `edge_${randomUUID()}`;
+  const { lease } = await t.client.grantLease({
+    edgeId,
+    sequence: 1n,
+    accountId: event.accountId,
+    tier,
+    minCreditMicros: 0n,
+    request: {
+      creditMicros: event.worstCaseMicros,
+      requests: 1n,
+      tokens: event.subscriptionId ? event.worstCaseTokens : 0n,
+      subscriptionId: event.subscriptionId,
+      keyId: event.keyId,
+    },
+  });
+  const rooms = [lease!.credit, ...lease!.rooms, ...lease!.budgets.flatMap((b) => b.rooms)].filter(
+    (room): room is LeaseRoom => room !== undefined,
+  );
+  await t.client.returnLeases({
+    edgeId,
+    sequence: 2n,
+    leases: [
+      {
+        leaseId: lease!.leaseId,
+        admitted: rooms.map((r) => ({
+          allowanceId: r.allowanceId,
+          admitted: r.resource === LeaseResource.LEASE_RESOURCE_SLOTS ? 0n : r.granted,
+        })),
+        final: true,
+        budgetDemand: [],
+        slotsPinned: true,
+      },
+    ],
+  });
+  event.leaseId = lease!.leaseId;
+  if (usage.includedTokens === undefined) {
+    // As the edge's takeWorstCase: the included tokens of its worst case the budget had room for.
+    const included = rooms.find((r) => r.resource === LeaseResource.LEASE_RESOURCE_INCLUDED_TOKENS)?.granted ?? 0n;
+    event.includedTokens = included < event.worstCaseTokens ? included : event.worstCaseTokens;
+  }
+  return event;
+}
+
+/** Usage made the way production makes it: admitOnLease, then its event published and settled. */
+export async function settleOnLease(t: TestBilling, usage: LeaseUsage): Promise<UsageCompleted> {
+  const event = await admitOnLease(t, usage);
+  await t.publishUsage(event);
+  await t.waitSettled();
+  return event;
 }
 
 /** Polls `read` until `done` accepts its value (settlement is asynchronous). */

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Product } from "@mkt/proto/registry/v1/registry";
 import type { TestAccounts } from "../../accounts/test/accounts-harness.ts";
 import { maskEmail } from "../src/earnings/masked-email.ts";
-import { authorizeRequest, type TestBilling } from "./billing-harness.ts";
+import { settleOnLease, type TestBilling } from "./billing-harness.ts";
 import type { RegistryDouble } from "./registry-double.ts";
 import { startBillingWithPeers, type BillingWithPeers } from "./saga-peers.ts";
 import { refusal } from "@mkt/testkit/refusal";
@@ -47,31 +47,21 @@ async function request(
   modelId: string,
   tokens: { input: bigint; output: bigint },
 ) {
-  const req = authorizeRequest({
+  await settleOnLease(t, {
     accountId: sub.accountId,
     subscriptionId: sub.subscriptionId,
     keyId: sub.keyId,
     provider: "hoster",
     hosterId: plan.hosterId,
     modelId,
+    // Registry prices hoster routes at 0; the subscription's terms price the request, well
+    // within this worst case.
     inputPricePer1mMicros: 0n,
     outputPricePer1mMicros: 0n,
-    inputTokens: tokens.input,
-    requestedMaxOutputTokens: 1000n,
-  });
-  const grant = await t.client.authorize(req);
-  await t.publishUsage({
-    requestId: req.requestId,
-    reservationId: grant.reservationId,
-    accountId: sub.accountId,
-    keyId: sub.keyId,
-    modelId,
-    provider: "hoster",
-    hosterId: plan.hosterId,
+    worstCaseMicros: 100_000n,
     inputTokens: tokens.input,
     outputTokens: tokens.output,
     latencyMs: 100n,
-    success: true,
   });
 }
 
@@ -302,7 +292,7 @@ describe("the hoster rollup", () => {
         )
       ).map((r) => [r.day, Number(r.requests), Number(r.cost), Number(r.earned)]);
 
-    await t.query(insert, record("rollup-1", 0, 0, false)); // the sweeper's expiry row
+    await t.query(insert, record("rollup-1", 0, 0, false)); // a failed request's row, charged nothing
     await t.query(insert, record("rollup-2", 100, 80, true));
     expect(await rollup()).toEqual([["2030-06-01", 2, 100, 80]]);
     // A late event replaces the expiry row: still two requests, now both charged.

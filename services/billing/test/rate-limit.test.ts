@@ -1,8 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { authorizeRequest, startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { admitOnLease, startTestBilling, type TestBilling } from "./billing-harness.ts";
 import { refusal } from "@mkt/testkit/refusal";
 
+// The account tier's request limits, as lease grants enforce them (DESIGN.md §2.3): each request
+// is admitted on a lease its edge then returns, so every window counts exactly what was admitted.
 let t: TestBilling;
 // 30 s into a UTC minute, 10 h into the day: the windows reset in 30 s and 14 h.
 let now = new Date("2026-11-22T10:00:30.000Z");
@@ -21,18 +23,15 @@ afterAll(async () => {
   await t?.close();
 });
 
+const admit = (accountId: string, tier = "free", worstCaseMicros = 350n) =>
+  admitOnLease(t, { accountId, tier, worstCaseMicros });
+
 describe("tier rate limits", () => {
   it("admits the per-minute limit, then refuses with rate-limit headers", async () => {
     const accountId = randomUUID();
-    const remaining: bigint[] = [];
-    for (let i = 0; i < 3; i++) {
-      const res = await t.client.authorize(authorizeRequest({ accountId, tier: "free" }));
-      remaining.push(res.rateLimit!.remainingThisMinute);
-      expect(res.rateLimit).toMatchObject({ limitPerMinute: 3n, resetSeconds: 30n });
-    }
-    expect(remaining).toEqual([2n, 1n, 0n]);
+    for (let i = 0; i < 3; i++) await admit(accountId);
 
-    const err = await refusal(t.client.authorize(authorizeRequest({ accountId, tier: "free" })));
+    const err = await refusal(admit(accountId));
     expect(err.code).toBe("rate_limit_exceeded");
     expect(err.httpStatus).toBe(429);
     expect(err.headers).toEqual({
@@ -52,30 +51,25 @@ describe("tier rate limits", () => {
       remainingThisMinute: 0n,
       remainingToday: 97n,
     });
-    expect(await t.query(`select 1 from reservations where account_id = $1`, [accountId])).toHaveLength(3);
+    expect(summary.creditBalanceMicros).toBe(5_000_000n - 3n * 350n);
   });
 
   it("does not count refused requests, and opens again in the next minute", async () => {
     const accountId = randomUUID();
-    await t.client.authorize(authorizeRequest({ accountId }));
-    // Refused for credit (max_tokens far beyond the balance): rolled back, not counted.
-    const broke = await refusal(
-      t.client.authorize(
-        authorizeRequest({ accountId, outputPricePer1mMicros: 2_000_000_000n, requestedMaxOutputTokens: 4000n }),
-      ),
-    );
+    await admit(accountId);
+    // Refused for credit (a worst case beyond the balance): rolled back, not counted.
+    const broke = await refusal(admit(accountId, "free", 6_000_000n));
     expect(broke.code).toBe("insufficient_credits");
-    await t.client.authorize(authorizeRequest({ accountId }));
-    await t.client.authorize(authorizeRequest({ accountId }));
-    await refusal(t.client.authorize(authorizeRequest({ accountId })));
+    await admit(accountId);
+    await admit(accountId);
+    await refusal(admit(accountId));
 
     const saved = now;
     now = new Date("2026-11-22T10:01:05.000Z");
     try {
-      const res = await t.client.authorize(authorizeRequest({ accountId }));
-      expect(res.rateLimit).toMatchObject({ remainingThisMinute: 2n, resetSeconds: 55n });
+      await admit(accountId);
       const summary = await t.client.getUsageSummary({ accountId, tier: "free" });
-      expect(summary.rateLimits).toMatchObject({ requestsThisMinute: 1n, requestsToday: 4n });
+      expect(summary.rateLimits).toMatchObject({ requestsThisMinute: 1n, requestsToday: 4n, remainingThisMinute: 2n });
     } finally {
       now = saved;
     }
@@ -83,9 +77,9 @@ describe("tier rate limits", () => {
 
   it("enforces the daily limit of the account's tier, with the day's reset", async () => {
     const accountId = randomUUID();
-    await t.client.authorize(authorizeRequest({ accountId, tier: "daily" }));
-    await t.client.authorize(authorizeRequest({ accountId, tier: "daily" }));
-    const err = await refusal(t.client.authorize(authorizeRequest({ accountId, tier: "daily" })));
+    await admit(accountId, "daily");
+    await admit(accountId, "daily");
+    const err = await refusal(admit(accountId, "daily"));
     expect(err.code).toBe("rate_limit_exceeded");
     expect(err.headers).toMatchObject({
       "retry-after": String(14 * 3600 - 30),
@@ -96,8 +90,14 @@ describe("tier rate limits", () => {
   });
 
   it("applies the free limits to an unknown tier", async () => {
-    const accountId = randomUUID();
-    const res = await t.client.authorize(authorizeRequest({ accountId, tier: "no-such-tier" }));
-    expect(res.rateLimit?.limitPerMinute).toBe(3n);
+    const { lease } = await t.client.grantLease({
+      edgeId: `edge_${randomUUID()}`,
+      sequence: 1n,
+      accountId: randomUUID(),
+      tier: "no-such-tier",
+      minCreditMicros: 0n,
+      request: { creditMicros: 0n, requests: 1n, tokens: 0n, subscriptionId: "", keyId: "" },
+    });
+    expect(lease!.limitPerMinute).toBe(3n);
   });
 });

@@ -1,23 +1,22 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "@mkt/runtime/logger";
-import type { TestAccounts } from "../../accounts/test/accounts-harness.ts";
 import { startBilling } from "../src/server.ts";
-import { authorizeRequest, ledgerInvariants, type TestBilling } from "./billing-harness.ts";
+import { ledgerInvariants, type TestBilling } from "./billing-harness.ts";
 import type { RegistryDouble } from "./registry-double.ts";
 import { startBillingWithPeers, type BillingWithPeers } from "./saga-peers.ts";
+import { subscriptionDriver, type SubscriptionDbRow } from "./subscription-driver.ts";
 import { refusal } from "@mkt/testkit/refusal";
 
 // Renewal against a real accounts service and a registry double, on billing's clock: every test
 // subscribes at a time it sets, then moves the clock across period ends and runs passes itself.
 let now = new Date("2027-01-31T10:00:00.000Z");
-let accounts: TestAccounts;
 let registry: RegistryDouble;
 let t: TestBilling;
 let peers: BillingWithPeers | undefined;
 beforeAll(async () => {
   peers = await startBillingWithPeers(() => now);
-  ({ accounts, registry, billing: t } = peers);
+  ({ registry, billing: t } = peers);
 });
 afterAll(() => peers?.close());
 
@@ -26,73 +25,16 @@ const monthlyPlan = (monthlyPriceMicros: bigint) =>
   registry.addProduct({ pricingModel: "subscription", monthlyPriceMicros, includedTokens: 1_000_000n });
 const at = (iso: string) => (now = new Date(iso));
 const renew = () => t.billing.renewSubscriptions(now);
-const balance = async (accountId: string) => (await t.client.getBalance({ accountId })).creditBalanceMicros;
+const { customer, subscribe, balance, row, fee, feeCount, grantScoped, settleScoped } = subscriptionDriver(
+  () => peers!,
+);
 
-async function customer(topUpMicros = 0n): Promise<string> {
-  const { account } = await accounts.signUp();
-  const accountId = account!.accountId;
-  if (topUpMicros > 0n) await t.client.addCredits({ accountId, amountMicros: topUpMicros, idempotencyKey: "seed" });
-  return accountId;
-}
-
-async function subscribe(accountId: string, productId: string) {
-  const { subscription } = await t.client.createSubscription({ accountId, productId, idempotencyKey: "" });
-  return subscription!;
-}
-
-interface Row extends Record<string, unknown> {
-  status: string;
-  period_index: number;
-  period_start: Date;
-  period_end: Date;
-  monthly_price_micros: string;
-  included_tokens: string;
-  rpm_limit: string;
-}
-
-async function row(subscriptionId: string): Promise<Row> {
-  const [found] = await t.query<Row>(`select * from subscriptions where id = $1`, [subscriptionId]);
-  return found!;
-}
-
-const period = (r: Row) => ({
+const period = (r: SubscriptionDbRow) => ({
   index: r.period_index,
   start: r.period_start.toISOString(),
   end: r.period_end.toISOString(),
   status: r.status,
 });
-
-/** The fee postings of one period of a subscription, by ledger account. */
-async function fee(subscriptionId: string, periodIndex: number): Promise<Record<string, bigint>> {
-  const rows = await t.query<{ ledger_account: string; amount_micros: string }>(
-    `select p.ledger_account, p.amount_micros from journal_entries e join ledger_postings p on p.entry_id = e.id
-     where e.kind = 'subscription_fee' and e.reference = $1`,
-    [`${subscriptionId}:${periodIndex}`],
-  );
-  return Object.fromEntries(rows.map((r) => [r.ledger_account, BigInt(r.amount_micros)]));
-}
-
-async function feeCount(subscriptionId: string): Promise<number> {
-  const rows = await t.query(`select 1 from journal_entries where kind = 'subscription_fee' and reference like $1`, [
-    `${subscriptionId}:%`,
-  ]);
-  return rows.length;
-}
-
-/** An Authorize for the subscription's scoped key, as the edge sends it for a hoster model. */
-async function authorizeScoped(accountId: string, subscriptionId: string, hosterId: string) {
-  const req = authorizeRequest({
-    accountId,
-    subscriptionId,
-    provider: "hoster",
-    hosterId,
-    modelId: "hoster-model.gguf",
-    inputPricePer1mMicros: 0n,
-    outputPricePer1mMicros: 0n,
-    requestedMaxOutputTokens: 10n,
-  });
-  return { ...(await t.client.authorize(req)), requestId: req.requestId };
-}
 
 describe("renewal", () => {
   it("renews at period_end on the anchor's day (Jan 31 → Feb 28 → Mar 31), 80% to the hoster", async () => {
@@ -149,37 +91,6 @@ describe("renewal", () => {
     expect(await ledgerInvariants(t)).toMatchObject({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
   });
 
-  it("charges the plan's current terms: an edit applies from the next renewal, an archived plan renews on its last terms", async () => {
-    at("2027-05-10T00:00:00.000Z");
-    const accountId = await customer(10_000_000n);
-    const plan = registry.addProduct({
-      pricingModel: "subscription",
-      monthlyPriceMicros: 1_000_000n,
-      includedTokens: 1000n,
-      rpmLimit: 10n,
-    });
-    const sub = await subscribe(accountId, plan.productId);
-    registry.editProduct(plan.productId, { monthlyPriceMicros: 2_500_000n, includedTokens: 5000n, rpmLimit: 20n });
-    // Until the renewal the subscription keeps what it bought.
-    expect(await row(sub.subscriptionId)).toMatchObject({ monthly_price_micros: "1000000", included_tokens: "1000" });
-
-    at("2027-06-10T00:00:00.000Z");
-    await renew();
-    expect(await row(sub.subscriptionId)).toMatchObject({
-      period_index: 2,
-      monthly_price_micros: "2500000",
-      included_tokens: "5000",
-      rpm_limit: "20",
-    });
-    expect(await fee(sub.subscriptionId, 2)).toMatchObject({ [`customer:${accountId}`]: -2_500_000n });
-
-    registry.archiveProduct(plan.productId);
-    at("2027-07-10T00:00:00.000Z");
-    await renew();
-    expect(await row(sub.subscriptionId)).toMatchObject({ period_index: 3, status: "active" });
-    expect(await fee(sub.subscriptionId, 3)).toMatchObject({ [`hoster:${plan.hosterId}`]: 2_000_000n });
-  });
-
   it("starts the included tokens afresh: a period's allowance used up (429) is back after the renewal", async () => {
     at("2027-07-20T00:00:00.000Z");
     const accountId = await customer();
@@ -189,27 +100,13 @@ describe("renewal", () => {
       includedTokens: 100n,
     });
     const sub = await subscribe(accountId, plan.productId);
-    const grant = await authorizeScoped(accountId, sub.subscriptionId, plan.hosterId);
-    await t.publishUsage({
-      requestId: grant.requestId,
-      reservationId: grant.reservationId,
-      accountId,
-      provider: "hoster",
-      hosterId: plan.hosterId,
-      modelId: "hoster-model.gguf",
-      inputTokens: 100n,
-      outputTokens: 10n,
-      success: true,
-    });
-    await t.waitSettled();
-    expect((await refusal(authorizeScoped(accountId, sub.subscriptionId, plan.hosterId))).code).toBe(
-      "included_tokens_exhausted",
-    );
+    await settleScoped(accountId, sub.subscriptionId, plan.hosterId);
+    expect((await refusal(grantScoped(accountId, sub.subscriptionId))).code).toBe("included_tokens_exhausted");
 
     at("2027-08-20T00:00:00.000Z");
     await renew();
     expect(period(await row(sub.subscriptionId))).toMatchObject({ index: 2, status: "active" });
-    await authorizeScoped(accountId, sub.subscriptionId, plan.hosterId);
+    await grantScoped(accountId, sub.subscriptionId);
   });
 
   it("goes past due when the balance is short (402 on its key), and a top-up renews it at once", async () => {
@@ -224,7 +121,7 @@ describe("renewal", () => {
     expect(period(await row(sub.subscriptionId))).toMatchObject({ index: 1, status: "past_due" });
     expect(await feeCount(sub.subscriptionId)).toBe(1);
     expect(await balance(accountId)).toBe(2_000_000n);
-    const err = await refusal(authorizeScoped(accountId, sub.subscriptionId, plan.hosterId));
+    const err = await refusal(grantScoped(accountId, sub.subscriptionId));
     expect(err.code).toBe("subscription_past_due");
     const { subscriptions } = await t.client.listSubscriptions({ accountId });
     expect(subscriptions[0]!.status).toBe("past_due");
@@ -245,7 +142,7 @@ describe("renewal", () => {
       status: "active",
     });
     expect(await fee(sub.subscriptionId, 2)).toMatchObject({ [`hoster:${plan.hosterId}`]: 2_400_000n });
-    await authorizeScoped(accountId, sub.subscriptionId, plan.hosterId);
+    await grantScoped(accountId, sub.subscriptionId);
     expect(await ledgerInvariants(t)).toMatchObject({ unbalancedEntries: 0, mismatchedWallets: 0 });
   });
 
@@ -267,19 +164,15 @@ describe("renewal", () => {
     expect(period(await row(sub.subscriptionId))).toMatchObject({ index: 3, status: "paused" });
     expect(await balance(accountId)).toBe(0n);
 
-    // Short: past due, which Authorize reports first (paying is what the customer can do).
+    // Short: past due, which a grant reports first (paying is what the customer can do).
     at("2028-02-01T00:00:00.000Z");
     await renew();
     expect(period(await row(sub.subscriptionId))).toMatchObject({ index: 3, status: "past_due" });
-    expect((await refusal(authorizeScoped(accountId, sub.subscriptionId, plan.hosterId))).code).toBe(
-      "subscription_past_due",
-    );
+    expect((await refusal(grantScoped(accountId, sub.subscriptionId))).code).toBe("subscription_past_due");
     // Paid: back to the hoster's pause, not to active.
     await t.client.addCredits({ accountId, amountMicros: 2_000_000n, idempotencyKey: "pay" });
     expect(period(await row(sub.subscriptionId))).toMatchObject({ index: 4, status: "paused" });
-    expect((await refusal(authorizeScoped(accountId, sub.subscriptionId, plan.hosterId))).code).toBe(
-      "subscription_paused",
-    );
+    expect((await refusal(grantScoped(accountId, sub.subscriptionId))).code).toBe("subscription_paused");
   });
 
   it("does not renew a cancelled subscription", async () => {
@@ -358,7 +251,7 @@ describe("renewal", () => {
 
     const replica = await startBilling(t.config, createLogger("billing-replica", "silent"), {
       clock: () => now,
-      sweepIntervalMs: 3_600_000,
+      counterPruneIntervalMs: 3_600_000,
       janitorIntervalMs: 3_600_000,
       renewalIntervalMs: 3_600_000,
     });
@@ -386,13 +279,13 @@ describe("pause and resume (the plan's hoster only)", () => {
     const sub = await subscribe(accountId, plan.productId);
     const ids = { hosterId: plan.hosterId, subscriptionId: sub.subscriptionId };
 
-    await authorizeScoped(accountId, sub.subscriptionId, plan.hosterId);
+    await grantScoped(accountId, sub.subscriptionId);
     for (let i = 0; i < 2; i++) {
       const { subscriber } = await t.client.pauseSubscription(ids);
       expect(subscriber).toMatchObject({ subscriptionId: sub.subscriptionId, status: "paused" });
       expect(subscriber!.emailMasked).toMatch(/^u\*\*\*@example\.com$/);
     }
-    const err = await refusal(authorizeScoped(accountId, sub.subscriptionId, plan.hosterId));
+    const err = await refusal(grantScoped(accountId, sub.subscriptionId));
     expect(err.code).toBe("subscription_paused");
     expect(err.message).toBe("Your access has been temporarily paused by the hoster.");
     expect((await t.client.listSubscriptions({ accountId })).subscriptions[0]!.status).toBe("paused");
@@ -400,7 +293,7 @@ describe("pause and resume (the plan's hoster only)", () => {
     for (let i = 0; i < 2; i++) {
       expect((await t.client.resumeSubscription(ids)).subscriber?.status).toBe("active");
     }
-    await authorizeScoped(accountId, sub.subscriptionId, plan.hosterId);
+    await grantScoped(accountId, sub.subscriptionId);
   });
 
   it("is not_found for another hoster, an unknown or malformed id; a cancelled one is answered unchanged", async () => {

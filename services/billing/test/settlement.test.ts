@@ -1,8 +1,14 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import type { AuthorizeRequest } from "@mkt/proto/billing/v1/billing";
-import { authorizeRequest, ledgerInvariants, startTestBilling, waitFor, type TestBilling } from "./billing-harness.ts";
+import {
+  admitOnLease,
+  ledgerInvariants,
+  startTestBilling,
+  waitFor,
+  type LeaseUsage,
+  type TestBilling,
+} from "./billing-harness.ts";
 
 let t: TestBilling;
 beforeAll(async () => {
@@ -17,23 +23,21 @@ afterAll(async () => {
   await t?.close();
 });
 
-/** Authorizes a request and returns the matching usage.completed event (tokens to be filled in). */
-async function authorized(overrides: Partial<AuthorizeRequest> = {}) {
-  const req = authorizeRequest({ requestedMaxOutputTokens: 200n, ...overrides });
-  const res = await t.client.authorize(req);
-  const event = (usage: Partial<UsageCompleted>): Partial<UsageCompleted> => ({
-    requestId: req.requestId,
-    reservationId: res.reservationId,
-    accountId: req.accountId,
-    keyId: req.keyId,
-    modelId: req.modelId,
-    provider: req.provider,
-    hosterId: req.hosterId,
-    success: true,
+/**
+ * Admits a request on a lease with a worst case of 350 micro-USD (a 100-token prompt and 200
+ * output tokens at $0.50 / $1.50 per 1M) and returns its usage.completed (tokens to be filled in).
+ */
+async function admitted(overrides: Partial<LeaseUsage> = {}) {
+  const admittedEvent = await admitOnLease(t, {
+    accountId: randomUUID(),
+    worstCaseMicros: 350n,
+    worstCaseTokens: 300n,
     startedAt: new Date().toISOString(),
-    ...usage,
+    ...overrides,
   });
-  return { req, res, event };
+  const req = { requestId: admittedEvent.requestId, accountId: admittedEvent.accountId };
+  const event = (usage: Partial<UsageCompleted>): Partial<UsageCompleted> => ({ ...admittedEvent, ...usage });
+  return { req, event };
 }
 
 const usageRecords = (requestId: string) =>
@@ -48,8 +52,7 @@ const settledOnce = async (requestId: string) =>
 
 describe("usage settlement", () => {
   it("charges the exact cost, releases the hold and counts the request in the usage summary", async () => {
-    const { req, res, event } = await authorized();
-    expect(res.reservedMicros).toBe(350n);
+    const { req, event } = await admitted();
     await t.publishUsage(event({ inputTokens: 100n, outputTokens: 150n, latencyMs: 1234n }));
     const record = await settledOnce(req.requestId);
     // ceil((100 × 0.50 + 150 × 1.50) / 1M USD) = 275 micro-USD
@@ -69,11 +72,6 @@ describe("usage settlement", () => {
       totalCostMicros: 275n,
       avgLatencyMs: 1234,
     });
-    const [reservation] = await t.query(
-      `select status, slot_released_at is not null as released from reservations where id = $1`,
-      [res.reservationId],
-    );
-    expect(reservation).toEqual({ status: "settled", released: true });
     const [wallet] = await t.query(`select posted_micros, held_micros from wallets where account_id = $1`, [
       req.accountId,
     ]);
@@ -82,8 +80,8 @@ describe("usage settlement", () => {
 
   it("counts failed requests in the latency average", async () => {
     const accountId = randomUUID();
-    const ok = await authorized({ accountId });
-    const failed = await authorized({ accountId });
+    const ok = await admitted({ accountId });
+    const failed = await admitted({ accountId });
     await t.publishUsage(ok.event({ inputTokens: 100n, outputTokens: 10n, latencyMs: 1000n }));
     await t.publishUsage(
       failed.event({
@@ -102,13 +100,12 @@ describe("usage settlement", () => {
   });
 
   it("splits a hoster-served cost 80/20 in the ledger", async () => {
-    const { req, event } = await authorized({
+    const { req, event } = await admitted({
       provider: "hoster",
       hosterId: "hoster-1",
       inputPricePer1mMicros: 1_000_000n,
       outputPricePer1mMicros: 2_000_000n,
-      requestedMaxOutputTokens: 1000n,
-      inputTokens: 1000n,
+      worstCaseMicros: 3_000n, // a 1,000-token prompt and 1,000 output tokens
     });
     await t.publishUsage(event({ inputTokens: 1000n, outputTokens: 500n, latencyMs: 10n }));
     const record = await settledOnce(req.requestId);
@@ -125,8 +122,8 @@ describe("usage settlement", () => {
     ]);
   });
 
-  it("never charges more than the reservation held", async () => {
-    const { req, event } = await authorized();
+  it("never charges more than the admitted worst case", async () => {
+    const { req, event } = await admitted();
     await t.publishUsage(event({ inputTokens: 100n, outputTokens: 100_000n, latencyMs: 10n }));
     const record = await settledOnce(req.requestId);
     expect(record.cost_micros).toBe("350");
@@ -134,7 +131,7 @@ describe("usage settlement", () => {
   });
 
   it("settles a replayed event once, even under different Nats-Msg-Ids", async () => {
-    const { req, event } = await authorized();
+    const { req, event } = await admitted();
     const usage = event({ inputTokens: 100n, outputTokens: 150n, latencyMs: 100n });
     for (let i = 0; i < 3; i++) await t.publishUsage(usage); // same msgID: JetStream drops the copies
     for (let i = 0; i < 3; i++) await t.publishUsage(usage, `${req.requestId}-replay-${i}`); // reach billing
@@ -153,7 +150,7 @@ describe("usage settlement", () => {
 
   it("settles a backlog of events in batches, each charged once", async () => {
     const accountId = randomUUID();
-    const requests = await Promise.all(Array.from({ length: 120 }, () => authorized({ accountId })));
+    const requests = await Promise.all(Array.from({ length: 120 }, () => admitted({ accountId })));
     await Promise.all(
       requests.map(({ event }) => t.publishUsage(event({ inputTokens: 100n, outputTokens: 150n, latencyMs: 10n }))),
     );
@@ -165,7 +162,7 @@ describe("usage settlement", () => {
 
   it("settles a lone event at once and the events arriving within the window after it together", async () => {
     const accountId = randomUUID();
-    const all = await Promise.all(Array.from({ length: 6 }, () => authorized({ accountId })));
+    const all = await Promise.all(Array.from({ length: 6 }, () => admitted({ accountId })));
     const [first, ...rest] = all;
     const usage = { inputTokens: 100n, outputTokens: 150n, latencyMs: 10n };
     // Past the window of the batches before this test: the settler is waiting for an event.
@@ -191,7 +188,7 @@ describe("usage settlement", () => {
     expect(batches.map((b) => b.n)).toEqual(["1", "5"]);
   });
 
-  it("records an event with no reservation at no cost", async () => {
+  it("records an event with no lease id at no cost (no edge sends one)", async () => {
     const accountId = randomUUID();
     const requestId = `req_${randomUUID()}`;
     await t.publishUsage({
@@ -205,14 +202,14 @@ describe("usage settlement", () => {
       latencyMs: 20n,
     });
     const record = await settledOnce(requestId);
-    expect(record).toMatchObject({ cost_micros: "0", reservation_id: null, input_tokens: "10" });
+    expect(record).toMatchObject({ cost_micros: "0", input_tokens: "10" });
   });
 
   it("terminates an undecodable message and keeps settling what follows", async () => {
     // Field 1 with wire type 7 does not exist in protobuf: decoding must fail.
     await t.publishRaw(new Uint8Array([0x0f, 0xff, 0xff]), `poison-${randomUUID()}`);
     await t.publishUsage({ requestId: "", accountId: randomUUID() }, `empty-${randomUUID()}`);
-    const { req, event } = await authorized();
+    const { req, event } = await admitted();
     await t.publishUsage(event({ inputTokens: 100n, outputTokens: 1n, latencyMs: 5n }));
     await settledOnce(req.requestId);
     await t.waitSettled(); // nothing left pending or unacknowledged: the poison was terminated
@@ -222,8 +219,8 @@ describe("usage settlement", () => {
     await t.waitSettled();
     expect(await ledgerInvariants(t)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
     const [held] = await t.query<{ bad: string }>(
-      `select count(*)::text as bad from wallets w where held_micros <> (select coalesce(sum(reserved_micros), 0)
-         from reservations r where r.account_id = w.account_id and r.status = 'held')`,
+      `select count(*)::text as bad from wallets w where held_micros <> (select coalesce(sum(held_micros), 0)
+         from leases l where l.account_id = w.account_id)`,
     );
     expect(held?.bad).toBe("0");
   });

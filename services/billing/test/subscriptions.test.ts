@@ -3,9 +3,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isWellFormedApiKey, newApiKey } from "@mkt/runtime/api-key-format";
 import type { AppError } from "@mkt/runtime/errors";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
+import type { LeaseNeed } from "@mkt/proto/billing/v1/leases";
 import { KeyRevoked } from "@mkt/proto/events/v1/events";
 import type { TestAccounts } from "../../accounts/test/accounts-harness.ts";
-import { authorizeRequest, ledgerInvariants, type TestBilling } from "./billing-harness.ts";
+import { ledgerInvariants, type TestBilling } from "./billing-harness.ts";
 import type { RegistryDouble } from "./registry-double.ts";
 import { startBillingWithPeers, type BillingWithPeers } from "./saga-peers.ts";
 import { refusal } from "@mkt/testkit/refusal";
@@ -33,6 +34,17 @@ const subscribe = (accountId: string, productId: string, idempotencyKey = "") =>
   t.client.createSubscription({ accountId, productId, idempotencyKey });
 
 /** The subscription_fee postings of one subscription, by ledger account. */
+/** A lease grant from a fresh edge for one request of `need` (an account's own by default). */
+const grant = (accountId: string, need: Partial<LeaseNeed>) =>
+  t.client.grantLease({
+    edgeId: `edge_${randomUUID()}`,
+    sequence: 1n,
+    accountId,
+    tier: "free",
+    minCreditMicros: 0n,
+    request: { creditMicros: 0n, requests: 1n, tokens: 0n, subscriptionId: "", keyId: "", ...need },
+  });
+
 async function feePostings(subscriptionId: string): Promise<Record<string, bigint>> {
   const rows = await t.query<{ ledger_account: string; amount_micros: string }>(
     `select p.ledger_account, p.amount_micros from journal_entries e join ledger_postings p on p.entry_id = e.id
@@ -155,19 +167,10 @@ describe("CreateSubscription", () => {
     expect(await balance(accountId)).toBe(1_000_000n);
   });
 
-  it("counts held reservations against the price (spendable = posted - held)", async () => {
+  it("counts credit held by leases against the price (spendable = posted - held)", async () => {
     const accountId = await customer();
-    // Hold 4.50 of the 5.00 with a reservation.
-    await t.client.authorize(
-      authorizeRequest({
-        accountId,
-        inputPricePer1mMicros: 0n,
-        outputPricePer1mMicros: 1_000_000_000n,
-        contextWindow: 100_000n,
-        maxOutputTokensCap: 100_000n,
-        requestedMaxOutputTokens: 4_500n,
-      }),
-    );
+    // An edge's lease holds 4.50 of the 5.00.
+    await grant(accountId, { creditMicros: 4_500_000n });
     const plan = registry.addProduct({ pricingModel: "subscription", monthlyPriceMicros: 1_000_000n });
     const err = await refusal(subscribe(accountId, plan.productId));
     expect(err.code).toBe("insufficient_credits");
@@ -282,20 +285,21 @@ describe("CancelSubscription", () => {
     expect((await subscribe(accountId, plan.productId)).subscription!.status).toBe("active");
   });
 
-  it("makes Authorize refuse the cancelled subscription's key whatever a cache says", async () => {
+  it("makes lease grants refuse the cancelled subscription's key whatever a cache says", async () => {
     const accountId = await customer();
     const plan = registry.addProduct({ pricingModel: "free" });
     const { subscription } = await subscribe(accountId, plan.productId);
     const subscriptionId = subscription!.subscriptionId;
-    const scoped = { accountId, subscriptionId, provider: "hoster", hosterId: plan.hosterId };
-    await t.client.authorize(authorizeRequest(scoped));
+    await grant(accountId, { subscriptionId, tokens: 100n });
 
     await t.client.cancelSubscription({ accountId, subscriptionId });
-    expect(await refusal(t.client.authorize(authorizeRequest(scoped)))).toMatchObject({ code: "invalid_api_key" });
+    expect(await refusal(grant(accountId, { subscriptionId, tokens: 100n }))).toMatchObject({
+      code: "invalid_api_key",
+    });
     // Someone else's subscription id is no key of this account either.
-    expect(
-      await refusal(t.client.authorize(authorizeRequest({ ...scoped, accountId: await customer() }))),
-    ).toMatchObject({ code: "invalid_api_key" });
+    expect(await refusal(grant(await customer(), { subscriptionId, tokens: 100n }))).toMatchObject({
+      code: "invalid_api_key",
+    });
   });
 });
 

@@ -3,14 +3,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
 import { costMicros, splitRevenue } from "@mkt/runtime/money";
 import { createClient } from "@mkt/runtime/grpc-client";
+import { testCertificates } from "@mkt/testkit/test-certificates";
 import {
   BillingServiceClient,
   ExportUsageRequest,
-  type AuthorizeRequest,
   type ExportUsageResponse,
   type UsageBucket,
 } from "@mkt/proto/billing/v1/billing";
-import { authorizeRequest, startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { settleOnLease, startTestBilling, type LeaseUsage, type TestBilling } from "./billing-harness.ts";
 
 // A Wednesday; the week of the report's current bucket starts on Monday 2026-11-23.
 const NOW = new Date("2026-11-25T10:30:00Z");
@@ -27,7 +27,7 @@ const PRICES = { input: 500_000n, output: 1_500_000n };
 
 interface Settled {
   at: string;
-  route: Partial<AuthorizeRequest>;
+  route: Partial<LeaseUsage>;
   input: bigint;
   output: bigint;
   latency: bigint;
@@ -35,7 +35,7 @@ interface Settled {
   accountId?: string;
 }
 
-/** The usage the tests settle, through the real Authorize → usage.completed → settlement path. */
+/** The usage the tests settle, through the real GrantLease → usage.completed → settlement path. */
 const USAGE: Settled[] = [
   { at: "2026-11-25T10:05:00Z", route: LOCAL, input: 100n, output: 50n, latency: 100n },
   { at: "2026-11-25T10:10:00Z", route: LOCAL, input: 10n, output: 0n, latency: 300n, success: false },
@@ -51,23 +51,11 @@ const USAGE: Settled[] = [
 async function settle(usage: Settled[]): Promise<void> {
   for (const u of usage) {
     clock = new Date(u.at);
-    const req = authorizeRequest({
+    await settleOnLease(t, {
       accountId: u.accountId ?? account,
-      requestedMaxOutputTokens: 2000n,
-      inputTokens: u.input,
       inputPricePer1mMicros: PRICES.input,
       outputPricePer1mMicros: PRICES.output,
       ...u.route,
-    });
-    const grant = await t.client.authorize(req);
-    await t.publishUsage({
-      requestId: req.requestId,
-      reservationId: grant.reservationId,
-      accountId: req.accountId,
-      keyId: req.keyId,
-      modelId: req.modelId,
-      provider: req.provider,
-      hosterId: req.hosterId,
       inputTokens: u.input,
       outputTokens: u.output,
       latencyMs: u.latency,
@@ -108,7 +96,7 @@ beforeAll(async () => {
     },
     { clock: () => clock },
   );
-  streams = createClient(BillingServiceClient, `127.0.0.1:${t.billing.port}`);
+  streams = createClient(BillingServiceClient, `127.0.0.1:${t.billing.port}`, (await testCertificates()).tls("edge"));
   await settle(USAGE);
 });
 afterAll(async () => {
@@ -196,7 +184,7 @@ describe("cost breakdown (GetUsageBreakdown)", () => {
   it("sums posted shares exactly: platform fee + hoster earnings = cost, equal to the ledger's charges", async () => {
     const { byModel } = await t.client.getUsageBreakdown({ accountId: account, days: 30 });
     // 2026-10-20 is before the window's first day (2026-10-26).
-    const expectedCost = (route: Partial<AuthorizeRequest>) =>
+    const expectedCost = (route: Partial<LeaseUsage>) =>
       USAGE.filter((u) => u.route === route && !u.accountId && u.at >= "2026-10-26").reduce(
         (sum, u) => sum + costMicros(u.input, u.output, PRICES.input, PRICES.output),
         0n,

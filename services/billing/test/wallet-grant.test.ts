@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { authorizeRequest, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { admitOnLease, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
 
 let t: TestBilling;
 beforeAll(async () => {
@@ -24,8 +24,8 @@ describe("starting credit", () => {
     const calls = Array.from({ length: 20 }, (_, i) => {
       if (i % 3 === 0) return t.client.getBalance({ accountId }).then((r) => r.creditBalanceMicros);
       if (i % 3 === 1) return t.client.getUsageSummary({ accountId, tier: "free" }).then((r) => r.creditBalanceMicros);
-      // Authorize holds money, so the balance it implies is not 5.00; it just must not fail.
-      return t.client.authorize(authorizeRequest({ accountId, requestedMaxOutputTokens: 10n })).then(() => undefined);
+      // A lease grant holds money, so the balance it implies is not 5.00; it just must not fail.
+      return admitOnLease(t, { accountId, inputTokens: 100n, outputTokens: 10n }).then(() => undefined);
     });
     const results = await Promise.all(calls);
     for (const balance of results) if (balance !== undefined) expect(balance).toBeLessThanOrEqual(5_000_000n);

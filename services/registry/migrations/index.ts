@@ -2,10 +2,12 @@ import type { MigrationObject } from "@mikro-orm/core";
 import { Migration20261125000000Hosters } from "./Migration20261125000000Hosters.ts";
 import { Migration20261126000000Products } from "./Migration20261126000000Products.ts";
 import { Migration20261127120000HosterUsageMismatches } from "./Migration20261127120000HosterUsageMismatches.ts";
+import { Migration20261220000000UsageOutbox } from "./Migration20261220000000UsageOutbox.ts";
 
 /** Registry's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
   { name: "Migration20261125000000Hosters", class: Migration20261125000000Hosters },
   { name: "Migration20261126000000Products", class: Migration20261126000000Products },
   { name: "Migration20261127120000HosterUsageMismatches", class: Migration20261127120000HosterUsageMismatches },
+  { name: "Migration20261220000000UsageOutbox", class: Migration20261220000000UsageOutbox },
 ];

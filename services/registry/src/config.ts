@@ -7,10 +7,12 @@ import {
   listenPort,
   loadConfig,
   makeValidator,
+  numberBetween,
   secret,
   secretsKey,
   str,
 } from "@mkt/runtime/config";
+import { tlsSpecs } from "@mkt/runtime/service-tls";
 import { parseConfiguredModels, sharedName, type ConfiguredModel } from "./catalog/configured-models.ts";
 
 const DEFAULT_LOCAL_MODELS = JSON.stringify([
@@ -83,11 +85,12 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
   const config = loadConfig(
     {
       ...commonSpecs,
+      ...tlsSpecs,
       GRPC_HOST: host({ default: "127.0.0.1" }),
       GRPC_PORT: listenPort({ default: 50053 }),
-      // Prometheus text at GET /metrics, on GRPC_HOST; 0 picks a free port (tests).
+      // Plain HTTP on GRPC_HOST, no client certificate: GET /metrics, /healthz, /readyz (probes);
+      // 0 picks a free port (tests).
       METRICS_PORT: listenPort({ default: 9464 }),
-      BILLING_ADDR: str({ default: "127.0.0.1:50052" }),
       ACCOUNTS_ADDR: str({ default: "127.0.0.1:50051" }),
       // Seals hosters' tokens at rest (AES-256-GCM). A secret: no default, never logged.
       SECRETS_KEY: secretsKey(),
@@ -119,8 +122,18 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       // back-off (doubled on each further ejection, at most 8×).
       UPSTREAM_EJECT_AFTER_FAILURES: intBetween(1, 1_000)({ default: 5 }),
       UPSTREAM_EJECT_BACKOFF_MS: millis({ default: 30_000 }),
+      // The runaway guard (DESIGN.md §5): the upstream stops at max_tokens by its own tokenizer, so
+      // the relay cuts a choice only once its own count passes ratio × cap + slack. Below 1 the
+      // guard would cut answers an honest upstream ended within the cap.
+      OUTPUT_RUNAWAY_RATIO: numberBetween(1, 100)({ default: 1.5 }),
+      OUTPUT_RUNAWAY_SLACK_TOKENS: intBetween(0, 1_000_000)({ default: 32 }),
+      // How long a usage.completed waits for JetStream's ack before it goes to the outbox instead
+      // (docs/usage-outbox.md); during a NATS outage each call's end waits this long.
+      USAGE_PUBLISH_TIMEOUT_MS: millis({ default: 1_000 }),
+      // How often the outbox is checked for events to replay besides start and NATS reconnects.
+      USAGE_OUTBOX_REPLAY_INTERVAL_MS: millis({ default: 5_000 }),
       // On SIGTERM, running ChatCompletion streams get this long to finish before they are cut
-      // (each still releases its slot and publishes its usage event before the process exits).
+      // (each still makes its usage event durable before the process exits).
       SHUTDOWN_GRACE_MS: intBetween(0, 600_000)({ default: 10_000 }),
     },
     env,

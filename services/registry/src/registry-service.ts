@@ -39,10 +39,10 @@ export function registryService(deps: ChatDeps, hosters: HostersContext, log: Lo
     registerHoster: unary(log, "RegisterHoster", (request) => registerHoster(hosters, request)),
     getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
     listHosters: unary(log, "ListHosters", () => listHosters(hosters)),
-    createProduct: unary(log, "CreateProduct", (request) => createProduct(hosters.products, request)),
+    createProduct: unary(log, "CreateProduct", (request) => createProduct(hosters, request)),
     listProducts: unary(log, "ListProducts", (request) => listProducts(hosters.products, request)),
     getProduct: unary(log, "GetProduct", (request) => getProduct(hosters.products, request)),
-    updateProduct: unary(log, "UpdateProduct", (request) => updateProduct(hosters.products, request)),
-    archiveProduct: unary(log, "ArchiveProduct", (request) => archiveProduct(hosters.products, request)),
+    updateProduct: unary(log, "UpdateProduct", (request) => updateProduct(hosters, request)),
+    archiveProduct: unary(log, "ArchiveProduct", (request) => archiveProduct(hosters, request)),
   };
 }

@@ -2,30 +2,38 @@ import { openDatabase } from "@mkt/runtime/db";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { startGrpcServer } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
-import { connectNats, ensureUsageStream, eventNames } from "@mkt/runtime/nats";
+import { startMetricsServer } from "@mkt/runtime/metrics-server";
+import { connectNats, ensureUsageStream, eventNames, natsCredentials, type NatsConnection } from "@mkt/runtime/nats";
+import { dependencyReadiness } from "@mkt/runtime/readiness";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
+import { readServiceTls } from "@mkt/runtime/service-tls";
 import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
-import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
+import { CatalogChanged } from "@mkt/proto/events/v1/events";
 import { RegistryServiceService } from "@mkt/proto/registry/v1/registry";
 import { migrations } from "../migrations/index.ts";
+import { catalogAnnouncer } from "./catalog/catalog-announcer.ts";
 import { hosterCatalog } from "./catalog/hoster-catalog.ts";
 import { compositeCatalog, type ModelCatalog } from "./catalog/model-catalog.ts";
 import { platformCatalog } from "./catalog/platform-catalog.ts";
 import type { ChatDeps } from "./chat/chat-completion.ts";
-import { UsagePublisher } from "./chat/usage-publisher.ts";
 import type { RegistryConfig } from "./config.ts";
 import { entities } from "./entities.ts";
 import { startHealthProber } from "./hosters/health-prober.ts";
 import { HosterStore } from "./hosters/hoster-store.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { UsageMismatchRecorder } from "./hosters/usage-mismatch-recorder.ts";
-import { startMetricsServer } from "./metrics/metrics-server.ts";
 import { createRegistryMetrics } from "./metrics/registry-metrics.ts";
 import { ProductStore } from "./products/product-store.ts";
 import { registryService } from "./registry-service.ts";
+import { REGISTRY_CALLERS } from "./registry-callers.ts";
 import { hosterAgent } from "./upstream/hoster-agent.ts";
 import { OutlierTracker } from "./upstream/outlier-tracker.ts";
 import { UpstreamPools } from "./upstream/upstream-pools.ts";
+import { EjectionProber } from "./upstream/ejection-prober.ts";
+import { OutboxReplayer } from "./usage/outbox-replayer.ts";
+import { UsageOutbox } from "./usage/usage-outbox.ts";
+import { UsagePublisher } from "./usage/usage-publisher.ts";
+import { UsageStream } from "./usage/usage-stream.ts";
 
 /** After the shutdown grace, how long cut streams get to send their final event before calls are forced closed. */
 const FINAL_EVENT_MS = 1_000;
@@ -42,7 +50,7 @@ export interface RegistryOptions {
 
 export interface RegistryHandle {
   port: number;
-  /** The Prometheus listener's port (METRICS_PORT, or the free one picked for 0). */
+  /** The plain HTTP listener's port (METRICS_PORT, or the free one picked for 0): /metrics, /healthz, /readyz. */
   metricsPort: number;
   /**
    * Stop accepting → let running streams finish (grace) → stop the prober → close upstream pools
@@ -57,21 +65,24 @@ export async function startRegistry(
   log: Logger,
   options: RegistryOptions = {},
 ): Promise<RegistryHandle> {
+  const tls = readServiceTls(config);
   const orm = await openDatabase({
     url: config.DATABASE_URL,
+    migrateUrl: config.MIGRATE_DATABASE_URL,
     schema: "registry",
     entities,
     migrations,
     migrate: config.MIGRATE_ON_START,
     log,
   });
-  const nc = await connectNats(config.NATS_URL, "registry", log).catch(async (err: unknown) => {
-    await orm.close();
-    throw err;
-  });
+  const nc = await connectNats(config.NATS_URL, "registry", log, natsCredentials(config)).catch(
+    async (err: unknown) => {
+      await orm.close();
+      throw err;
+    },
+  );
   const names = eventNames(config.EVENTS_PREFIX);
-  const billingClient = createClient(BillingServiceClient, config.BILLING_ADDR);
-  const accountsClient = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR);
+  const accountsClient = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR, tls);
   const pools = new UpstreamPools({
     connectTimeoutMs: config.UPSTREAM_CONNECT_TIMEOUT_MS,
     allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
@@ -80,6 +91,7 @@ export async function startRegistry(
     allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
     connectTimeoutMs: Math.min(config.UPSTREAM_CONNECT_TIMEOUT_MS, config.HOSTER_CHECK_TIMEOUT_MS),
   });
+  const publishCatalogChange = catalogAnnouncer(nc, names.catalogChanged, log);
   const hosters: HostersContext = {
     store: new HosterStore(orm),
     products: new ProductStore(orm),
@@ -87,6 +99,11 @@ export async function startRegistry(
     accounts: promiseClient(accountsClient),
     checks: { agent, timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS },
     allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
+    announce: (hosterId) => {
+      // This replica forgets at once, before any edge can hear of the change and ask it again.
+      hosterRows.forget(hosterId);
+      publishCatalogChange(hosterId);
+    },
     log,
     clock: options.clock ?? (() => new Date()),
   };
@@ -115,28 +132,62 @@ export async function startRegistry(
           ),
         ]
       : [];
+  const usageStream = new UsageStream(nc, names.usageCompleted, config.USAGE_PUBLISH_TIMEOUT_MS);
+  const outbox = new UsageOutbox(orm);
+  const replayer = new OutboxReplayer({
+    outbox,
+    stream: usageStream,
+    nc,
+    intervalMs: config.USAGE_OUTBOX_REPLAY_INTERVAL_MS,
+    metrics: { depth: metrics.usageOutboxDepth, replayed: metrics.usageOutboxReplayed },
+    log,
+  });
   const cutStreams = new AbortController();
-  const deps: ChatDeps = {
-    // Normal keys see the local then the cloud models (so `auto` picks a local one); a scoped key
-    // sees only its hoster's (each catalog's rule).
-    catalog: compositeCatalog(
-      platformCatalog(
-        "local",
-        config.LOCAL_MODELS,
-        config.LOCAL_MODEL_URL.map((url) => ({ url, token: config.LOCAL_MODEL_TOKEN })),
-        startedAt,
-        outliers,
-      ),
-      ...cloud,
-      hosterCatalog({
-        store: hosters.store,
-        box: hosters.box,
-        // A probe's status change reaches routing within one probe interval (and 5 s at most).
-        cacheTtlMs: Math.min(config.HOSTER_PROBE_INTERVAL_MS, HOSTER_CACHE_MAX_MS),
-        log,
-        outliers,
-      }),
+  const hosterRows = hosterCatalog({
+    store: hosters.store,
+    box: hosters.box,
+    // A probe's status change reaches routing at once through catalog.changed (below), and
+    // within one probe interval (5 s at most) should that announcement be lost.
+    cacheTtlMs: Math.min(config.HOSTER_PROBE_INTERVAL_MS, HOSTER_CACHE_MAX_MS),
+    log,
+    outliers,
+  });
+  // Every replica drops its cached hoster rows on any replica's announcement, so an edge that
+  // re-resolves after it reads the new state, whichever replica it asks.
+  nc.subscribe(names.catalogChanged, {
+    callback: (err, msg) => {
+      if (err) return log.warn({ err }, "catalog.changed subscription failed");
+      try {
+        hosterRows.forget(CatalogChanged.decode(msg.data).hosterId);
+      } catch {
+        hosterRows.forget("");
+      }
+    },
+  });
+  // Normal keys see the local then the cloud models (so `auto` picks a local one); a scoped key
+  // sees only its hoster's (each catalog's rule).
+  const catalog = compositeCatalog(
+    platformCatalog(
+      "local",
+      config.LOCAL_MODELS,
+      config.LOCAL_MODEL_URL.map((url) => ({ url, token: config.LOCAL_MODEL_TOKEN })),
+      startedAt,
+      outliers,
     ),
+    ...cloud,
+    hosterRows,
+  );
+  const revival = new EjectionProber({
+    catalog,
+    outliers,
+    // A hoster's server only through the guarded agent; the operator's servers through their pool.
+    dispatcherFor: (target) =>
+      target.trust === "hoster" ? agent : pools.get(new URL(target.baseUrl).origin, "platform"),
+    timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS,
+    log,
+  });
+  const deps: ChatDeps = {
+    catalog,
     pools,
     limits: {
       firstByteMs: config.UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
@@ -144,22 +195,32 @@ export async function startRegistry(
       totalMs: config.UPSTREAM_TOTAL_TIMEOUT_MS,
       maxResponseBytes: config.UPSTREAM_MAX_RESPONSE_BYTES,
     },
-    billing: promiseClient(billingClient),
+    runaway: { ratio: config.OUTPUT_RUNAWAY_RATIO, slackTokens: config.OUTPUT_RUNAWAY_SLACK_TOKENS },
     inflight: new Set(),
     shutdown: cutStreams.signal,
     outliers,
-    usage: new UsagePublisher(nc, names.usageCompleted, log),
+    revival,
+    usage: new UsagePublisher(
+      usageStream,
+      outbox,
+      {
+        outboxWritten: metrics.usageOutboxWritten,
+        outboxDepth: metrics.usageOutboxDepth,
+        durabilityFailures: metrics.usageDurabilityFailures,
+      },
+      log,
+    ),
     mismatches,
     metrics,
     log,
   };
   const cleanup = async () => {
+    await revival.close();
     await mismatches.close();
-    billingClient.close();
     accountsClient.close();
     await pools.close();
     await agent.close();
-    await nc.drain();
+    await drainNats(nc, log);
     await orm.close();
   };
   try {
@@ -168,19 +229,29 @@ export async function startRegistry(
     await cleanup();
     throw err;
   }
-  const grpc = await startGrpcServer(config.GRPC_HOST, config.GRPC_PORT, [
-    [RegistryServiceService, registryService(deps, hosters, log)],
-  ]).catch(async (err: unknown) => {
+  const grpc = await startGrpcServer(
+    config.GRPC_HOST,
+    config.GRPC_PORT,
+    [[RegistryServiceService, registryService(deps, hosters, log), REGISTRY_CALLERS]],
+    { tls, log },
+  ).catch(async (err: unknown) => {
     await cleanup();
     throw err;
   });
-  const metricsServer = await startMetricsServer(config.GRPC_HOST, config.METRICS_PORT, metrics.registry, log).catch(
-    async (err: unknown) => {
-      await grpc.close(0);
-      await cleanup();
-      throw err;
-    },
-  );
+  let closing: Promise<void> | undefined;
+  const metricsServer = await startMetricsServer(
+    config.GRPC_HOST,
+    config.METRICS_PORT,
+    metrics.registry,
+    log,
+    dependencyReadiness(orm, nc, () => closing !== undefined),
+  ).catch(async (err: unknown) => {
+    await grpc.close(0);
+    await cleanup();
+    throw err;
+  });
+  // After the stream exists: what a crash (or an outage before a restart) left is replayed now.
+  replayer.start();
   const stopProber = startHealthProber(hosters, {
     intervalMs: config.HOSTER_PROBE_INTERVAL_MS,
     unhealthyAfter: config.HOSTER_UNHEALTHY_AFTER,
@@ -190,13 +261,13 @@ export async function startRegistry(
     {
       port: grpc.port,
       metricsPort: metricsServer.port,
+      tls: tls !== null,
       models: config.LOCAL_MODELS.map((m) => m.modelId),
       cloudModels: (config.CLOUD_MODELS ?? []).map((m) => m.modelId),
     },
     "registry listening",
   );
 
-  let closing: Promise<void> | undefined;
   return {
     port: grpc.port,
     metricsPort: metricsServer.port,
@@ -208,19 +279,33 @@ export async function startRegistry(
         await grpc.close(graceMs + FINAL_EVENT_MS);
         clearTimeout(cut);
         await stopProber();
-        // Streams still running after the grace period are cut here; each handler then releases
-        // its slot and publishes its usage event, which must happen before NATS drains.
+        await revival.close();
+        // Streams still running after the grace period are cut here; each handler then makes
+        // its usage event durable, which must happen before NATS drains.
         await pools.close();
         await agent.close();
         await Promise.allSettled([...deps.inflight]);
+        await replayer.stop();
         await mismatches.close();
         await metricsServer.close();
-        billingClient.close();
         accountsClient.close();
-        await nc.drain();
+        await drainNats(nc, log);
         await orm.close();
       })();
       return closing;
     },
   };
+}
+
+/**
+ * Drains NATS; when it is unreachable (a shutdown during an outage) the drain fails, and the
+ * connection is closed instead so the database still closes: events not acked are in the outbox.
+ */
+async function drainNats(nc: NatsConnection, log: Logger): Promise<void> {
+  try {
+    await nc.drain();
+  } catch (err) {
+    log.warn({ err }, "NATS drain failed; closing the connection");
+    await nc.close();
+  }
 }

@@ -189,7 +189,6 @@ describe("chat with a cloud model", () => {
     noKeyIn(error?.message, error?.details, error?.metadata.getMap(), appError.toBody());
     const event = await usageEvent(request);
     expect(event).toMatchObject({ provider: "cloud", success: false, errorCode: "upstream_error", inputTokens: 0n });
-    expect(h.billing.released).toContain(request.reservationId);
   });
 
   it("never logs the cloud key (debug level, every line since start)", () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { loadRegistryConfig } from "../src/config.ts";
 
-const base = { LOCAL_MODEL_TOKEN: "t0ken", SECRETS_KEY: "ab".repeat(32) };
+const base = { LOCAL_MODEL_TOKEN: "t0ken", SECRETS_KEY: "ab".repeat(32), TLS_MODE: "off" };
 
 describe("registry configuration", () => {
   it("defaults to the one demo model with exact micro-USD prices", () => {
@@ -21,12 +21,12 @@ describe("registry configuration", () => {
   });
 
   it("requires LOCAL_MODEL_TOKEN and never supplies a default", () => {
-    expect(() => loadRegistryConfig({})).toThrow(/LOCAL_MODEL_TOKEN/);
-    expect(() => loadRegistryConfig({ LOCAL_MODEL_TOKEN: " " })).toThrow(/LOCAL_MODEL_TOKEN/);
+    expect(() => loadRegistryConfig({ TLS_MODE: "off" })).toThrow(/LOCAL_MODEL_TOKEN/);
+    expect(() => loadRegistryConfig({ TLS_MODE: "off", LOCAL_MODEL_TOKEN: " " })).toThrow(/LOCAL_MODEL_TOKEN/);
   });
 
   it("requires SECRETS_KEY as 64 hex characters, and keeps hoster endpoints public by default", () => {
-    expect(() => loadRegistryConfig({ LOCAL_MODEL_TOKEN: "t0ken" })).toThrow(/SECRETS_KEY/);
+    expect(() => loadRegistryConfig({ TLS_MODE: "off", LOCAL_MODEL_TOKEN: "t0ken" })).toThrow(/SECRETS_KEY/);
     expect(() => loadRegistryConfig({ ...base, SECRETS_KEY: "short" })).toThrow(/SECRETS_KEY: must be 32 bytes/);
     const config = loadRegistryConfig(base);
     expect(config.ALLOW_PRIVATE_UPSTREAMS).toBe(false);
@@ -75,6 +75,21 @@ describe("registry configuration", () => {
 
   it("rejects a non-positive timeout", () => {
     expect(() => loadRegistryConfig({ ...base, UPSTREAM_IDLE_TIMEOUT_MS: "0" })).toThrow(/UPSTREAM_IDLE_TIMEOUT_MS/);
+  });
+
+  it("takes the runaway guard's ratio and slack (1.5 and 32 by default), refusing a ratio below 1", () => {
+    expect(loadRegistryConfig(base)).toMatchObject({ OUTPUT_RUNAWAY_RATIO: 1.5, OUTPUT_RUNAWAY_SLACK_TOKENS: 32 });
+    expect(
+      loadRegistryConfig({ ...base, OUTPUT_RUNAWAY_RATIO: "2.25", OUTPUT_RUNAWAY_SLACK_TOKENS: "0" }),
+    ).toMatchObject({ OUTPUT_RUNAWAY_RATIO: 2.25, OUTPUT_RUNAWAY_SLACK_TOKENS: 0 });
+    for (const bad of ["0.9", "0", "-1", "", "1.5x", "Infinity", "101"]) {
+      expect(() => loadRegistryConfig({ ...base, OUTPUT_RUNAWAY_RATIO: bad })).toThrow(/OUTPUT_RUNAWAY_RATIO/);
+    }
+    for (const bad of ["-1", "1.5", "lots", "1000001"]) {
+      expect(() => loadRegistryConfig({ ...base, OUTPUT_RUNAWAY_SLACK_TOKENS: bad })).toThrow(
+        /OUTPUT_RUNAWAY_SLACK_TOKENS/,
+      );
+    }
   });
 
   it("takes one local model server or several replicas, in order, and ejection bounds", () => {

@@ -56,8 +56,14 @@ it("probes flip a hoster unhealthy when its server stops and healthy when it com
     await server.close();
   }
 
-  // Probes are not chat calls: no slot released, no usage event.
-  expect(h.billing.released).toEqual([]);
+  // Each transition was announced once (registered, unhealthy, healthy), not every probe.
+  await waitFor(
+    () => h.catalogChanges.filter((id) => id === hosterId).length,
+    (n) => n >= 3,
+  );
+  expect(h.catalogChanges.filter((id) => id === hosterId)).toHaveLength(3);
+
+  // Probes are not chat calls: no usage event.
   expect(h.published).toEqual([]);
   expect(h.logLines.join("\n")).not.toContain(token);
 });

@@ -64,11 +64,10 @@ async function scopedChatRequest(
   const { route } = await harness.client.resolveRoute({ model, scope });
   return ChatCompletionRequest.fromPartial({
     requestId: `req_${randomUUID()}`,
-    reservationId: randomUUID(),
+    leaseId: randomUUID(),
     accountId: randomUUID(),
     keyId: "key_scoped",
     route,
-    releaseSlot: true,
     body: Buffer.from(JSON.stringify({ model, messages: [{ role: "user", content: "Say hello" }] })),
     stream: true,
     includeUsage: false,
@@ -205,7 +204,6 @@ describe("ChatCompletion to a hoster", () => {
       errorCode: "",
       outputTokens: BigInt(usage.completion_tokens),
     });
-    expect(h.billing.released.filter((id) => id === request.reservationId)).toHaveLength(1);
   });
 
   it("answers a non-streaming caller with one assembled completion", async () => {

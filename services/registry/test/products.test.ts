@@ -3,7 +3,7 @@ import type { ServiceError } from "@grpc/grpc-js";
 import { AppError } from "@mkt/runtime/errors";
 import { ProductTerms, type Product, type ProductPatch } from "@mkt/proto/registry/v1/registry";
 import { MAX_ACTIVE_PRODUCTS } from "../src/products/product-handlers.ts";
-import { startHarness, type Harness } from "./registry-harness.ts";
+import { startHarness, waitFor, type Harness } from "./registry-harness.ts";
 import { startRealHoster } from "./hoster-servers.ts";
 
 const MODEL = "llama-3-8b.Q4_K_M.gguf";
@@ -282,6 +282,19 @@ describe("ArchiveProduct", () => {
 
     const err = await refusal(update(product.productId, { name: "Revived" }));
     expect(err).toMatchObject({ code: "invalid_request", param: "product_id" });
+  });
+
+  it("announces catalog.changed for the hoster after each change, and not for a change that changes nothing", async () => {
+    const announced = () => h.catalogChanges.filter((id) => id === hosterA).length;
+    const before = announced();
+    const product = await create(PLANS.free); // 1
+    await update(product.productId, { name: product.terms!.name }); // same terms: nothing
+    await h.client.archiveProduct({ hosterId: hosterA, productId: product.productId }); // 2
+    await h.client.archiveProduct({ hosterId: hosterA, productId: product.productId }); // already archived: nothing
+    await update((await create(PLANS.free)).productId, { name: "Renamed" }); // 3 and 4
+    await waitFor(announced, (n) => n >= before + 4);
+    await new Promise((r) => setTimeout(r, 50)); // any extra announcement would be in by now
+    expect(announced()).toBe(before + 4);
   });
 
   it("answers not_found for another hoster's plan", async () => {

@@ -6,13 +6,12 @@ import { pino } from "pino";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import type { ServiceError } from "@grpc/grpc-js";
-import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
-import { startGrpcServer, unary, type GrpcServerHandle } from "@mkt/runtime/grpc-server";
+import { createClient } from "@mkt/runtime/grpc-client";
 import { eventNames } from "@mkt/runtime/nats";
-import { REDACTED_PATHS, type Logger } from "@mkt/runtime/logger";
+import { REDACTED_PATHS } from "@mkt/runtime/logger";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
-import { BillingServiceService, ReleaseSlotResponse, type ReleaseSlotRequest } from "@mkt/proto/billing/v1/billing";
-import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { allowedCallerClient, testCertificates } from "@mkt/testkit/test-certificates";
+import { CatalogChanged, UsageCompleted } from "@mkt/proto/events/v1/events";
 import {
   ChatCompletionRequest,
   RegistryServiceClient,
@@ -39,6 +38,7 @@ import {
 } from "@mkt/proto/registry/v1/registry";
 import { loadRegistryConfig } from "../src/config.ts";
 import { startRegistry } from "../src/server.ts";
+import { REGISTRY_CALLERS } from "../src/registry-callers.ts";
 import { startAccountsDouble } from "./accounts-double.ts";
 
 export const UPSTREAM_TOKEN = "sk-upstream-SECRET-7f3a9c";
@@ -144,23 +144,6 @@ async function readAll(req: IncomingMessage): Promise<string> {
   return Buffer.concat(parts).toString("utf8");
 }
 
-/** A minimal real billing gRPC server that only records ReleaseSlot calls. */
-export async function startBillingDouble(log: Logger): Promise<GrpcServerHandle & { released: string[] }> {
-  const released: string[] = [];
-  const handle = await startGrpcServer("127.0.0.1", 0, [
-    [
-      BillingServiceService,
-      {
-        releaseSlot: unary(log, "ReleaseSlot", async (request: ReleaseSlotRequest) => {
-          released.push(request.reservationId);
-          return ReleaseSlotResponse.fromPartial({});
-        }),
-      },
-    ],
-  ]);
-  return Object.assign(handle, { released });
-}
-
 const model = (id: string, upstream: string, alias = "") => ({
   model_id: id,
   model_alias: alias || undefined,
@@ -182,8 +165,11 @@ export const TEST_MODELS = [
   model("liar-float", "liar-float"),
 ];
 
-/** Everything a registry test file needs: fake upstream, billing double, registry, NATS reader. */
-export async function startHarness(env: Record<string, string> = {}) {
+/**
+ * Everything a registry test file needs: fake upstream, accounts double, registry, NATS reader.
+ * `natsUrl` points registry and the reader at another NATS (a test's private nats-server).
+ */
+export async function startHarness(env: Record<string, string> = {}, { natsUrl = TEST_NATS_URL } = {}) {
   const logLines: string[] = [];
   const sink = new Writable({
     write(line, _enc, done) {
@@ -194,23 +180,23 @@ export async function startHarness(env: Record<string, string> = {}) {
   // Debug level and the process's redaction rules: tests check that no line carries the token.
   const log = pino({ level: "debug", redact: { paths: REDACTED_PATHS, censor: "[redacted]" } }, sink);
   const upstream = await startFakeUpstream();
-  const billing = await startBillingDouble(log);
   const accounts = await startAccountsDouble(log);
   const databaseUrl = await freshDatabaseUrl();
   const secretsKey = randomBytes(32).toString("hex");
   const prefix = freshEventsPrefix();
   const names = eventNames(prefix);
+  const certs = await testCertificates();
   const config = loadRegistryConfig({
+    ...certs.env("registry"),
     DATABASE_URL: databaseUrl,
     SECRETS_KEY: secretsKey,
     ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
     // Test hoster servers listen on loopback.
     ALLOW_PRIVATE_UPSTREAMS: "true",
-    NATS_URL: TEST_NATS_URL,
+    NATS_URL: natsUrl,
     EVENTS_PREFIX: prefix,
     GRPC_PORT: "0",
     METRICS_PORT: "0",
-    BILLING_ADDR: `127.0.0.1:${billing.port}`,
     LOCAL_MODEL_URL: upstream.url,
     LOCAL_MODEL_TOKEN: UPSTREAM_TOKEN,
     LOCAL_MODELS: JSON.stringify(TEST_MODELS),
@@ -219,8 +205,10 @@ export async function startHarness(env: Record<string, string> = {}) {
     ...env,
   });
   const registry = await startRegistry(config, log, { mismatchFlushMs: 100 });
-  const grpcClient = createClient(RegistryServiceClient, `127.0.0.1:${registry.port}`);
-  const client = promiseClient(grpcClient) as unknown as {
+  // Chats are relayed for the edge, so the streaming client holds the edge's certificate.
+  const grpcClient = createClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, certs.tls("edge"));
+  const callers = allowedCallerClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, REGISTRY_CALLERS, certs);
+  const client = callers.client as unknown as {
     resolveRoute(request: ResolveRouteRequest): Promise<ResolveRouteResponse>;
     listModels(request: object): Promise<ListModelsResponse>;
     registerHoster(request: RegisterHosterRequest): Promise<RegisterHosterResponse>;
@@ -232,13 +220,20 @@ export async function startHarness(env: Record<string, string> = {}) {
     updateProduct(request: UpdateProductRequest): Promise<UpdateProductResponse>;
     archiveProduct(request: ArchiveProductRequest): Promise<ArchiveProductResponse>;
   };
-  const nc: NatsConnection = await connect({ servers: TEST_NATS_URL });
+  // Reconnects forever, as the services do: fault tests stop and restart their NATS under it.
+  const nc: NatsConnection = await connect({ servers: natsUrl, maxReconnectAttempts: -1, reconnectTimeWait: 250 });
   const jsm: JetStreamManager = await jetstreamManager(nc);
   // Every publish, duplicates included (JetStream would hide a duplicate msgID from the stream).
   const published: UsageCompleted[] = [];
   const sub: Subscription = nc.subscribe(names.usageCompleted);
   void (async () => {
     for await (const msg of sub) published.push(UsageCompleted.decode(msg.data));
+  })();
+  // The hoster ids of every catalog.changed announcement, in order.
+  const catalogChanges: string[] = [];
+  void (async () => {
+    for await (const msg of nc.subscribe(names.catalogChanged))
+      catalogChanges.push(CatalogChanged.decode(msg.data).hosterId);
   })();
   await nc.flush();
 
@@ -249,21 +244,24 @@ export async function startHarness(env: Record<string, string> = {}) {
 
   return {
     upstream,
-    billing,
     accounts,
+    /** The registry's configuration and logger, to start another registry on the same state. */
+    config,
+    log,
     databaseUrl,
     secretsKey,
     registry,
     client,
     logLines,
     published,
+    catalogChanges,
     route,
     /** A ChatCompletion request as the edge sends it. */
     async chatRequest(modelName: string, overrides: Partial<ChatCompletionRequest> = {}, body: object = {}) {
       const requestId = `req_${randomUUID()}`;
       return ChatCompletionRequest.fromPartial({
         requestId,
-        reservationId: randomUUID(),
+        leaseId: randomUUID(),
         accountId: randomUUID(),
         keyId: "key_1",
         route: await route(modelName),
@@ -275,8 +273,6 @@ export async function startHarness(env: Record<string, string> = {}) {
         maxOutputTokens: 100n,
         promptTokens: 20n,
         receivedAtMs: BigInt(Date.now() - 5),
-        // As for a subscription's request, whose reservation holds a slot to release.
-        releaseSlot: true,
         ...overrides,
       });
     },
@@ -309,6 +305,15 @@ export async function startHarness(env: Record<string, string> = {}) {
     },
     /** The usage.completed events JetStream holds for a request. */
     async storedEvents(requestId: string): Promise<UsageCompleted[]> {
+      // A request made while the connection is down is lost (a fault test's NATS restarting).
+      await waitFor(
+        () =>
+          nc.rtt().then(
+            () => true,
+            () => false,
+          ),
+        (connected) => connected,
+      );
       const info = await jsm.streams.info(names.usageStream);
       const found: UsageCompleted[] = [];
       for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
@@ -321,8 +326,8 @@ export async function startHarness(env: Record<string, string> = {}) {
     },
     async close() {
       grpcClient.close();
+      callers.close();
       await registry.close(1_000);
-      await billing.close(1_000);
       await accounts.close(1_000);
       await upstream.close();
       sub.unsubscribe();

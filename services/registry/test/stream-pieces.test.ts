@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { SseParser, SseTooLargeError } from "../src/upstream/sse-parser.ts";
 import { billedUsage } from "../src/chat/billed-usage.ts";
 import { upstreamBody } from "../src/chat/request-body.ts";
-import { OutputBudget } from "../src/chat/output-budget.ts";
+import { OutputBudget, runawayLimit } from "../src/chat/output-budget.ts";
 import { ChunkAccumulator } from "../src/chat/chunk-accumulator.ts";
 import { AppError } from "@mkt/runtime/errors";
 import { countTextTokens } from "@mkt/runtime/tokens";
@@ -73,12 +73,13 @@ describe("billedUsage", () => {
 describe("upstreamBody", () => {
   const body = (o: object) => Buffer.from(JSON.stringify(o));
 
-  it("rewrites model and output cap, forces streaming with usage, keeps every other field", () => {
+  it("rewrites model and output cap, forces streaming with usage, drops `models`, keeps every other field", () => {
     const tools = [{ type: "function", function: { name: "f", parameters: { type: "object" } } }];
     const out = JSON.parse(
       upstreamBody(
         body({
           model: "Demo Small",
+          models: ["Demo Small", "demo-large"],
           messages: [{ role: "user", content: "hi" }],
           max_completion_tokens: 9999,
           stream: false,
@@ -161,34 +162,96 @@ describe("OutputBudget", () => {
   });
 });
 
+describe("runawayLimit", () => {
+  it("lets a choice run to ratio × cap + slack by our count (the defaults: 1.5 and 32)", () => {
+    const guard = { ratio: 1.5, slackTokens: 32 };
+    expect(runawayLimit(20n, guard)).toBe(62);
+    expect(runawayLimit(7n, guard)).toBe(42); // 10.5 rounds down
+    expect(runawayLimit(4096n, guard)).toBe(6176);
+    // Ratio 1 and no slack: a cut at exactly the cap (right only when both sides count alike).
+    expect(runawayLimit(20n, { ratio: 1, slackTokens: 0 })).toBe(20);
+  });
+});
+
 describe("ChunkAccumulator", () => {
   const chunk = (delta: object, finish: string | null = null, index = 0) =>
     JSON.stringify({ id: "c", choices: [{ index, delta, finish_reason: finish }] });
+  type Out = { choices: Array<{ index: number; delta: { content?: string }; finish_reason: string | null }> };
 
-  it("cuts content, tool arguments and reasoning against one budget and finishes open choices with length", () => {
-    const acc = new ChunkAccumulator("m", 4);
+  it("cuts content, tool arguments and reasoning against the choice's budget; the cut chunk ends it with length", () => {
+    const acc = new ChunkAccumulator("chatcmpl-ours", "m", 4);
     acc.accept(chunk({ role: "assistant", reasoning_content: " a b" }));
+    expect(acc.cutByGuard).toBe(false);
     const cut = acc.accept(
       chunk({ tool_calls: [{ index: 0, id: "t", function: { name: "", arguments: " c d e f" } }] }),
-    ) as { choices: Array<{ delta: { tool_calls: Array<{ function: { arguments: string } }> } }> };
+    ) as {
+      choices: Array<{ finish_reason: string; delta: { tool_calls: Array<{ function: { arguments: string } }> } }>;
+    };
     expect(cut.choices[0]!.delta.tool_calls[0]!.function.arguments).toBe(" c d");
-    expect(acc.atLimit).toBe(true);
-    expect(acc.deliveredTokens()).toBe(4n);
-    expect(acc.closeAtLimit()).toMatchObject([{ choices: [{ index: 0, delta: {}, finish_reason: "length" }] }]);
+    expect(cut.choices[0]!.finish_reason).toBe("length");
+    expect(acc.cutByGuard).toBe(true);
+    expect(acc.stoppedByGuard).toBe(true);
     expect(acc.finished).toBe(true);
+    expect(acc.deliveredTokens()).toBe(4n);
+    // The rest of a runaway is not relayed.
+    expect(acc.accept(chunk({ content: " g h" }))).toBeUndefined();
+    expect(acc.deliveredTokens()).toBe(4n);
   });
 
   it("marks a choice whose finishing chunk was cut as ending at length", () => {
-    const acc = new ChunkAccumulator("m", 2);
-    const out = acc.accept(chunk({ content: " one two three" }, "stop")) as {
-      choices: Array<{ finish_reason: string }>;
-    };
+    const acc = new ChunkAccumulator("chatcmpl-ours", "m", 2);
+    const out = acc.accept(chunk({ content: " one two three" }, "stop")) as Out;
     expect(out.choices[0]!.finish_reason).toBe("length");
-    expect(acc.closeAtLimit()).toEqual([]);
+    expect(out.choices[0]!.delta.content).toBe(" one two");
+  });
+
+  it("leaves a choice alone up to its limit, whatever the cap the upstream was sent", () => {
+    const acc = new ChunkAccumulator("chatcmpl-ours", "m", 4);
+    const out = acc.accept(chunk({ content: " one two three four" }, "stop")) as Out;
+    expect(out.choices[0]).toMatchObject({ delta: { content: " one two three four" }, finish_reason: "stop" });
+    expect(acc.cutByGuard).toBe(false);
+  });
+
+  it("guards each choice on its own and stops reading only once every choice has ended", () => {
+    const acc = new ChunkAccumulator("chatcmpl-ours", "m", 3);
+    acc.accept(chunk({ content: " a" }, null, 0));
+    acc.accept(chunk({ content: " x" }, null, 1));
+    // Choice 0 runs away: cut at its limit and ended; choice 1 goes on.
+    const both = JSON.stringify({
+      id: "c",
+      choices: [
+        { index: 0, delta: { content: " b c d e" }, finish_reason: null },
+        { index: 1, delta: { content: " y" }, finish_reason: null },
+      ],
+    });
+    const out = acc.accept(both) as Out;
+    expect(out.choices).toMatchObject([
+      { index: 0, delta: { content: " b c" }, finish_reason: "length" },
+      { index: 1, delta: { content: " y" }, finish_reason: null },
+    ]);
+    expect(acc.cutByGuard).toBe(true);
+    expect(acc.stoppedByGuard).toBe(false);
+    // A chunk holding both keeps only the choice still open.
+    const later = JSON.stringify({
+      id: "c",
+      choices: [
+        { index: 0, delta: { content: " f" }, finish_reason: null },
+        { index: 1, delta: { content: " z" }, finish_reason: "stop" },
+      ],
+    });
+    expect((acc.accept(later) as Out).choices).toMatchObject([{ index: 1, finish_reason: "stop" }]);
+    expect(acc.stoppedByGuard).toBe(true);
+    expect(acc.deliveredTokens()).toBe(6n); // three tokens each
+    expect(acc.completion({ inputTokens: 1n, outputTokens: 6n }, 0n)).toMatchObject({
+      choices: [
+        { index: 0, message: { content: " a b c" }, finish_reason: "length" },
+        { index: 1, message: { content: " x y z" }, finish_reason: "stop" },
+      ],
+    });
   });
 
   it("refuses a broken event mid-answer, and ignores one after every choice finished", () => {
-    const acc = new ChunkAccumulator("m", 100);
+    const acc = new ChunkAccumulator("chatcmpl-ours", "m", 100);
     acc.accept(chunk({ content: "hi" }));
     expect(() => acc.accept("{broken")).toThrow(/not a JSON object/);
     acc.accept(chunk({}, "stop"));

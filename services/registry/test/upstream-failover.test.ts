@@ -8,16 +8,22 @@ import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { CONTENT, eventJson, startHarness, UPSTREAM_TOKEN, waitFor, type Harness } from "./registry-harness.ts";
 import { jsonAnswer, modelList, startScriptedHoster } from "./hoster-servers.ts";
 
-type Mode = "ok" | "500" | "400" | "reset" | "mid" | "slow";
+type Mode = "ok" | "500" | "400" | "reset" | "mid" | "slow" | "down";
 
-/** One replica of the local model server whose behaviour a test switches; it counts chat calls. */
-async function startReplica(token = UPSTREAM_TOKEN) {
+/**
+ * One replica of the local model server whose behaviour a test switches; it counts chat calls.
+ * It lists `listed` on /v1/models: not the catalog's upstream model by default, so the probes that
+ * bring back a model's last ejected server fail unless a test wants them to succeed.
+ */
+async function startReplica(token = UPSTREAM_TOKEN, listed = ["m-1"]) {
   const state = { mode: "ok" as Mode, chats: 0 };
   const server = createServer((req, res) => {
     req.resume();
     req.on("end", () => {
+      // Down (restarting): everything fails, the probes included.
+      if (state.mode === "down") return jsonAnswer(res, 503, {});
       if (req.url === "/health") return jsonAnswer(res, 200, { status: "ok" });
-      if (req.url === "/v1/models") return jsonAnswer(res, 200, modelList(["m-1"]));
+      if (req.url === "/v1/models") return jsonAnswer(res, 200, modelList(listed));
       state.chats++;
       if (req.headers.authorization !== `Bearer ${token}`) return jsonAnswer(res, 401, {});
       if (state.mode === "500") return jsonAnswer(res, 500, { error: { message: "boom" } });
@@ -58,14 +64,13 @@ async function answer(res: ServerResponse, mode: Mode = "ok"): Promise<void> {
 
 type Replica = Awaited<ReturnType<typeof startReplica>>;
 
-/** The one usage event of a request, after its slot was released exactly once. */
+/** The one usage event of a request. */
 async function usageOf(h: Harness, request: ChatCompletionRequest): Promise<UsageCompleted> {
   const events = await waitFor(
     () => h.published.filter((e) => e.requestId === request.requestId),
     (found) => found.length > 0,
   );
   expect(events).toHaveLength(1);
-  expect(h.billing.released.filter((id) => id === request.reservationId)).toHaveLength(1);
   return events[0]!;
 }
 
@@ -257,7 +262,7 @@ describe("outlier ejection of local servers", () => {
     // A route resolved before the ejection is refused at ChatCompletion time too.
     const late = ChatCompletionRequest.fromPartial({
       requestId: `req_${randomUUID()}`,
-      reservationId: randomUUID(),
+      leaseId: randomUUID(),
       accountId: randomUUID(),
       keyId: "key_1",
       route: { modelId: "demo-small", provider: "local", contextWindow: 8192n, maxOutputTokensCap: 4096n },
@@ -265,12 +270,57 @@ describe("outlier ejection of local servers", () => {
       stream: true,
       maxOutputTokens: 100n,
       promptTokens: 20n,
-      releaseSlot: true,
     });
     const { error } = await h.chat(late);
     expect(AppError.fromGrpc(error).code).toBe("no_healthy_upstream");
     expect(first.state.chats + second.state.chats).toBe(calls);
     expect(await usageOf(h, late)).toMatchObject({ success: false, errorCode: "no_healthy_upstream" });
+  });
+});
+
+describe("a model's only server, ejected", () => {
+  let only: Replica;
+  let h: Harness;
+  beforeAll(async () => {
+    only = await startReplica(UPSTREAM_TOKEN, ["ok"]);
+    // A back-off far longer than the test: only the probes can bring the server back.
+    h = await startHarness({
+      LOCAL_MODEL_URL: only.url,
+      UPSTREAM_EJECT_AFTER_FAILURES: "2",
+      UPSTREAM_EJECT_BACKOFF_MS: "600000",
+    });
+  });
+  afterAll(async () => {
+    await h?.close();
+    await only?.close();
+  });
+
+  it("is probed while it is down and takes calls again within about a second of its return", async () => {
+    only.state.mode = "down";
+    for (let i = 0; i < 2; i++) {
+      const { error } = await h.chat(await h.chatRequest("demo-small"));
+      expect(AppError.fromGrpc(error).code).toBe("upstream_error");
+    }
+    // Ejected, and its probes keep failing: the model has no server.
+    await new Promise((r) => setTimeout(r, 600));
+    const refused = await h.chatRequest("demo-small").catch((err: unknown) => err);
+    expect((refused as AppError).code).toBe("no_healthy_upstream");
+    expect((refused as AppError).headers).toEqual({ "retry-after": "1" });
+    const callsWhileDown = only.state.chats;
+
+    only.state.mode = "ok";
+    const back = Date.now();
+    const request = await waitFor(
+      () => h.chatRequest("demo-small").catch(() => undefined),
+      (r) => r !== undefined,
+      5_000,
+    );
+    expect(Date.now() - back).toBeLessThan(1_500);
+    const { events, error } = await h.chat(request!);
+    expect(error).toBeUndefined();
+    expect(textOf(events)).toBe(CONTENT.join(""));
+    // The probes were GET /v1/models, never a chat call.
+    expect(only.state.chats).toBe(callsWhileDown + 1);
   });
 });
 
@@ -322,7 +372,7 @@ describe("outlier ejection of a hoster", () => {
       const { route } = await h.client.resolveRoute({ model: MODEL, scope });
       return ChatCompletionRequest.fromPartial({
         requestId: `req_${randomUUID()}`,
-        reservationId: randomUUID(),
+        leaseId: randomUUID(),
         accountId: randomUUID(),
         keyId: "key_scoped",
         route,
@@ -330,7 +380,6 @@ describe("outlier ejection of a hoster", () => {
         stream: true,
         maxOutputTokens: 100n,
         promptTokens: 20n,
-        releaseSlot: true,
       });
     };
 
@@ -349,7 +398,7 @@ describe("outlier ejection of a hoster", () => {
     await new Promise((r) => setTimeout(r, 300));
     const refused = await scopedRequest().catch((err: unknown) => err);
     expect((refused as AppError).code).toBe("no_healthy_upstream");
-    const { error } = await h.chat({ ...early, requestId: `req_${randomUUID()}`, reservationId: randomUUID() });
+    const { error } = await h.chat({ ...early, requestId: `req_${randomUUID()}`, leaseId: randomUUID() });
     expect(AppError.fromGrpc(error).code).toBe("no_healthy_upstream");
     expect(chats).toBe(2);
     expect((await h.client.getHoster({ hosterId: scope.hosterId })).hoster?.status).toBe("healthy");

@@ -86,7 +86,7 @@ async function chatWith(name: Name): Promise<void> {
   const { events, error } = await h.chat(
     ChatCompletionRequest.fromPartial({
       requestId: `req_${randomUUID()}`,
-      reservationId: randomUUID(),
+      leaseId: randomUUID(),
       accountId: randomUUID(),
       keyId: "key_scoped",
       route,

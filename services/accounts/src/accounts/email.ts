@@ -25,3 +25,15 @@ export function validateEmail(email: string): void {
     throw new AppError("invalid_request", "email must be a valid e-mail address.", { param: "email" });
   }
 }
+
+/**
+ * Refuses a log-in address that no account can have: one holding a control character (a NUL
+ * would also reach Postgres, which cannot store one: a 500) or longer than any stored address.
+ * Looser than validateEmail on purpose: it says nothing about whether an account exists.
+ */
+export function validateLoginEmail(email: string): void {
+  // eslint-disable-next-line no-control-regex
+  if (email.length > MAX_EMAIL_CHARS * 2 || /[\x00-\x1f\x7f]/.test(cleanEmail(email))) {
+    throw new AppError("invalid_request", "email must be a valid e-mail address.", { param: "email" });
+  }
+}

@@ -2,7 +2,8 @@ import { defineEntity, p } from "@mikro-orm/core";
 
 /**
  * An API key. Only the SHA-256 of the secret is stored; `prefix` is its non-secret start, for
- * lists. The subscription columns are set only on a subscription's scoped key.
+ * lists. The subscription columns are set only on a subscription's scoped key, the session
+ * columns only on a session key (the portal's playground).
  */
 export const ApiKey = defineEntity({
   name: "ApiKey",
@@ -18,5 +19,7 @@ export const ApiKey = defineEntity({
     subscriptionId: p.text().nullable(),
     productId: p.text().nullable(),
     hosterId: p.text().nullable(),
+    sessionId: p.uuid().nullable(),
+    expiresAt: p.datetime().nullable(),
   },
 });

@@ -30,6 +30,8 @@ export function apiKeyMessage(key: ApiKeyRow): ApiKeyMessage {
     scope: key.subscriptionId
       ? { subscriptionId: key.subscriptionId, productId: key.productId ?? "", hosterId: key.hosterId ?? "" }
       : undefined,
+    expiresAt: key.expiresAt ? key.expiresAt.toISOString() : "",
+    sessionKey: key.sessionId != null,
   };
 }
 
@@ -38,11 +40,13 @@ export async function issueKey(
   em: Em,
   accountId: string,
   name: string,
+  session?: { id: string; expiresAt: Date },
 ): Promise<{ key: ApiKeyMessage; secret: string }> {
   const { secret, prefix, hash } = newKeySecret();
   const rows = await em.execute(
-    `insert into api_keys (id, account_id, name, prefix, key_hash) values (?, ?, ?, ?, ?) returning *`,
-    [newId(), accountId, name, prefix, hash],
+    `insert into api_keys (id, account_id, name, prefix, key_hash, session_id, expires_at)
+     values (?, ?, ?, ?, ?, ?, ?) returning *`,
+    [newId(), accountId, name, prefix, hash, session?.id ?? null, session?.expiresAt ?? null],
   );
   return { key: apiKeyMessage(em.map(ApiKey, rows[0]!)), secret };
 }
@@ -67,20 +71,30 @@ export async function createApiKey(ctx: AccountsContext, req: CreateApiKeyReques
   requireAccountId(req.accountId);
   const name = keyName(req.name);
   return ctx.orm.em.fork().transactional(async (em) => {
-    // Locking the account row serializes its key creations, so concurrent calls cannot pass the
-    // active-key cap together.
-    const account = await em.execute(`select id from accounts where id = ? for update`, [req.accountId]);
-    if (account.length === 0) throw new AppError("not_found", "No such account.");
-    const active = await em.count(ApiKey, { accountId: req.accountId, revokedAt: null });
-    if (active >= MAX_ACTIVE_KEYS) {
-      throw new AppError(
-        "invalid_request",
-        `An account can have at most ${MAX_ACTIVE_KEYS} active API keys; revoke one before creating another.`,
-      );
-    }
+    await lockAccountUnderKeyCap(em, req.accountId, ctx.clock());
     const { key, secret } = await issueKey(em, req.accountId, name);
     return { key, apiKey: secret };
   });
+}
+
+/**
+ * Locks the account row, which serializes its key creations so concurrent calls cannot pass the
+ * active-key cap together, and refuses when the cap is reached (expired session keys do not count).
+ */
+export async function lockAccountUnderKeyCap(em: Em, accountId: string, now: Date): Promise<void> {
+  const account = await em.execute(`select id from accounts where id = ? for update`, [accountId]);
+  if (account.length === 0) throw new AppError("not_found", "No such account.");
+  const [row] = await em.execute(
+    `select count(*)::int as active from api_keys
+      where account_id = ? and revoked_at is null and (expires_at is null or expires_at > ?)`,
+    [accountId, now],
+  );
+  if ((row?.active as number) >= MAX_ACTIVE_KEYS) {
+    throw new AppError(
+      "invalid_request",
+      `An account can have at most ${MAX_ACTIVE_KEYS} active API keys; revoke one before creating another.`,
+    );
+  }
 }
 
 /** The account's keys, revoked ones included, oldest first. */

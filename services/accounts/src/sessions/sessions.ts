@@ -6,7 +6,7 @@ import type {
   ResolveSessionResponse,
   Session as SessionMessage,
 } from "@mkt/proto/accounts/v1/accounts";
-import { normalizeEmail } from "../accounts/email.ts";
+import { normalizeEmail, validateLoginEmail } from "../accounts/email.ts";
 import type { AccountsContext } from "../context.ts";
 import type { IpAttempts } from "../ip-attempts.ts";
 import { hashPassword, PASSWORD_MAX_CHARS, verifyPassword } from "../passwords.ts";
@@ -15,7 +15,7 @@ import { hashSecret } from "../secret-hash.ts";
 export type SessionKind = "customer" | "hoster";
 
 /** `mks_` + base64url of 32 random bytes: the cookie value. */
-const TOKEN_RE = /^mks_[A-Za-z0-9_-]{40,100}$/;
+export const SESSION_TOKEN_RE = /^mks_[A-Za-z0-9_-]{40,100}$/;
 
 const wrongCredentials = () => new AppError("invalid_credentials", "Wrong e-mail or password.");
 const notLoggedIn = () => new AppError("unauthenticated", "Not logged in, or the session has expired.");
@@ -46,6 +46,7 @@ export async function login(ctx: AccountsContext, attempts: IpAttempts, req: Log
   if (req.kind !== "customer" && req.kind !== "hoster") {
     throw new AppError("invalid_request", "kind must be customer or hoster.", { param: "kind" });
   }
+  validateLoginEmail(req.email);
   const limit = ctx.config.LOGIN_FAILURES_PER_IP_PER_HOUR;
   await attempts.refuseIfOver("login", req.clientIp, limit);
   const { table, id } = LOGIN_TABLES[req.kind];
@@ -78,25 +79,35 @@ export async function login(ctx: AccountsContext, attempts: IpAttempts, req: Log
   return { sessionToken: token, session: render(session) };
 }
 
-/** Ends the session; unknown or already ended tokens are fine (logging out twice is not an error). */
-export async function logout(ctx: AccountsContext, token: string): Promise<void> {
-  if (!TOKEN_RE.test(token)) return;
-  await ctx.orm.em
-    .fork()
-    .execute(`update sessions set ended_at = ? where token_hash = ? and ended_at is null`, [
-      ctx.clock(),
-      hashSecret(token),
-    ]);
+interface SessionRow {
+  id: string;
+  kind: string;
+  subject_id: string;
+  email: string;
+  expires_at: Date | string;
+  /** The account's tier, for a customer session. */
+  tier: string | null;
 }
 
-/** The live session a cookie token stands for. */
-export async function resolveSession(ctx: AccountsContext, token: string): Promise<ResolveSessionResponse> {
-  if (!TOKEN_RE.test(token)) throw notLoggedIn();
+/** The live session row a cookie token stands for; unauthenticated when there is none. */
+export async function liveSessionRow(ctx: AccountsContext, token: string): Promise<SessionRow> {
+  if (!SESSION_TOKEN_RE.test(token)) throw notLoggedIn();
   const [row] = await ctx.orm.em.fork().execute(
-    `select kind, subject_id, email, expires_at from sessions
-        where token_hash = ? and ended_at is null and expires_at > ?`,
+    `select s.id, s.kind, s.subject_id, s.email, s.expires_at, a.tier from sessions s
+       left join accounts a on s.kind = 'customer' and a.id = s.subject_id
+      where s.token_hash = ? and s.ended_at is null and s.expires_at > ?`,
     [hashSecret(token), ctx.clock()],
   );
   if (!row) throw notLoggedIn();
-  return { session: render(row as Parameters<typeof render>[0]) };
+  return row as SessionRow;
+}
+
+/** The live session a cookie token stands for, and whom a customer session acts as. */
+export async function resolveSession(ctx: AccountsContext, token: string): Promise<ResolveSessionResponse> {
+  const row = await liveSessionRow(ctx, token);
+  const principal =
+    row.kind === "customer" && row.tier !== null
+      ? { accountId: row.subject_id, email: row.email, keyId: "", tier: row.tier, scope: undefined }
+      : undefined;
+  return { session: render(row), principal };
 }

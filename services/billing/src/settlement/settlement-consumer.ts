@@ -1,19 +1,27 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from "@nats-io/jetstream";
+import { isDependencyOutage } from "@mkt/runtime/dependency-outage";
 import { ensureUsageStream, type EventNames, type NatsConnection } from "@mkt/runtime/nats";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { endSpan, inBatchSpan, startConsumeSpan, type Span } from "@mkt/runtime/nats-trace";
+import type { Micros } from "@mkt/runtime/money";
 import type { BillingContext } from "../context.ts";
+import { recordSettlement } from "../metrics/settlement-metrics.ts";
+import { withDeadlockRetry } from "../leases/deadlock-retry.ts";
 import { settleUsageBatch } from "./settle-batch.ts";
 
-/** An event that failed to settle this many times is dropped (logged) so it cannot block others. */
+/**
+ * An event that failed to settle this many times is dropped (logged) so it cannot block others;
+ * failures of an unavailable database do not count.
+ */
 const MAX_ATTEMPTS = 10;
 const RETRY_DELAY_MS = 5_000;
+/** While the database is down, an event is tried again this soon: it settles soon after the database is back. */
+const OUTAGE_RETRY_DELAY_MS = 1_000;
 /** How long one pull waits for an event; also bounds how long stop() waits. */
 const IDLE_WAIT_MS = 2_000;
 const ACK_WAIT_NS = 60 * 1_000_000_000;
 
 export interface SettlementConsumer {
-  /** True when the durable consumer has no undelivered and no unacknowledged events. */
-  isIdle(): Promise<boolean>;
   /** Stops fetching and waits for the batch being settled. */
   stop(): Promise<void>;
 }
@@ -21,6 +29,8 @@ export interface SettlementConsumer {
 interface Decoded {
   msg: JsMsg;
   event: UsageCompleted;
+  /** The settlement's span in the chat request's trace, from the message's `traceparent`. */
+  span: Span;
 }
 
 /**
@@ -67,7 +77,7 @@ export async function startSettlementConsumer(
           for await (const msg of messages) batch.push(msg);
         }
         await settleBatch(batch);
-        // Each batch costs a dozen round trips to PostgreSQL whatever its size: pulling again only
+        // Each batch costs a handful of round trips to PostgreSQL whatever its size: pulling again only
         // when the window is over lets the events that arrive meanwhile share the next one. At
         // 600 requests/s this cut billing's and PostgreSQL's CPU per request by a third
         // (bench/README.md).
@@ -85,7 +95,7 @@ export async function startSettlementConsumer(
     const decoded: Decoded[] = [];
     for (const msg of batch) {
       const event = decode(msg);
-      if (event) decoded.push({ msg, event });
+      if (event) decoded.push({ msg, event, span: startConsumeSpan(names.usageCompleted, msg.headers, "settle") });
     }
     if (decoded.length === 0) return;
     try {
@@ -98,18 +108,24 @@ export async function startSettlementConsumer(
           await settleTogether([item]);
         } catch (itemErr) {
           const attempts = item.msg.info.deliveryCount;
-          if (attempts >= MAX_ATTEMPTS) {
+          // A database outage is no fault of the event: it waits for the database however long
+          // that takes, where dropping it would lose the usage (issue 20).
+          if (attempts >= MAX_ATTEMPTS && !isDependencyOutage(itemErr)) {
             log.error(
               { err: itemErr, requestId: item.event.requestId, attempts },
               "usage event dropped after repeated failures",
             );
             item.msg.term();
+            ctx.metrics.failed.inc({ result: "dropped" });
+            endSpan(item.span, itemErr);
           } else {
             log.warn(
               { err: itemErr, requestId: item.event.requestId, attempts },
               "usage event settlement failed; will retry",
             );
-            item.msg.nak(RETRY_DELAY_MS);
+            item.msg.nak(isDependencyOutage(itemErr) ? OUTAGE_RETRY_DELAY_MS : RETRY_DELAY_MS);
+            ctx.metrics.failed.inc({ result: "retried" });
+            endSpan(item.span, itemErr);
           }
         }
       }
@@ -117,20 +133,41 @@ export async function startSettlementConsumer(
   }
 
   async function settleTogether(items: Decoded[]): Promise<void> {
-    // Lock rows in a stable order so concurrent settlers and the sweeper cannot deadlock.
+    // A stable order (settleUsageBatch also locks the wallets in account order up front).
     const key = (item: Decoded) => `${item.event.accountId}/${item.event.requestId}`;
     const ordered = [...items].sort((a, b) => (key(a) < key(b) ? -1 : 1));
     const now = ctx.clock();
-    const outcomes = await ctx.orm.em.fork().transactional((em) =>
-      settleUsageBatch(
-        em,
-        ordered.map((item) => item.event),
-        log,
-        now,
-      ),
+    // Filled inside the transaction, counted only once it has committed (a failed batch is retried).
+    let writtenOff: Micros[] = [];
+    // In a span of the first request's trace (nats-trace.ts), so its queries and log line are too.
+    await inBatchSpan(
+      "settle usage batch",
+      items.map((item) => item.span),
+      async () => {
+        // A deadlock victim runs again whole before the batch is split into single events.
+        const outcomes = await withDeadlockRetry(() => {
+          writtenOff = [];
+          return ctx.orm.em.fork().transactional((em) =>
+            settleUsageBatch(
+              em,
+              ordered.map((item) => item.event),
+              log,
+              now,
+              writtenOff,
+            ),
+          );
+        });
+        recordSettlement(
+          ctx.metrics,
+          outcomes,
+          items.map((item) => item.msg.info.timestampNanos),
+          writtenOff,
+        );
+        for (const { msg } of items) msg.ack();
+        log.debug({ events: items.length, outcomes }, "usage settled");
+      },
     );
-    for (const { msg } of items) msg.ack();
-    log.debug({ events: items.length, outcomes }, "usage settled");
+    for (const { span } of items) endSpan(span);
   }
 
   function decode(msg: JsMsg): UsageCompleted | undefined {
@@ -148,10 +185,6 @@ export async function startSettlementConsumer(
   }
 
   return {
-    async isIdle() {
-      const info = await jsm.consumers.info(names.usageStream, names.settlerConsumer);
-      return info.num_pending === 0 && info.num_ack_pending === 0;
-    },
     async stop() {
       stopped = true;
       await loop;

@@ -6,6 +6,9 @@ import type {
   ListSubscriptionsResponse,
 } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext } from "../context.ts";
+import { performance } from "node:perf_hooks";
+import { fenceBudgets } from "../leases/fence-budgets.ts";
+import { recallWaitMs } from "../leases/recall-sender.ts";
 import { requireAccount } from "../usage/usage-summary.ts";
 import { Subscription } from "./subscription.entity.ts";
 import { revokeSubscriptionKey } from "./subscription-keys.ts";
@@ -24,8 +27,10 @@ export async function listSubscriptions(ctx: BillingContext, accountId: string):
 }
 
 /**
- * Cancels the subscription (no refund), then revokes its scoped key before answering. The order
- * matters: once cancelled, Authorize refuses the key whatever any cache says, so a revocation
+ * Cancels the subscription (no refund), fences its lease budgets in the same transaction and
+ * recalls them from their edges (answering once every holder acked or one TTL + margin passed,
+ * DESIGN.md §2.4), then revokes its scoped key before answering. The order
+ * matters: once cancelled, lease grants refuse the key whatever any cache says, so a revocation
  * that fails (accounts or NATS down) leaves no paid access open, and the caller's retry, which
  * finds the subscription cancelled and answers it unchanged, completes the revocation.
  */
@@ -38,18 +43,29 @@ export async function cancelSubscription(
   const notFound = () => new AppError("not_found", "No such subscription.", { param: "subscription_id" });
   if (!isUuid(req.subscriptionId)) throw notFound();
   const em = ctx.orm.em.fork();
-  const [cancelled] = await em.execute(
-    `update subscriptions set status = 'cancelled', cancelled_at = ?
-     where id = ? and account_id = ? and status in ('active', 'paused', 'past_due') returning *`,
-    [ctx.clock(), req.subscriptionId, req.accountId],
-  );
-  const [row] = cancelled
-    ? [cancelled]
+  const now = ctx.clock();
+  // The cancel and the fence of the subscription's lease budgets commit together (DESIGN.md §2.4),
+  // at one time: `cancelled_at` is the fence's time, which a repeated DELETE waits from.
+  const { rows: cancelled, holders } = await em.transactional(async (tx) => {
+    const rows = await tx.execute(
+      `update subscriptions set status = 'cancelled', cancelled_at = ?
+       where id = ? and account_id = ? and status in ('active', 'paused', 'past_due') returning *`,
+      [now, req.subscriptionId, req.accountId],
+    );
+    return { rows, holders: rows[0] ? await fenceBudgets(tx, req.subscriptionId, "cancelled", now) : [] };
+  });
+  const [row] = cancelled[0]
+    ? cancelled
     : await em.execute(`select * from subscriptions where id = ? and account_id = ? and status = 'cancelled'`, [
         req.subscriptionId,
         req.accountId,
       ]);
   if (!row) throw notFound();
+  if (cancelled[0]) {
+    await ctx.recallLeases(holders, req.subscriptionId, performance.now() + recallWaitMs(ctx.config.LEASE_TTL_MS));
+  } else {
+    await recallAgain(ctx, req.subscriptionId, row.cancelled_at as Date);
+  }
   let subscription = em.map(Subscription, row);
   if (subscription.keyRequestedAt && !subscription.keyRevokedAt) {
     subscription = await revokeSubscriptionKey(ctx, subscription).catch((err: unknown) => {
@@ -61,4 +77,27 @@ export async function cancelSubscription(
     });
   }
   return { subscription: subscriptionMessage(subscription) };
+}
+
+/**
+ * A repeated DELETE waits for the same condition as the first (DESIGN.md §2.4): while the wait
+ * since the fence has not passed, the edges still holding budgets the cancel fenced are asked
+ * again (an edge that already dropped one acks at once) until they ack or the wait ends. Which
+ * holders acked the first time is not stored, so asking again is how it is known.
+ */
+async function recallAgain(ctx: BillingContext, subscriptionId: string, fencedAt: Date | null): Promise<void> {
+  if (!fencedAt) return;
+  const left = new Date(fencedAt).getTime() + recallWaitMs(ctx.config.LEASE_TTL_MS) - ctx.clock().getTime();
+  if (left <= 0) return;
+  const rows = await ctx.orm.em.fork().execute(
+    `select b.lease_id, l.edge_id from lease_budgets b join leases l on l.id = b.lease_id
+     where b.subscription_id = ? and b.status = 'fenced' and b.state = 'cancelled' and l.status <> 'closed'`,
+    [subscriptionId],
+  );
+  const holders = rows.map((r) => ({ leaseId: r.lease_id as string, edgeId: r.edge_id as string }));
+  await ctx.recallLeases(
+    holders,
+    subscriptionId,
+    performance.now() + Math.min(left, recallWaitMs(ctx.config.LEASE_TTL_MS)),
+  );
 }

@@ -4,6 +4,9 @@ import type { HosterSubscriber } from "@mkt/proto/billing/v1/billing";
 import type { BillingContext } from "../context.ts";
 import { hosterSubscriber } from "../earnings/hoster-subscribers.ts";
 import { requireHoster } from "../earnings/hoster-plans.ts";
+import { performance } from "node:perf_hooks";
+import { fenceBudgets } from "../leases/fence-budgets.ts";
+import { recallWaitMs } from "../leases/recall-sender.ts";
 import { Subscription } from "./subscription.entity.ts";
 
 export interface SubscriberAction {
@@ -13,8 +16,8 @@ export interface SubscriberAction {
 
 /**
  * The hoster pauses a subscriber of one of its plans (portal action). `hoster_paused_at` is the
- * hoster's decision and `status` what Authorize enforces: an active subscription becomes paused
- * (403 subscription_paused on its next request, read in Authorize's transaction); a past-due one
+ * hoster's decision and `status` what lease grants enforce: an active subscription becomes paused
+ * (403 subscription_paused on its next request, its budgets fenced and recalled); a past-due one
  * stays past due and comes back paused once paid. Pausing again changes nothing.
  */
 export async function pauseSubscription(
@@ -57,11 +60,23 @@ async function changeSubscriber(
   const notFound = () => new AppError("not_found", "No such subscriber of your plans.", { param: "subscription_id" });
   if (!isUuid(req.subscriptionId)) throw notFound();
   const em = ctx.orm.em.fork();
-  const [changed] = await em.execute(
-    `update subscriptions set ${set}
-     where id = ? and hoster_id = ? and status in ('active', 'paused', 'past_due') returning *`,
-    [...params, req.subscriptionId, hosterId],
-  );
+  // A subscription that stops being active fences its lease budgets in the same transaction
+  // (DESIGN.md §2.4); resuming fences nothing (GrantLease reopens a budget).
+  const { rows: updated, holders } = await em.transactional(async (tx) => {
+    const rows = await tx.execute(
+      `update subscriptions set ${set}
+       where id = ? and hoster_id = ? and status in ('active', 'paused', 'past_due') returning *`,
+      [...params, req.subscriptionId, hosterId],
+    );
+    const stopped = rows[0] && rows[0].status !== "active";
+    return {
+      rows,
+      holders: stopped ? await fenceBudgets(tx, req.subscriptionId, rows[0]!.status as string, ctx.clock()) : [],
+    };
+  });
+  // The hoster's answer waits for the holding edges' acks, or one TTL + margin (DESIGN.md §2.4).
+  await ctx.recallLeases(holders, req.subscriptionId, performance.now() + recallWaitMs(ctx.config.LEASE_TTL_MS));
+  const changed = updated[0];
   const [row] = changed
     ? [changed]
     : await em.execute(`select * from subscriptions where id = ? and hoster_id = ? and status = 'cancelled'`, [

@@ -1,8 +1,8 @@
 import { AppError } from "@mkt/runtime/errors";
-import { int8, type Em } from "../context.ts";
-import type { Allowance, PlanPrices, PricingModel } from "./plan-pricing.ts";
+import { int8 } from "../context.ts";
+import type { PlanPrices, PricingModel } from "./plan-pricing.ts";
 
-/** A subscription's terms snapshot as Authorize enforces it (DESIGN.md §3, §4). */
+/** A subscription's terms snapshot as its lease budgets enforce it (DESIGN.md §3, §4). */
 export interface PlanTerms extends PlanPrices {
   subscriptionId: string;
   hosterId: string;
@@ -38,64 +38,6 @@ export function planTerms(row: Record<string, unknown>): PlanTerms {
     maxOutputTokens: positiveOr(row.max_output_tokens, DEFAULTS.output),
     maxContextTokens: positiveOr(row.max_context_tokens, DEFAULTS.context),
   };
-}
-
-export interface SubscriberState extends Allowance {
-  /** Requests of the subscription holding a concurrency slot. */
-  slots: bigint;
-  /** Requests admitted in the current minute, this one included (rpm). */
-  minuteRequests: bigint;
-  /** Worst-case tokens of the minute's admitted requests, this one not yet included (tpm). */
-  minuteTokens: bigint;
-}
-
-/**
- * One statement, run once the subscription row is locked (so every admitted request of this
- * subscriber is visible): counts this request in the subscriber's current minute and reads its
- * requests in flight and the current period's use. A reservation holds a slot until ReleaseSlot,
- * settlement or expiry; one past its deadline holds nothing even before the sweeper gets to it,
- * so a lost ReleaseSlot cannot hold a slot forever.
- */
-export async function admitToPlan(em: Em, plan: PlanTerms, minuteStart: Date, now: Date): Promise<SubscriberState> {
-  const [row] = await em.execute(
-    `with minute as (
-       insert into subscription_rate_counters (subscription_id, window_start, requests, tokens) values (?, ?, 1, 0)
-       on conflict (subscription_id, window_start) do update set requests = subscription_rate_counters.requests + 1
-       returning requests, tokens
-     ), held as (
-       select count(*) filter (where slot_released_at is null) as slots,
-         coalesce(sum(included_claim) filter (where period_index = ?), 0) as claimed
-       from reservations where subscription_id = ? and status = 'held' and expires_at > ?
-     )
-     select minute.requests, minute.tokens, held.slots, held.claimed, u.used_tokens, u.overage_tokens
-     from minute cross join held
-       left join subscription_usage u on u.subscription_id = ? and u.period_index = ?`,
-    [
-      plan.subscriptionId,
-      minuteStart,
-      plan.periodIndex,
-      plan.subscriptionId,
-      now,
-      plan.subscriptionId,
-      plan.periodIndex,
-    ],
-  );
-  return {
-    slots: int8(row?.slots),
-    claimedTokens: int8(row?.claimed),
-    usedTokens: int8(row?.used_tokens),
-    overageTokens: int8(row?.overage_tokens),
-    minuteRequests: int8(row?.requests),
-    minuteTokens: int8(row?.tokens),
-  };
-}
-
-/** Adds an admitted request's worst case (prompt + output cap) to the minute's tokens (tpm). */
-export async function countPlanTokens(em: Em, subscriptionId: string, minuteStart: Date, tokens: bigint) {
-  await em.execute(
-    `update subscription_rate_counters set tokens = tokens + ? where subscription_id = ? and window_start = ?`,
-    [tokens, subscriptionId, minuteStart],
-  );
 }
 
 export function requestRateRefusal(limit: bigint, resetSeconds: number): AppError {

@@ -38,8 +38,14 @@ export async function fetchPlan(ctx: BillingContext, productId: string): Promise
   return plan;
 }
 
-/** The plan from registry as it is now, archived or not (renewal charges an archived plan's last terms). */
-export async function fetchProduct(ctx: BillingContext, productId: string): Promise<{ plan: Plan; status: string }> {
+/** A plan as registry has it now; `status` is active or archived (closed to new subscribers). */
+export interface CurrentPlan {
+  plan: Plan;
+  status: string;
+}
+
+/** The plan from registry as it is now, archived or not (renewal needs both; the saga refuses archived ones). */
+export async function fetchProduct(ctx: BillingContext, productId: string): Promise<CurrentPlan> {
   const res = await ctx.registry.getProduct({ productId }, { timeoutMs: 10_000 }).catch((err: unknown) => {
     if (err instanceof AppError && err.code === "not_found") throw productNotFound();
     throw err;

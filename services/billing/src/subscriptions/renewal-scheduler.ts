@@ -1,7 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import { repeatEvery } from "@mkt/runtime/periodic";
 import type { BillingContext } from "../context.ts";
-import { fetchProduct, type Plan } from "./plan.ts";
+import { fetchProduct, type CurrentPlan } from "./plan.ts";
 import { renewSubscription, RENEWING_SQL, type RenewalOutcome } from "./renew-subscription.ts";
 
 const PAGE = 100;
@@ -69,19 +69,19 @@ export async function renewDueSubscriptions(
   return result;
 }
 
-type PlanLookup = Plan | undefined | "unavailable";
+type PlanLookup = CurrentPlan | undefined | "unavailable";
 
 /**
- * The plans' current terms, archived plans included (they renew on their last terms). A plan
- * registry does not know renews on the subscription's snapshot (undefined); one that could not be
- * read is "unavailable", and its subscriptions wait for the next pass rather than renew on terms
- * that may be stale.
+ * The plans as registry has them now, with their status (an archived plan's subscribers renew on
+ * their own snapshot). A plan registry does not know is undefined (the snapshot, too); one that
+ * could not be read is "unavailable", and its subscriptions wait for the next pass rather than
+ * renew without knowing whether the plan got cheaper.
  */
 async function currentPlans(ctx: BillingContext, productIds: string[]): Promise<Map<string, PlanLookup>> {
   const entries = await Promise.all(
     productIds.map(async (productId): Promise<[string, PlanLookup]> => {
       try {
-        return [productId, (await fetchProduct(ctx, productId)).plan];
+        return [productId, await fetchProduct(ctx, productId)];
       } catch (err) {
         if (err instanceof AppError && err.code === "not_found") return [productId, undefined];
         ctx.log.warn({ err, productId }, "plan unavailable; its renewals wait for the next pass");

@@ -1,30 +1,15 @@
-import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
-import type { Em } from "../context.ts";
 
 export const PAUSED_MESSAGE = "Your access has been temporarily paused by the hoster.";
 
 /**
- * Authorize's check of a scoped key's subscription (DESIGN.md §2): read in the request's own
- * transaction, so a cancellation is refused synchronously, whatever an edge's principal cache
- * still holds. Anything but a live subscription of this account is an invalid key. The row is
- * locked for the rest of the transaction (its plan limits are checked against it, and the lock
- * serializes the subscriber's concurrent Authorize calls) and returned, terms snapshot included.
+ * The refusal for a scoped key whose subscription is not active (DESIGN.md §2.4): paused 403,
+ * past due 402, cancelled 401; a missing one is an invalid key. Lease grants and heartbeats answer it.
  */
-export async function checkSubscription(
-  em: Em,
-  accountId: string,
-  subscriptionId: string,
-): Promise<Record<string, unknown>> {
-  const [row] = isUuid(subscriptionId)
-    ? await em.execute(`select * from subscriptions where id = ? and account_id = ? for update`, [
-        subscriptionId,
-        accountId,
-      ])
-    : [];
-  switch (row?.status) {
+export function refuseUnlessActive(status: string | undefined): void {
+  switch (status) {
     case "active":
-      return row!;
+      return;
     case "paused":
       throw new AppError("subscription_paused", PAUSED_MESSAGE);
     case "past_due":

@@ -1,9 +1,10 @@
 import { defineEntity, p, type InferEntity } from "@mikro-orm/core";
 
 /**
- * A customer's subscription to a hoster's plan. The plan columns are a snapshot of its terms
- * taken when the current period started (null while `pending`); `sealedApiKey` is the scoped
- * key's secret, sealed with SECRETS_KEY, kept for the 24 h replay window only.
+ * A customer's subscription to a hoster's plan. The plan columns are the terms of its current
+ * period (null while `pending`): the plan's at activation, then what each renewal settled on
+ * (renewal-terms.ts); `sealedApiKey` is the scoped key's secret, sealed with SECRETS_KEY, kept
+ * for the 24 h replay window only.
  */
 export const Subscription = defineEntity({
   name: "Subscription",
@@ -21,9 +22,11 @@ export const Subscription = defineEntity({
     pricingModel: p.text().nullable(),
     monthlyPriceMicros: p.bigint("bigint").nullable(),
     includedTokens: p.bigint("bigint").nullable(),
-    inputPricePer1mMicros: p.bigint("bigint").nullable(),
-    outputPricePer1mMicros: p.bigint("bigint").nullable(),
-    overagePricePer1mMicros: p.bigint("bigint").nullable(),
+    // Named explicitly: the naming strategy would make "Per1m" `per1m`, a column that does not exist,
+    // and em.map of a raw row would then read these prices as null.
+    inputPricePer1mMicros: p.bigint("bigint").nullable().fieldName("input_price_per_1m_micros"),
+    outputPricePer1mMicros: p.bigint("bigint").nullable().fieldName("output_price_per_1m_micros"),
+    overagePricePer1mMicros: p.bigint("bigint").nullable().fieldName("overage_price_per_1m_micros"),
     rpmLimit: p.bigint("bigint").nullable(),
     tpmLimit: p.bigint("bigint").nullable(),
     maxConcurrent: p.bigint("bigint").nullable(),

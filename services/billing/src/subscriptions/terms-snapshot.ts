@@ -1,9 +1,10 @@
 import type { Plan } from "./plan.ts";
 
 /**
- * The subscription columns that copy a plan's terms (what Authorize and renewals enforce), as an
- * SQL `set` list; `snapshotParams` gives its values in order. Activation and every renewal write
- * them, so a hoster's edit reaches a subscription at its next period and never in the middle.
+ * The subscription columns that copy a plan's terms (what lease budgets and renewals enforce), as an
+ * SQL `set` list; `snapshotParams` gives its values in order. Activation writes the plan's terms,
+ * every renewal the terms it renewed on (`renewalTerms`), so a hoster's edit never reaches a
+ * subscription mid-period, and at a renewal only where it favours the subscriber.
  */
 export const SNAPSHOT_SET = `hoster_id = ?, product_name = ?, hoster_name = ?, pricing_model = ?,
   monthly_price_micros = ?, included_tokens = ?, input_price_per_1m_micros = ?, output_price_per_1m_micros = ?,

@@ -2,7 +2,7 @@ import { IsolationLevel } from "@mikro-orm/core";
 import type { GetUsageBreakdownRequest, GetUsageBreakdownResponse } from "@mkt/proto/billing/v1/billing";
 import { int8, type BillingContext } from "../context.ts";
 import { figuresOf, NO_USAGE, usageSeries } from "./usage-series.ts";
-import { requireAccount } from "./usage-summary.ts";
+import { ownerCondition, usageOwner } from "./usage-owner.ts";
 import { reportWindow, requireDays } from "./usage-window.ts";
 
 /**
@@ -14,7 +14,8 @@ export async function usageBreakdown(
   ctx: BillingContext,
   request: GetUsageBreakdownRequest,
 ): Promise<GetUsageBreakdownResponse> {
-  requireAccount(request.accountId);
+  const owner = usageOwner(request);
+  const whose = ownerCondition(owner);
   const days = requireDays(request.days);
   return ctx.orm.em.fork().transactional(
     async (em) => {
@@ -25,12 +26,12 @@ export async function usageBreakdown(
            sum(latency_ms_sum) as latency_ms_sum, sum(platform_fee_micros) as platform_fee_micros,
            sum(hoster_earned_micros) as hoster_earned_micros
          from usage_hourly
-         where account_id = ? and hour >= ?::timestamptz and hour < ?::timestamptz
+         where ${whose.sql} and hour >= ?::timestamptz and hour < ?::timestamptz
          group by model_id, provider
          order by sum(cost_micros) desc, sum(requests) desc, model_id, provider`,
-        [request.accountId, window.from, window.to],
+        [...whose.params, window.from, window.to],
       );
-      const dailyBuckets = await usageSeries(em, request.accountId, window, "day");
+      const dailyBuckets = await usageSeries(em, owner, window, "day");
       return {
         byModel: models.map((row) => ({
           modelId: row.model_id as string,

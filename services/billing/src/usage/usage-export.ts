@@ -2,7 +2,7 @@ import type { ServerWritableStream } from "@grpc/grpc-js";
 import { writeWithBackpressure } from "@mkt/runtime/grpc-server";
 import type { ExportUsageRequest, ExportUsageResponse, UsageExportRow } from "@mkt/proto/billing/v1/billing";
 import { int8, type BillingContext, type Em } from "../context.ts";
-import { requireAccount } from "./usage-summary.ts";
+import { ownerCondition, usageOwner, type UsageOwner } from "./usage-owner.ts";
 import { reportWindow, requireDays, type ReportWindow } from "./usage-window.ts";
 
 type ExportCall = ServerWritableStream<ExportUsageRequest, ExportUsageResponse>;
@@ -29,19 +29,20 @@ const SELECT = `select to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24
  * the index usage_records_account_time_idx, so every page is an index range scan however deep the
  * export is (an OFFSET would rescan what was already sent).
  */
-async function readBatch(em: Em, accountId: string, window: ReportWindow, after: Cursor | undefined, limit: number) {
+async function readBatch(em: Em, owner: UsageOwner, window: ReportWindow, after: Cursor | undefined, limit: number) {
+  const whose = ownerCondition(owner);
   const rows = after
     ? await em.execute(
-        `${SELECT} where account_id = ?
+        `${SELECT} where ${whose.sql}
            and (created_at, request_id) > ((select created_at from usage_records where request_id = ?), ?)
            and created_at < ?::timestamptz
          order by created_at, request_id limit ?`,
-        [accountId, after, after, window.to, limit],
+        [...whose.params, after, after, window.to, limit],
       )
     : await em.execute(
-        `${SELECT} where account_id = ? and created_at >= ?::timestamptz and created_at < ?::timestamptz
+        `${SELECT} where ${whose.sql} and created_at >= ?::timestamptz and created_at < ?::timestamptz
          order by created_at, request_id limit ?`,
-        [accountId, window.from, window.to, limit],
+        [...whose.params, window.from, window.to, limit],
       );
   const last = rows.at(-1);
   return {
@@ -61,7 +62,7 @@ async function readBatch(em: Em, accountId: string, window: ReportWindow, after:
 }
 
 /**
- * ExportUsage: streams every usage record of the window (failed requests included), oldest
+ * ExportUsage: streams every usage record of the owner in the window (failed requests included), oldest
  * first, one keyset page per message. The next page is read while the current one is being sent,
  * and a full transport buffer pauses the reading, so memory stays bounded whatever the export's
  * size: the page being read plus the messages grpc-js queues before write() reports a full
@@ -70,17 +71,16 @@ async function readBatch(em: Em, accountId: string, window: ReportWindow, after:
  * may or may not appear, but none appears twice or is skipped among those already there.
  */
 export async function exportUsage(ctx: BillingContext, call: ExportCall): Promise<void> {
-  const { accountId } = call.request;
-  requireAccount(accountId);
+  const owner = usageOwner(call.request);
   const days = requireDays(call.request.days);
   const limit = ctx.config.USAGE_EXPORT_BATCH_SIZE;
   const em = ctx.orm.em.fork();
   const window = await reportWindow(em, ctx.clock(), days, "day");
 
-  let pending: Promise<Batch> | undefined = readBatch(em, accountId, window, undefined, limit);
+  let pending: Promise<Batch> | undefined = readBatch(em, owner, window, undefined, limit);
   while (pending) {
     const batch: Batch = await pending;
-    pending = batch.next ? readBatch(em, accountId, window, batch.next, limit) : undefined;
+    pending = batch.next ? readBatch(em, owner, window, batch.next, limit) : undefined;
     if (batch.rows.length === 0) break;
     if (!(await writeWithBackpressure(call, { rows: batch.rows }))) {
       // The caller left; the page being read is not wanted, and must not surface as unhandled.

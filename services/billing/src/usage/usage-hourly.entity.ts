@@ -1,6 +1,9 @@
 import { defineEntity, p } from "@mikro-orm/core";
 
-/** Hourly usage aggregate per account, model and provider, kept up to date by settlement. */
+/**
+ * Hourly usage aggregate per account, model, provider and subscription ('' for the account's own
+ * keys), kept up to date by settlement.
+ */
 export const UsageHourly = defineEntity({
   name: "UsageHourly",
   tableName: "usage_hourly",
@@ -9,6 +12,7 @@ export const UsageHourly = defineEntity({
     hour: p.datetime().primary(),
     modelId: p.text().primary(),
     provider: p.text().primary(),
+    subscriptionId: p.text().primary(),
     requests: p.bigint("bigint"),
     inputTokens: p.bigint("bigint"),
     outputTokens: p.bigint("bigint"),

@@ -1,15 +1,17 @@
 import type { Micros } from "@mkt/runtime/money";
+import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { Em } from "../context.ts";
 
 /** One usage record as settlement writes it; `at` is the request's time (rollup bucket). */
 export interface UsageRow {
   requestId: string;
-  reservationId: string | null;
   accountId: string;
   keyId: string;
   modelId: string;
   provider: string;
   hosterId: string;
+  /** The subscription a scoped key made the request under; '' for the account's own keys. */
+  subscriptionId: string;
   inputTokens: bigint;
   outputTokens: bigint;
   costMicros: Micros;
@@ -20,20 +22,35 @@ export interface UsageRow {
   errorCode: string;
   /** A Date, or a timestamptz text read back from Postgres. */
   at: Date | string;
+  /** How the answer went, as its usage event says (answerOf); absent when no event did. */
+  answer?: AnswerDetails;
 }
 
-const COLUMNS = `request_id, reservation_id, account_id, key_id, model_id, provider, hoster_id, input_tokens,
-  output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success, error_code, created_at`;
+/** What a usage record shows of the answer itself (GET /v1/generations/{id}). */
+export interface AnswerDetails {
+  timeToFirstTokenMs: bigint | null;
+  finishReason: string;
+}
+
+/** The answer's details as registry reported them in the request's usage.completed. */
+export function answerOf(event: UsageCompleted): AnswerDetails {
+  const ttft = event.timeToFirstTokenMs;
+  return { timeToFirstTokenMs: ttft === undefined || ttft < 0n ? null : ttft, finishReason: event.finishReason };
+}
+
+const COLUMNS = `request_id, account_id, key_id, model_id, provider, hoster_id, subscription_id,
+  input_tokens, output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success, error_code,
+  created_at, time_to_first_token_ms, finish_reason`;
 
 function values(row: UsageRow): unknown[] {
   return [
     row.requestId,
-    row.reservationId,
     row.accountId,
     row.keyId,
     row.modelId,
     row.provider,
     row.hosterId,
+    row.subscriptionId,
     row.inputTokens,
     row.outputTokens,
     row.costMicros,
@@ -43,42 +60,43 @@ function values(row: UsageRow): unknown[] {
     row.success,
     row.errorCode,
     row.at,
+    row.answer?.timeToFirstTokenMs ?? null,
+    row.answer?.finishReason ?? "",
   ];
 }
 
 /** Inserts the record unless the request already has one; returns whether it was written. */
 export async function insertUsageRecord(em: Em, row: UsageRow): Promise<boolean> {
-  const inserted = await em.execute(
-    `insert into usage_records (${COLUMNS})
-     values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz)
-     on conflict (request_id) do nothing returning request_id`,
-    values(row),
-  );
-  if (inserted.length === 0) return false;
-  await addToHourlyRollup(em, row, 1n);
-  return true;
+  return (await insertUsageRecords(em, [row])).has(row.requestId);
 }
 
 /**
- * Replaces a request's record (a late event overriding the sweeper's "reservation_expired"
- * row) and moves the rollup by the difference, so the hour still counts the request once.
+ * Inserts the records whose requests have none yet, and adds those to their hourly buckets: two
+ * statements for any number of records. Returns the request ids written.
  */
-export async function replaceUsageRecord(em: Em, previous: UsageRow, row: UsageRow): Promise<void> {
-  await em.execute(
-    `update usage_records set (${COLUMNS}) = (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz)
-     where request_id = ?`,
-    [...values(row), previous.requestId],
+export async function insertUsageRecords(em: Em, rows: readonly UsageRow[]): Promise<Set<string>> {
+  if (rows.length === 0) return new Set();
+  const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz, ?, ?)";
+  const inserted = await em.execute(
+    `insert into usage_records (${COLUMNS})
+     values ${rows.map(() => row).join(", ")}
+     on conflict (request_id) do nothing returning request_id`,
+    rows.flatMap(values),
   );
-  await addToHourlyRollup(em, previous, -1n);
-  await addToHourlyRollup(em, row, 1n);
+  const written = new Set(inserted.map((r) => r.request_id as string));
+  await addToHourlyRollups(
+    em,
+    rows.filter((r) => written.has(r.requestId)),
+  );
+  return written;
 }
 
-/** The columns of an hourly bucket, in the order both rollup writers insert them. */
-export const HOURLY_COLUMNS = `(account_id, hour, model_id, provider, requests, input_tokens, output_tokens,
-  cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)`;
+/** The columns of an hourly bucket. */
+const HOURLY_COLUMNS = `(account_id, hour, model_id, provider, subscription_id, requests, input_tokens,
+  output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)`;
 
-/** How a bucket takes in new figures: every column adds up (a negative row takes a record out). */
-export const HOURLY_ACCUMULATE = `on conflict (account_id, hour, model_id, provider) do update set
+/** How a bucket takes in a new record's figures: every column adds up. */
+const HOURLY_ACCUMULATE = `on conflict (account_id, hour, model_id, provider, subscription_id) do update set
   requests = usage_hourly.requests + excluded.requests,
   input_tokens = usage_hourly.input_tokens + excluded.input_tokens,
   output_tokens = usage_hourly.output_tokens + excluded.output_tokens,
@@ -88,25 +106,52 @@ export const HOURLY_ACCUMULATE = `on conflict (account_id, hour, model_id, provi
   latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum,
   failed = usage_hourly.failed + excluded.failed`;
 
-/** Adds (sign 1) or removes (sign -1) one record's figures in its hourly bucket. */
-async function addToHourlyRollup(em: Em, row: UsageRow, sign: 1n | -1n): Promise<void> {
+/** One hourly bucket's key and the figures added to it. */
+interface HourlyAddition {
+  row: UsageRow;
+  hour: Date;
+  figures: bigint[];
+}
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * Adds the records' figures to their hourly buckets in one statement, summed per bucket first (an
+ * INSERT … ON CONFLICT may not touch the same row twice).
+ */
+async function addToHourlyRollups(em: Em, rows: readonly UsageRow[]): Promise<void> {
+  const buckets = new Map<string, HourlyAddition>();
+  for (const row of rows) {
+    const at = new Date(row.at);
+    const hour = new Date(Math.floor(at.getTime() / HOUR_MS) * HOUR_MS); // date_trunc('hour', …, 'UTC')
+    const key = [row.accountId, hour.toISOString(), row.modelId, row.provider, row.subscriptionId].join("\u0000");
+    const figures = [
+      1n,
+      row.inputTokens,
+      row.outputTokens,
+      row.costMicros,
+      row.platformFeeMicros,
+      row.hosterEarnedMicros,
+      row.latencyMs,
+      row.success ? 0n : 1n,
+    ];
+    const bucket = buckets.get(key);
+    if (bucket) bucket.figures = bucket.figures.map((n, i) => n + figures[i]!);
+    else buckets.set(key, { row, hour, figures });
+  }
+  if (buckets.size === 0) return;
+  const all = [...buckets.values()];
   await em.execute(
     `insert into usage_hourly ${HOURLY_COLUMNS}
-     values (?, date_trunc('hour', ?::timestamptz, 'UTC'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+     values ${all.map(() => "(?, ?::timestamptz, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}
      ${HOURLY_ACCUMULATE}`,
-    [
+    all.flatMap(({ row, hour, figures }) => [
       row.accountId,
-      row.at,
+      hour,
       row.modelId,
       row.provider,
-      sign,
-      sign * row.inputTokens,
-      sign * row.outputTokens,
-      sign * row.costMicros,
-      sign * row.platformFeeMicros,
-      sign * row.hosterEarnedMicros,
-      sign * row.latencyMs,
-      row.success ? 0n : sign,
-    ],
+      row.subscriptionId,
+      ...figures,
+    ]),
   );
 }

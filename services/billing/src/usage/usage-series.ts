@@ -1,6 +1,7 @@
 import type { UsageBucket, UsageFigures } from "@mkt/proto/billing/v1/billing";
 import { int8, type Em } from "../context.ts";
 import type { ReportInterval, ReportWindow } from "./usage-window.ts";
+import { ownerCondition, type UsageOwner } from "./usage-owner.ts";
 
 /** Reads the summed rollup columns of one result row (absent sums are zero). */
 export function figuresOf(row: Record<string, unknown>): UsageFigures {
@@ -51,10 +52,11 @@ const BUCKET_OF_HOUR: Record<ReportInterval, string> = {
  */
 export async function usageSeries(
   em: Em,
-  accountId: string,
+  owner: UsageOwner,
   window: ReportWindow,
   interval: ReportInterval,
 ): Promise<UsageBucket[]> {
+  const whose = ownerCondition(owner);
   const rows = await em.execute(
     `with usage as (
        select ${BUCKET_OF_HOUR[interval]} as bucket,
@@ -64,7 +66,7 @@ export async function usageSeries(
          sum(requests) filter (where provider = 'hoster') as hoster_requests,
          sum(requests) filter (where provider = 'cloud') as cloud_requests
        from usage_hourly
-       where account_id = ? and hour >= ?::timestamptz and hour < ?::timestamptz
+       where ${whose.sql} and hour >= ?::timestamptz and hour < ?::timestamptz
        group by 1
      )
      select to_char(buckets.bucket, 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"') as period, usage.requests,
@@ -77,7 +79,7 @@ export async function usageSeries(
      ) as buckets (bucket)
      left join usage on usage.bucket = buckets.bucket at time zone 'UTC'
      order by buckets.bucket`,
-    [accountId, window.from, window.to, window.from, window.to, interval, interval],
+    [...whose.params, window.from, window.to, window.from, window.to, interval, interval],
   );
   return rows.map((row) => ({
     period: row.period as string,

@@ -1,54 +1,100 @@
 import { isUuid } from "@mkt/runtime/ids";
-import type { GetUsageSummaryResponse } from "@mkt/proto/billing/v1/billing";
+import type { GetUsageSummaryRequest, GetUsageSummaryResponse } from "@mkt/proto/billing/v1/billing";
 import { IsolationLevel } from "@mikro-orm/core";
 import { AppError } from "@mkt/runtime/errors";
-import { int8, type BillingContext } from "../context.ts";
-import { currentCounts, tierLimits } from "../rate-limits/rate-limiter.ts";
+import { int8, type BillingContext, type Em } from "../context.ts";
+import { currentCounts, currentWindows, tierLimits } from "../rate-limits/rate-limiter.ts";
+import { planTerms } from "../subscriptions/plan-limits.ts";
+import { unspentPlanRequests, unspentRoom } from "../leases/unspent-room.ts";
 import { openWallet } from "../wallets/ledger.ts";
 import { Wallet } from "../wallets/wallet.entity.ts";
+import { ownerCondition, usageOwner, type UsageOwner } from "./usage-owner.ts";
 
 export function requireAccount(accountId: string): void {
   if (!isUuid(accountId)) throw new AppError("invalid_request", "account_id must be a UUID", { param: "account_id" });
 }
 
-/** Spendable balance (posted − held), opening the wallet with its starting grant on first use. */
+/**
+ * Spendable balance (posted − held, the leases' unspent room not counted as held: unspent-room.ts),
+ * opening the wallet with its starting grant on first use.
+ */
 export async function spendableBalance(ctx: BillingContext, accountId: string): Promise<bigint> {
   requireAccount(accountId);
-  const em = ctx.orm.em.fork();
-  await em.transactional((tx) => openWallet(tx, accountId, ctx.config.STARTING_CREDIT_USD));
-  const wallet = await em.findOneOrFail(Wallet, { accountId });
-  return wallet.postedMicros - wallet.heldMicros;
+  await ctx.orm.em.fork().transactional((tx) => openWallet(tx, accountId, ctx.config.STARTING_CREDIT_USD));
+  return ctx.orm.em.fork().transactional(
+    async (em) => {
+      const wallet = await em.findOneOrFail(Wallet, { accountId });
+      const unspent = await unspentRoom(em, accountId, ctx.clock());
+      return wallet.postedMicros - wallet.heldMicros + unspent.credit;
+    },
+    { isolationLevel: IsolationLevel.REPEATABLE_READ, readOnly: true },
+  );
 }
 
 const max0 = (n: bigint) => (n < 0n ? 0n : n);
 
 /**
+ * The minute's requests and limit a report shows: the account tier's, or for a scoped key its
+ * plan's per-subscriber rpm and the subscription's own count (the plan has no daily limit: the
+ * day's figures stay the account's, whose limit the subscription's requests count against too).
+ */
+async function minuteFigures(
+  em: Em,
+  owner: UsageOwner,
+  tierMinute: { count: bigint; limit: bigint },
+  minuteStart: Date,
+): Promise<{ count: bigint; limit: bigint }> {
+  if (owner.subscriptionId === "") return tierMinute;
+  const [row] = await em.execute(
+    `select s.*, coalesce(c.requests, 0) as minute_requests
+     from subscriptions s
+       left join subscription_rate_counters c on c.subscription_id = s.id and c.window_start = ?
+     where s.id = ? and s.account_id = ?`,
+    [minuteStart, owner.subscriptionId, owner.accountId],
+  );
+  if (!row) throw new AppError("not_found", "No such subscription.", { param: "subscription_id" });
+  const unspent = await unspentPlanRequests(em, owner.subscriptionId, minuteStart);
+  return { count: max0(int8(row.minute_requests) - unspent), limit: planTerms(row).rpmLimit };
+}
+
+/**
  * GET /v1/usage: balance, the current rate-limit windows, and 30 days of usage from the rollups.
  * Read in one repeatable-read snapshot: a settlement commits the charge and the usage row
- * together, so the balance and the totals shown must come from the same moment.
+ * together, so the balance and the totals shown must come from the same moment. A scoped key's
+ * owner is its subscription: usage and the minute's limit are the subscription's; the balance
+ * and tier stay the account's (the subscriber must know whether it can pay).
  */
 export async function usageSummary(
   ctx: BillingContext,
-  accountId: string,
-  tier: string,
+  request: GetUsageSummaryRequest,
 ): Promise<GetUsageSummaryResponse> {
-  requireAccount(accountId);
+  const owner = usageOwner(request);
+  const { accountId } = owner;
   await ctx.orm.em.fork().transactional((tx) => openWallet(tx, accountId, ctx.config.STARTING_CREDIT_USD));
   const now = ctx.clock();
-  const limits = tierLimits(ctx.config.TIERS, tier);
+  const limits = tierLimits(ctx.config.TIERS, request.tier);
   const since = new Date(now.getTime() - 30 * 86_400_000);
-  const { balance, counts, totals } = await ctx.orm.em.fork().transactional(
+  const whose = ownerCondition(owner);
+  const { balance, counts, minute, totals } = await ctx.orm.em.fork().transactional(
     async (em) => {
       const wallet = await em.findOneOrFail(Wallet, { accountId });
-      const counts = await currentCounts(em, accountId, now);
+      const counted = await currentCounts(em, accountId, now);
+      const unspent = await unspentRoom(em, accountId, now);
+      const counts = { minute: max0(counted.minute - unspent.minute), day: max0(counted.day - unspent.day) };
+      const minute = await minuteFigures(
+        em,
+        owner,
+        { count: counts.minute, limit: limits.limitPerMinute },
+        currentWindows(now).minuteStart,
+      );
       const [totals] = await em.execute(
         `select coalesce(sum(requests), 0) as requests, coalesce(sum(input_tokens), 0) as input_tokens,
            coalesce(sum(output_tokens), 0) as output_tokens, coalesce(sum(cost_micros), 0) as cost_micros,
            coalesce(sum(latency_ms_sum), 0) as latency_ms_sum
-         from usage_hourly where account_id = ? and hour >= date_trunc('hour', ?::timestamptz, 'UTC')`,
-        [accountId, since],
+         from usage_hourly where ${whose.sql} and hour >= date_trunc('hour', ?::timestamptz, 'UTC')`,
+        [...whose.params, since],
       );
-      return { balance: wallet.postedMicros - wallet.heldMicros, counts, totals };
+      return { balance: wallet.postedMicros - wallet.heldMicros + unspent.credit, counts, minute, totals };
     },
     { isolationLevel: IsolationLevel.REPEATABLE_READ, readOnly: true },
   );
@@ -56,11 +102,11 @@ export async function usageSummary(
   return {
     creditBalanceMicros: balance,
     rateLimits: {
-      requestsThisMinute: counts.minute,
+      requestsThisMinute: minute.count,
       requestsToday: counts.day,
-      limitPerMinute: limits.limitPerMinute,
+      limitPerMinute: minute.limit,
       limitPerDay: limits.limitPerDay,
-      remainingThisMinute: max0(limits.limitPerMinute - counts.minute),
+      remainingThisMinute: max0(minute.limit - minute.count),
       remainingToday: max0(limits.limitPerDay - counts.day),
     },
     usage30d: {

@@ -10,9 +10,18 @@ export const ledgerAccounts = {
   /** Where operator top-ups come from (payments received outside the platform). */
   topUps: "platform:top_ups",
   revenue: "platform:revenue",
+  /** What the platform absorbs when a late event costs more than the customer has (DESIGN.md §2.3). */
+  writeOffs: "platform:write_offs",
 } as const;
 
-export type EntryKind = "grant" | "usage" | "top_up" | "subscription_fee";
+export type EntryKind = "grant" | "usage" | "top_up" | "subscription_fee" | "write_off";
+
+/** One balanced journal entry: its kind, its reference (unique per kind) and its legs. */
+export interface JournalEntry {
+  kind: EntryKind;
+  reference: string;
+  legs: Array<[ledgerAccount: string, amount: Micros]>;
+}
 
 /**
  * Writes one balanced journal entry, exactly once per (kind, reference): returns false, writing
@@ -27,25 +36,40 @@ export async function postEntry(
   legs: Array<[ledgerAccount: string, amount: Micros]>,
   at?: Date,
 ): Promise<boolean> {
-  const sum = legs.reduce((total, [, amount]) => total + amount, 0n);
-  if (sum !== 0n) throw new Error(`unbalanced journal entry ${kind}:${reference} (sum ${sum})`);
-  const entryId = newId();
+  return (await postEntries(em, [{ kind, reference, legs }], at)).size === 1;
+}
+
+/**
+ * postEntry for many entries in two statements (settlement posts a batch's charges together).
+ * Returns `kind:reference` of the entries written; the others existed already and got no legs.
+ */
+export async function postEntries(em: Em, entries: readonly JournalEntry[], at?: Date): Promise<Set<string>> {
+  if (entries.length === 0) return new Set();
+  for (const { kind, reference, legs } of entries) {
+    const sum = legs.reduce((total, [, amount]) => total + amount, 0n);
+    if (sum !== 0n) throw new Error(`unbalanced journal entry ${kind}:${reference} (sum ${sum})`);
+  }
+  const ids = entries.map(() => newId());
   const inserted = await em.execute(
-    `insert into journal_entries (id, kind, reference, created_at) values (?, ?, ?, coalesce(?::timestamptz, now()))
+    `insert into journal_entries (id, kind, reference, created_at)
+     values ${entries.map(() => "(?, ?, ?, coalesce(?::timestamptz, now()))").join(", ")}
      on conflict (kind, reference) do nothing returning id`,
-    [entryId, kind, reference, at ?? null],
+    entries.flatMap((entry, i) => [ids[i], entry.kind, entry.reference, at ?? null]),
   );
-  if (inserted.length === 0) return false;
-  const nonZero = legs.filter(([, amount]) => amount !== 0n);
-  if (nonZero.length > 0) {
-    const values = nonZero.map(() => "(?, ?, ?, ?, coalesce(?::timestamptz, now()))").join(", ");
-    const params = nonZero.flatMap(([account, amount]) => [newId(), entryId, account, amount, at ?? null]);
+  const written = new Set(inserted.map((row) => row.id as string));
+  const postings = entries.flatMap((entry, i) =>
+    written.has(ids[i]!)
+      ? entry.legs.filter(([, amount]) => amount !== 0n).map(([account, amount]) => [ids[i]!, account, amount] as const)
+      : [],
+  );
+  if (postings.length > 0) {
     await em.execute(
-      `insert into ledger_postings (id, entry_id, ledger_account, amount_micros, created_at) values ${values}`,
-      params,
+      `insert into ledger_postings (id, entry_id, ledger_account, amount_micros, created_at)
+       values ${postings.map(() => "(?, ?, ?, ?, coalesce(?::timestamptz, now()))").join(", ")}`,
+      postings.flatMap(([entryId, account, amount]) => [newId(), entryId, account, amount, at ?? null]),
     );
   }
-  return true;
+  return new Set(entries.filter((_, i) => written.has(ids[i]!)).map((e) => `${e.kind}:${e.reference}`));
 }
 
 /**

@@ -43,7 +43,7 @@ interface CacheEntry {
  * the customer bought), not from the route; the output cap is the model's context window, which
  * billing narrows further with the plan's limits.
  */
-export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog {
+export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { forget(hosterId: string): void } {
   const now = options.now ?? Date.now;
   const outliers = options.outliers ?? { isEjected: () => false };
   const cache = new Map<string, CacheEntry>();
@@ -91,6 +91,12 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog {
   }
 
   return {
+    /** Drops a hoster's cached row ('' for all), on catalog.changed from any replica. */
+    forget(hosterId: string) {
+      if (hosterId === "") cache.clear();
+      else cache.delete(hosterId.toLowerCase());
+    },
+
     async models(scope) {
       if (!scope || !isScoped(scope) || scope.hosterId === "") return [];
       const found = await hoster(scope.hosterId);

@@ -50,7 +50,7 @@ export interface ModelCatalog {
   /**
    * The upstream servers able to serve a route previously resolved from this catalog now, in the
    * order to try them: each serves the route's very model at the route's price (failover never
-   * changes what the reservation priced). Ejected servers are included (the caller skips them);
+   * changes the price the edge admitted the request at). Ejected servers are included (the caller skips them);
    * empty when the model is gone, its hoster is unhealthy, or the route is another catalog's.
    */
   candidatesFor(route: Route): Promise<UpstreamTarget[]>;

@@ -1,31 +1,31 @@
 import type { ServerWritableStream } from "@grpc/grpc-js";
+import { dependencyUnavailable, isDependencyOutage } from "@mkt/runtime/dependency-outage";
 import { AppError } from "@mkt/runtime/errors";
-import type { PromiseClient } from "@mkt/runtime/grpc-client";
 import type { Logger } from "@mkt/runtime/logger";
-import { ReleaseSlotRequest, type BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { ChatCompletionResponse, type ChatCompletionRequest, type Route } from "@mkt/proto/registry/v1/registry";
 import type { ModelCatalog, UpstreamTarget } from "../catalog/model-catalog.ts";
 import type { UsageMismatchRecorder } from "../hosters/usage-mismatch-recorder.ts";
 import type { RegistryMetrics } from "../metrics/registry-metrics.ts";
 import { streamChat, UpstreamFailure, type UpstreamLimits } from "../upstream/stream-chat.ts";
+import type { EjectionProber } from "../upstream/ejection-prober.ts";
 import type { OutlierTracker } from "../upstream/outlier-tracker.ts";
 import type { UpstreamPools } from "../upstream/upstream-pools.ts";
+import type { UsagePublisher } from "../usage/usage-publisher.ts";
 import { billedUsage, type BilledUsage } from "./billed-usage.ts";
 import { ChunkAccumulator } from "./chunk-accumulator.ts";
+import { runawayLimit, type RunawayGuard } from "./output-budget.ts";
 import { upstreamBody } from "./request-body.ts";
-import { isUpstreamFault, liveCandidates } from "./upstream-failover.ts";
+import { relayThroughFirstAnswer } from "./upstream-failover.ts";
 import { usageMismatch } from "./usage-check.ts";
-import type { UsagePublisher } from "./usage-publisher.ts";
-
-/** The one billing call registry makes (a narrow view of the billing client, easy to fake). */
-export type SlotReleaser = Pick<PromiseClient<BillingServiceClient>, "releaseSlot">;
+import { usageCost } from "./usage-cost.ts";
 
 export interface ChatDeps {
   catalog: ModelCatalog;
   pools: UpstreamPools;
   limits: UpstreamLimits;
-  billing: SlotReleaser;
+  /** How far past max_tokens (by our count) a choice may run before the relay cuts it. */
+  runaway: RunawayGuard;
   /** Handlers still running (so shutdown can wait for their usage events). */
   inflight: Set<Promise<void>>;
   /**
@@ -35,10 +35,13 @@ export interface ChatDeps {
   shutdown?: AbortSignal;
   /** Ejects servers after live failures in a row; the relay skips ejected ones. */
   outliers: Pick<OutlierTracker, "isEjected" | "succeeded" | "failed">;
-  usage: UsagePublisher;
+  /** Probes a model's servers back into routing once every one of them is ejected. */
+  revival?: Pick<EjectionProber, "ejected">;
+  /** Makes the usage event durable (JetStream or the outbox) before the call ends. */
+  usage: Pick<UsagePublisher, "publish">;
   /** Flags hosters whose usage reports disagree with the registry's count. */
   mismatches: Pick<UsageMismatchRecorder, "record">;
-  metrics: Pick<RegistryMetrics, "upstreamRequests" | "upstreamFirstEvent">;
+  metrics: Pick<RegistryMetrics, "upstreamRequests" | "upstreamFirstEvent" | "outputRunaways">;
   log: Logger;
 }
 
@@ -56,6 +59,11 @@ function toAppError(err: unknown, log: Logger): AppError {
   if (err instanceof AppError) return err;
   if (err instanceof UpstreamFailure && err.code !== "client_cancelled") {
     return new AppError(err.code, UPSTREAM_MESSAGES[err.code]);
+  }
+  // A hoster's row read while the database is down: the caller may retry, it is not a bug.
+  if (isDependencyOutage(err)) {
+    log.warn({ err }, "chat completion failed: a dependency is unavailable");
+    return dependencyUnavailable(err);
   }
   log.error({ err }, "chat completion failed");
   return new AppError("internal_error", "Internal error.");
@@ -78,16 +86,21 @@ async function send(call: Call, event: ChatCompletionResponse, cancelled: AbortS
 
 const json = (value: unknown) => Buffer.from(JSON.stringify(value));
 
+/** A chat completion's id is ours (DESIGN.md §4): the request id, which also keys its usage. */
+const completionId = (requestId: string) => `chatcmpl-${requestId}`;
+
 const SHUTTING_DOWN = "The server is shutting down; please retry the request.";
 
 /**
  * ChatCompletion: relays one request to the route's upstream. A server that fails before anything
  * reached the caller hands the request to the route's next server (same model and price; ejected
- * servers are skipped, none left is no_healthy_upstream). Failures before the first event are
- * gRPC errors; after it, a final `error` event and no retry. Output past the granted cap is never relayed:
- * the answer ends there with finish_reason `length` and the upstream call is closed. On every exit
- * path the reservation's slot is released and exactly one usage.completed event is published,
- * before the call ends.
+ * servers are skipped, none left is no_healthy_upstream), then to the client's fallback routes in
+ * order (`models`; the usage event names the route that answered). Failures before the first event are
+ * gRPC errors; after it, a final `error` event and no retry. The upstream stops at max_tokens itself;
+ * only a choice that runs well past it (the runaway guard, DESIGN.md §5) is cut, with finish_reason
+ * `length`, and once every choice has ended the upstream call is closed. On every exit
+ * path exactly one usage.completed event is made durable
+ * (acked by JetStream, or in the outbox) before the call ends.
  */
 export function chatCompletion(deps: ChatDeps): (call: Call) => Promise<void> {
   return async (call) => {
@@ -121,27 +134,26 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
   };
   deps.shutdown?.addEventListener("abort", onShutdown, { once: true });
 
-  const route = request.route;
+  // The route being tried: the first, then (failover to the client's fallbacks) the one that answered.
+  let route = request.route;
   let accumulator: ChunkAccumulator | undefined;
   let written = 0;
   let billed: BilledUsage;
   let errorCode = "";
   let failure: AppError | undefined;
-  const bill = () =>
+  // max_tokens bounds each of the client's `n` choices upstream: the request may use n caps.
+  const outputCap = request.maxOutputTokens * (request.choices > 1n ? request.choices : 1n);
+  const bill = (delivered = accumulator?.deliveredTokens() ?? 0n) =>
     billedUsage({
       reported: accumulator?.reportedUsage,
       promptTokens: request.promptTokens,
-      deliveredOutputTokens: accumulator?.deliveredTokens() ?? 0n,
-      // Each of the client's `n` choices may use the whole cap.
-      maxOutputTokens: request.maxOutputTokens * (request.choices > 1n ? request.choices : 1n),
+      deliveredOutputTokens: delivered,
+      maxOutputTokens: outputCap,
     });
 
   try {
     if (!route) throw new AppError("invalid_request", "A route is required.");
-    const targets = await liveCandidates(deps.catalog, deps.outliers, route);
-    // max_tokens bounds each of the n choices upstream, so the relay allows n caps in all.
-    const choices = request.choices > 1n ? request.choices : 1n;
-    const relayFrom = async (target: UpstreamTarget, acc: ChunkAccumulator) => {
+    const relayFrom = async (provider: string, target: UpstreamTarget, acc: ChunkAccumulator) => {
       const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
       const events = streamChat(deps.pools, target, body, deps.limits, cancel.signal, log);
       const sent = performance.now();
@@ -149,7 +161,7 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
       for await (const batch of events) {
         if (waitingForFirst) {
           waitingForFirst = false;
-          deps.metrics.upstreamFirstEvent.observe({ provider: route.provider }, (performance.now() - sent) / 1000);
+          deps.metrics.upstreamFirstEvent.observe({ provider }, (performance.now() - sent) / 1000);
         }
         // The chunks of one read go out as one message. Those taken before a bad one are sent
         // before its error: they count as delivered (and billed) once the accumulator took them.
@@ -162,7 +174,7 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
               const text = acc.relayText(data);
               if (text !== undefined) texts.push(Buffer.from(text));
             }
-            if (acc.atLimit) break;
+            if (acc.stoppedByGuard) break;
           }
         } finally {
           if (texts.length > 0) {
@@ -171,48 +183,43 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
             written += texts.length;
           }
         }
-        if (acc.atLimit) {
-          log.info({ limit: acc.outputLimit }, "upstream output reached the granted cap; closing it");
-          for (const closing of acc.closeAtLimit()) {
-            if (!request.stream) continue;
-            await send(call, ChatCompletionResponse.fromPartial({ chunk: json(closing) }), cancel.signal);
-            written++;
-          }
-          break; // leaving the loop closes the upstream connection (streamChat's finally)
-        }
+        // Every choice ended, one cut by the guard: the rest of a runaway is not worth reading.
+        if (acc.stoppedByGuard) break; // leaving the loop closes the upstream connection (streamChat's finally)
       }
       if (!acc.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
     };
-    // Failover: the next server (same model, same price) only while nothing reached the caller.
-    for (const [i, target] of targets.entries()) {
-      accumulator = new ChunkAccumulator(route.modelId, Number(request.maxOutputTokens * choices));
-      try {
-        await relayFrom(target, accumulator);
-        deps.outliers.succeeded(target.key);
-        if (i > 0) log.info({ upstream: target.key }, "served by a later upstream after failover");
-        break;
-      } catch (err) {
-        if (cancel.signal.aborted || !isUpstreamFault(err)) throw err;
-        if (deps.outliers.failed(target.key)) log.warn({ upstream: target.key }, "upstream ejected after failures");
-        if (written > 0 || i === targets.length - 1) throw err;
-        log.warn({ upstream: target.key, code: err.code }, "upstream failed before the first byte; trying the next");
-      }
-    }
+    // Failover: the next server, then the next route, only while nothing reached the caller.
+    await relayThroughFirstAnswer(
+      { catalog: deps.catalog, outliers: deps.outliers, revival: deps.revival, log },
+      [route, ...request.fallbackRoutes],
+      (next, target) => {
+        route = next;
+        accumulator = new ChunkAccumulator(
+          completionId(request.requestId),
+          next.modelId,
+          runawayLimit(request.maxOutputTokens, deps.runaway),
+        );
+        return relayFrom(next.provider, target, accumulator);
+      },
+      { cancelled: cancel.signal, reachedCaller: () => written > 0 },
+    );
     if (!accumulator?.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
-    billed = bill();
-    checkReportedUsage(deps, request, route, accumulator);
+    const delivered = accumulator.deliveredTokens();
+    billed = bill(delivered);
+    checkReportedUsage(deps, request, route, accumulator, delivered, outputCap);
+    const cost = usageCost(request, route, billed);
     if (request.stream) {
       if (request.includeUsage) {
         await send(
           call,
-          ChatCompletionResponse.fromPartial({ chunk: json(accumulator.usageChunk(billed)) }),
+          ChatCompletionResponse.fromPartial({ chunk: json(accumulator.usageChunk(billed, cost)) }),
           cancel.signal,
         );
       }
     } else {
       await send(
         call,
-        ChatCompletionResponse.fromPartial({ completion: json(accumulator.completion(billed)) }),
+        ChatCompletionResponse.fromPartial({ completion: json(accumulator.completion(billed, cost)) }),
         cancel.signal,
       );
       written++;
@@ -242,53 +249,90 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
     call.off("cancelled", onGone);
     deps.shutdown?.removeEventListener("abort", onShutdown);
   }
-  await finish(deps, request, route, billed, errorCode, handlerStart, log);
+  if (route && accumulator?.cutByGuard) reportRunaway(deps, request, route, accumulator, log);
+  const answer: AnswerEnd = {
+    firstTokenAt: written > 0 ? accumulator?.firstChoiceAt : undefined,
+    // What the caller's answer ended with: the model's reason, an error event or status, or
+    // nothing when the caller left.
+    finishReason:
+      errorCode === "" ? (accumulator?.finishReason ?? "") : errorCode === "client_cancelled" ? "" : "error",
+  };
+  await finish(deps, request, route, billed, errorCode, answer, handlerStart);
   if (failure) throw failure;
 }
 
 /**
- * Flags a hoster whose usage report disagrees with what the registry relayed (DESIGN.md §5). Only
- * for an answer relayed whole: one cut at the cap had more generated than relayed.
+ * Flags a hoster whose usage report claims more than the registry relayed or the cap allows
+ * (DESIGN.md §5; usageMismatch says how an answer the runaway guard cut is judged).
  */
-function checkReportedUsage(deps: ChatDeps, request: ChatCompletionRequest, route: Route, acc: ChunkAccumulator) {
-  if (route.provider !== "hoster" || acc.atLimit) return;
+function checkReportedUsage(
+  deps: ChatDeps,
+  request: ChatCompletionRequest,
+  route: Route,
+  acc: ChunkAccumulator,
+  delivered: bigint,
+  outputCap: bigint,
+) {
+  if (route.provider !== "hoster") return;
   const mismatch = usageMismatch({
     reported: acc.reportedUsage,
     promptTokens: request.promptTokens,
-    deliveredOutputTokens: acc.deliveredTokens(),
+    deliveredOutputTokens: delivered,
+    maxOutputTokens: outputCap,
+    relayedWhole: !acc.cutByGuard,
   });
   if (mismatch) deps.mismatches.record(route.hosterId, mismatch);
 }
 
-/** Frees the concurrency slot, then records the outcome; neither failure reaches the caller. */
+/**
+ * The runaway guard cut a choice: the upstream ignored max_tokens. Worth a line and a per-hoster
+ * count (an operator sees which server does it); the caller got a proper end and pays at most the cap.
+ */
+function reportRunaway(
+  deps: ChatDeps,
+  request: ChatCompletionRequest,
+  route: Route,
+  acc: ChunkAccumulator,
+  log: Logger,
+) {
+  deps.metrics.outputRunaways.inc({ provider: route.provider, hoster_id: route.hosterId });
+  log.warn(
+    {
+      provider: route.provider,
+      hosterId: route.hosterId || undefined,
+      modelId: route.modelId,
+      maxTokens: Number(request.maxOutputTokens),
+      choiceLimit: acc.choiceLimit,
+    },
+    "upstream ran past max_tokens; the runaway guard cut the answer",
+  );
+}
+
+/** How the caller's answer went, for the usage event. */
+interface AnswerEnd {
+  /** When (epoch ms) the first choice reached the caller; undefined when none did. */
+  firstTokenAt: number | undefined;
+  /** The answer's finish_reason, `error`, or '' when it has none. */
+  finishReason: string;
+}
+
+/** Records the outcome; a failure to do so never reaches the caller. */
 async function finish(
   deps: ChatDeps,
   request: ChatCompletionRequest,
   route: Route | undefined,
   billed: BilledUsage,
   errorCode: string,
+  answer: AnswerEnd,
   handlerStart: number,
-  log: Logger,
 ): Promise<void> {
   deps.metrics.upstreamRequests.inc({ provider: route?.provider || "none", code: errorCode || "ok" });
-  // Only a subscription's reservation holds a slot (the edge passes Authorize's holds_slot); the
-  // others skip the round trip. Settlement frees a slot too, so a lost call only delays it.
-  if (request.releaseSlot) {
-    try {
-      await deps.billing.releaseSlot(ReleaseSlotRequest.fromPartial({ reservationId: request.reservationId }), {
-        timeoutMs: 2_000,
-      });
-    } catch (err) {
-      log.warn({ err, reservationId: request.reservationId }, "ReleaseSlot failed; the slot frees on settlement");
-    }
-  }
   // The edge's receipt time; a missing or absurd one falls back to when this call started.
   const edgeMs = Number(request.receivedAtMs);
   const receivedAt = edgeMs > 0 && edgeMs <= Date.now() + 60_000 ? edgeMs : handlerStart;
   await deps.usage.publish(
     UsageCompleted.fromPartial({
       requestId: request.requestId,
-      reservationId: request.reservationId,
       accountId: request.accountId,
       keyId: request.keyId,
       modelId: route?.modelId ?? "",
@@ -297,9 +341,21 @@ async function finish(
       inputTokens: billed.inputTokens,
       outputTokens: billed.outputTokens,
       latencyMs: BigInt(Math.max(0, Date.now() - receivedAt)),
+      timeToFirstTokenMs:
+        answer.firstTokenAt === undefined ? undefined : BigInt(Math.max(0, answer.firstTokenAt - receivedAt)),
+      finishReason: answer.finishReason,
       success: errorCode === "",
       errorCode,
       startedAt: new Date(receivedAt).toISOString(),
+      // Settled against the lease the edge admitted the request on (DESIGN.md §2.3); registry only
+      // passes the edge's admission through.
+      leaseId: request.leaseId,
+      worstCaseMicros: request.worstCaseMicros,
+      worstCaseTokens: request.worstCaseTokens,
+      subscriptionId: request.subscriptionId,
+      includedTokens: request.includedTokens,
+      inputPricePer1mMicros: route?.inputPricePer1mMicros ?? 0n,
+      outputPricePer1mMicros: route?.outputPricePer1mMicros ?? 0n,
     }),
   );
 }

@@ -1,7 +1,8 @@
-import { randomToken } from "@mkt/runtime/ids";
 import { countTextTokens } from "@mkt/runtime/tokens";
+import { microsToUsd, type Micros } from "@mkt/runtime/money";
 import type { BilledUsage, ReportedUsage } from "./billed-usage.ts";
 import { OutputBudget } from "./output-budget.ts";
+import { TopLevelStrings } from "./top-level-strings.ts";
 import { UpstreamFailure } from "../upstream/stream-chat.ts";
 
 type Json = Record<string, unknown>;
@@ -18,48 +19,77 @@ interface ChoiceState {
   refusal: string;
   sawContent: boolean;
   toolCalls: Map<number, ToolCallState>;
+  /** The legacy (pre-tools) `function_call`, when the upstream answers with one. */
+  functionCall: { name: string; arguments: string } | undefined;
+  /** The text of an audio answer an upstream sent although audio is refused at the edge. */
+  audioTranscript: string | undefined;
   finishReason: string | null;
   logprobs: unknown[] | undefined;
-  /** Some of its text was cut at the output limit. */
+  /** Its text as relayed, counted against the runaway guard's limit. */
+  budget: OutputBudget;
+  /** The runaway guard cut it: it ended with `length` and nothing more of it is relayed. */
   cut: boolean;
 }
 
 const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Array.isArray(v);
 
 /**
- * Reads upstream chat.completion.chunk payloads: rewrites each for the caller (model name, no
- * usage), remembers the upstream's usage report, collects the text delivered (for counting
+ * Reads upstream chat.completion.chunk payloads: rewrites each for the caller (our id, the route's
+ * model name, no usage), remembers the upstream's usage report, collects the text delivered (for counting
  * output tokens) and assembles the equivalent chat.completion for non-streaming callers.
- * Text past `outputLimit` tokens is cut (OutputBudget): `atLimit` then tells the caller to stop
- * reading and `closeAtLimit` finishes the open choices with `length`.
+ *
+ * The runaway guard (DESIGN.md §5): each choice may relay `choiceLimit` tokens by our count, well
+ * past the cap the upstream was sent, so an answer the upstream ends itself is never cut. A choice
+ * that runs past it is cut there (OutputBudget) and ends with `finish_reason: "length"` in the
+ * same chunk; later chunks of it are dropped. Once every choice seen has ended and one was cut,
+ * `stoppedByGuard` tells the caller to stop reading: the upstream is ignoring `max_tokens`. (A
+ * choice that has not started by then is not waited for: servers start every choice at once.)
  */
 export class ChunkAccumulator {
+  /** `chatcmpl-<request id>` (DESIGN.md §4): an upstream's own id is unique to that server only. */
+  readonly id: string;
   readonly #modelId: string;
-  #id: string | undefined;
+  /** Writes our id and the route's model name into an upstream chunk's text. */
+  readonly #ours: TopLevelStrings;
   #created: number | undefined;
   #systemFingerprint: string | undefined;
   readonly #choices = new Map<number, ChoiceState>();
-  // Everything the caller receives as text: content, reasoning, refusals, tool names and arguments.
-  readonly #delivered: OutputBudget;
+  readonly #choiceLimit: number;
+  /** Choices the runaway guard cut. */
+  #cutChoices = 0;
   reportedUsage: ReportedUsage | undefined;
-  /** Changes made to upstream chunks so far (relayText relays an unchanged one verbatim). */
+  /**
+   * Changes made to upstream chunks so far beyond their top-level `id` and `model` (relayText
+   * edits those two in the upstream's text and serializes a chunk only for the others).
+   */
   #rewrites = 0;
   /** True once any choice carried a finish_reason: the answer is complete, not truncated. */
   finished = false;
+  /** The last chunk's own `id` and `model`, as JSON.parse read them (relayText edits them). */
+  #upstreamIdentity: [unknown, unknown] = [undefined, undefined];
+  /** When (epoch ms) the first chunk with a choice arrived: the answer's first token. */
+  firstChoiceAt: number | undefined;
 
-  constructor(modelId: string, outputLimit: number) {
+  constructor(id: string, modelId: string, choiceLimit: number) {
+    this.id = id;
     this.#modelId = modelId;
-    this.#delivered = new OutputBudget(outputLimit);
+    this.#ours = new TopLevelStrings({ id, model: modelId });
+    this.#choiceLimit = choiceLimit;
   }
 
-  /** Output tokens the caller may receive in all. */
-  get outputLimit(): number {
-    return this.#delivered.limit;
+  /** Output tokens (our count) each choice may relay before the runaway guard cuts it. */
+  get choiceLimit(): number {
+    return this.#choiceLimit;
   }
 
-  /** The output limit was reached: nothing more may be relayed. */
-  get atLimit(): boolean {
-    return this.#delivered.exhausted;
+  /** The runaway guard cut at least one choice. */
+  get cutByGuard(): boolean {
+    return this.#cutChoices > 0;
+  }
+
+  /** The guard cut a choice and every choice has ended: nothing more will be relayed. */
+  get stoppedByGuard(): boolean {
+    return this.#cutChoices > 0 && this.#complete;
   }
 
   /** Every choice seen has finished: only a usage report may still follow. */
@@ -67,8 +97,10 @@ export class ChunkAccumulator {
     return this.#choices.size > 0 && [...this.#choices.values()].every((c) => c.finishReason !== null);
   }
 
-  get id(): string {
-    return (this.#id ??= `chatcmpl-${randomToken(18)}`);
+  /** How the answer ended: the first choice's finish_reason (null while it runs). */
+  get finishReason(): string | null {
+    const first = Math.min(...this.#choices.keys());
+    return this.#choices.get(first)?.finishReason ?? null;
   }
 
   get created(): number {
@@ -77,17 +109,20 @@ export class ChunkAccumulator {
 
   /**
    * Takes one SSE data payload and returns the JSON text to relay, or undefined when it has no
-   * choices. A chunk that needs no change (already under the route's model name, no usage report,
-   * nothing cut) is relayed as the upstream wrote it: a stream is relayed without serializing
-   * every chunk again, the bulk of a long stream's cost.
+   * choices. A chunk that needs no change but its `id` and `model` (no usage report, nothing cut)
+   * is relayed as the upstream wrote it with those two values edited in its text: a stream is
+   * relayed without serializing every chunk again, the bulk of a long stream's cost.
    */
   relayText(data: string): string | undefined {
     const rewrites = this.#rewrites;
     const chunk = this.accept(data);
     if (!chunk) return undefined;
     // A payload spread over several `data:` lines holds line breaks; one SSE line may not.
-    const verbatim = this.#rewrites === rewrites && !data.includes("\n") && !data.includes("\r");
-    return verbatim ? data : JSON.stringify(chunk);
+    if (this.#rewrites === rewrites && !data.includes("\n") && !data.includes("\r")) {
+      const edited = this.#ours.apply(data, this.#upstreamIdentity);
+      if (edited !== undefined) return edited;
+    }
+    return JSON.stringify(chunk);
   }
 
   /** Takes one SSE data payload; returns the chunk to relay, or undefined when it has no choices. */
@@ -108,7 +143,6 @@ export class ChunkAccumulator {
         isObject(chunk) ? "upstream reported an error mid-stream" : "upstream sent a chunk that is not a JSON object",
       );
     }
-    if (typeof chunk.id === "string" && this.#id === undefined) this.#id = chunk.id;
     if (typeof chunk.created === "number" && this.#created === undefined) this.#created = chunk.created;
     if (typeof chunk.system_fingerprint === "string") this.#systemFingerprint = chunk.system_fingerprint;
     if (isObject(chunk.usage)) {
@@ -119,15 +153,22 @@ export class ChunkAccumulator {
       this.#rewrites++;
     }
     if (choices.length === 0) return undefined;
-    for (const choice of choices) if (isObject(choice)) this.#addChoice(choice);
-    if (chunk.model !== this.#modelId) {
-      chunk.model = this.#modelId;
+    this.firstChoiceAt ??= Date.now();
+    const kept = choices.filter((choice) => !isObject(choice) || this.#addChoice(choice));
+    if (kept.length < choices.length) {
+      chunk.choices = kept;
       this.#rewrites++;
+      if (kept.length === 0) return undefined;
     }
+    this.#upstreamIdentity[0] = chunk.id;
+    this.#upstreamIdentity[1] = chunk.model;
+    chunk.id = this.id;
+    chunk.model = this.#modelId;
     return chunk;
   }
 
-  #addChoice(choice: Json): void {
+  /** Takes one choice of a chunk; false when it belongs to a choice the guard already ended. */
+  #addChoice(choice: Json): boolean {
     const index = typeof choice.index === "number" ? choice.index : 0;
     let state = this.#choices.get(index);
     if (!state) {
@@ -136,12 +177,16 @@ export class ChunkAccumulator {
         refusal: "",
         sawContent: false,
         toolCalls: new Map(),
+        functionCall: undefined,
+        audioTranscript: undefined,
         finishReason: null,
         logprobs: undefined,
+        budget: new OutputBudget(this.#choiceLimit),
         cut: false,
       };
       this.#choices.set(index, state);
     }
+    if (state.cut) return false;
     if (typeof choice.finish_reason === "string") {
       state.finishReason = choice.finish_reason;
       this.finished = true;
@@ -149,24 +194,32 @@ export class ChunkAccumulator {
     if (isObject(choice.logprobs) && Array.isArray(choice.logprobs.content)) {
       (state.logprobs ??= []).push(...(choice.logprobs.content as unknown[]));
     }
-    const delta = isObject(choice.delta) ? choice.delta : undefined;
+    // A server that writes a whole `message` into a chunk (not OpenAI's shape) is still relayed
+    // as it came, so what it holds is counted like a delta.
+    const delta = isObject(choice.delta) ? choice.delta : isObject(choice.message) ? choice.message : undefined;
     if (delta) this.#addDelta(state, delta);
-    if (state.cut && state.finishReason !== null && state.finishReason !== "length") {
-      // The upstream finished in the chunk whose text was cut: the caller's answer ends at the limit.
-      choice.finish_reason = state.finishReason = "length";
-      this.#rewrites++;
+    if (state.cut) {
+      // Cut in this chunk: the caller's answer ends here, as a model that ran into max_tokens does.
+      if (choice.finish_reason !== "length") {
+        choice.finish_reason = "length";
+        this.#rewrites++;
+      }
+      state.finishReason = "length";
+      this.finished = true;
     }
+    return true;
   }
 
-  /** Takes the text of `field` within the output budget, writing back what the caller may have. */
+  /** Takes the text of `field` within the choice's budget, writing back what the caller may have. */
   #take(state: ChoiceState, holder: Json, field: string): string {
     const piece = holder[field];
     if (typeof piece !== "string" || piece === "") return "";
-    const kept = this.#delivered.take(piece);
+    const kept = state.budget.take(piece);
     if (kept !== piece) {
       holder[field] = kept;
-      state.cut = true;
       this.#rewrites++;
+      if (!state.cut) this.#cutChoices++;
+      state.cut = true;
     }
     return kept;
   }
@@ -179,6 +232,16 @@ export class ChunkAccumulator {
     state.refusal += this.#take(state, delta, "refusal");
     this.#take(state, delta, "reasoning_content");
     this.#take(state, delta, "reasoning");
+    // Legacy function calling and audio transcripts are output the caller receives: billed like
+    // text (the transcript is the only text of an audio answer; the audio itself has no price).
+    if (isObject(delta.function_call)) {
+      const fn = (state.functionCall ??= { name: "", arguments: "" });
+      fn.name += this.#take(state, delta.function_call, "name");
+      fn.arguments += this.#take(state, delta.function_call, "arguments");
+    }
+    if (isObject(delta.audio)) {
+      state.audioTranscript = (state.audioTranscript ?? "") + this.#take(state, delta.audio, "transcript");
+    }
     if (!Array.isArray(delta.tool_calls)) return;
     for (const call of delta.tool_calls) {
       if (!isObject(call)) continue;
@@ -197,46 +260,30 @@ export class ChunkAccumulator {
     }
   }
 
-  /**
-   * Once the output limit is reached: finishes every open choice with `length` (as a model that
-   * ran into max_tokens does) and returns one closing chunk per choice for a streaming caller.
-   */
-  closeAtLimit(): Json[] {
-    const closing: Json[] = [];
-    for (const [index, state] of [...this.#choices.entries()].sort(([a], [b]) => a - b)) {
-      if (state.finishReason !== null) continue;
-      state.finishReason = "length";
-      closing.push({
-        id: this.id,
-        object: "chat.completion.chunk",
-        created: this.created,
-        model: this.#modelId,
-        choices: [{ index, delta: {}, logprobs: null, finish_reason: "length" }],
-      });
-    }
-    this.finished = true;
-    return closing;
-  }
-
-  /** Output tokens in the text relayed so far (gpt-tokenizer BPE). */
+  /** Output tokens in the text relayed so far: each choice counted on its own (gpt-tokenizer BPE). */
   deliveredTokens(): bigint {
-    return BigInt(countTextTokens(this.#delivered.text));
+    let tokens = 0;
+    for (const state of this.#choices.values()) tokens += countTextTokens(state.budget.text);
+    return BigInt(tokens);
   }
 
-  /** The final usage chunk a streaming caller asked for with stream_options.include_usage. */
-  usageChunk(usage: BilledUsage): Json {
+  /**
+   * The final usage chunk a streaming caller asked for with stream_options.include_usage; `cost`
+   * (micro-USD) is what settlement will post for it.
+   */
+  usageChunk(usage: BilledUsage, cost: Micros): Json {
     return {
       id: this.id,
       object: "chat.completion.chunk",
       created: this.created,
       model: this.#modelId,
       choices: [],
-      usage: usageJson(usage),
+      usage: usageJson(usage, cost),
     };
   }
 
-  /** The OpenAI chat.completion object equivalent to the chunks seen. */
-  completion(usage: BilledUsage): Json {
+  /** The OpenAI chat.completion object equivalent to the chunks seen, with its usage and cost. */
+  completion(usage: BilledUsage, cost: Micros): Json {
     const choices = [...this.#choices.entries()]
       .sort(([a], [b]) => a - b)
       .map(([index, c]) => {
@@ -245,10 +292,12 @@ export class ChunkAccumulator {
           .map(([, t]) => ({ id: t.id, type: t.type, function: { name: t.name, arguments: t.arguments } }));
         const message: Json = {
           role: "assistant",
-          content: c.sawContent || toolCalls.length === 0 ? c.content : null,
+          content: c.sawContent || (toolCalls.length === 0 && !c.functionCall) ? c.content : null,
           refusal: c.refusal === "" ? null : c.refusal,
         };
         if (toolCalls.length > 0) message.tool_calls = toolCalls;
+        if (c.functionCall) message.function_call = { ...c.functionCall };
+        if (c.audioTranscript !== undefined) message.audio = { transcript: c.audioTranscript };
         return {
           index,
           message,
@@ -262,15 +311,21 @@ export class ChunkAccumulator {
       created: this.created,
       model: this.#modelId,
       choices,
-      usage: usageJson(usage),
+      usage: usageJson(usage, cost),
     };
     if (this.#systemFingerprint !== undefined) completion.system_fingerprint = this.#systemFingerprint;
     return completion;
   }
 }
 
-function usageJson(usage: BilledUsage) {
+/** OpenAI's usage object, with `cost` in USD (OpenRouter's field; DESIGN.md §3). */
+function usageJson(usage: BilledUsage, cost: Micros) {
   const prompt = Number(usage.inputTokens);
   const completion = Number(usage.outputTokens);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    cost: microsToUsd(cost),
+  };
 }

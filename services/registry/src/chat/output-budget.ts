@@ -1,10 +1,28 @@
 import { countTextTokens, decodeTokens, encodeText } from "@mkt/runtime/tokens";
 
 /**
- * The output a caller may receive, in the tokens billing counts (DESIGN.md §5: the registry's own
- * BPE count), enforced whatever the upstream does with `max_tokens`. Every piece of text relayed
- * passes through `take`, which lets it through whole while it fits and cuts the piece that would
- * go past the limit to the tokens left; after that nothing more is taken.
+ * How far past its cap an upstream may run before the relay cuts it (DESIGN.md §5). The upstream
+ * is sent `max_tokens` and stops by its own model's tokenizer, which may count fewer tokens than
+ * ours (a word-level tokenizer, another BPE); ours is only an estimate of it. So the relay never
+ * cuts at the cap itself: it cuts only an upstream that plainly ignores `max_tokens`.
+ */
+export interface RunawayGuard {
+  /** At least 1 (OUTPUT_RUNAWAY_RATIO). */
+  ratio: number;
+  /** Whole tokens added to ratio × cap (OUTPUT_RUNAWAY_SLACK_TOKENS): room for short answers. */
+  slackTokens: number;
+}
+
+/** The most tokens (by our count) one choice may relay for an output cap of `cap` tokens. */
+export function runawayLimit(cap: bigint | number, guard: RunawayGuard): number {
+  return Math.floor(Number(cap) * guard.ratio) + guard.slackTokens;
+}
+
+/**
+ * The output one choice may relay, in the registry's own BPE tokens: the runaway guard's limit
+ * (runawayLimit). Every piece of text relayed passes through `take`, which lets it through whole
+ * while it fits and cuts the piece that would go past the limit to the tokens left; after that
+ * nothing more is taken. Whatever it lets through, billing charges at most the cap (billedUsage).
  *
  * Counting the whole text again on every piece would cost quadratic time on a long answer, so
  * `take` keeps an upper estimate and counts the whole text exactly only when the estimate would

@@ -2,7 +2,8 @@ import { AppError } from "@mkt/runtime/errors";
 
 /**
  * Rewrites the client's JSON body for the upstream: its model name, the output cap billing
- * granted, and always streaming with usage so the registry can count what it relays. Every other
+ * granted, and always streaming with usage so the registry can count what it relays; the client's
+ * `models` fallback list is the gateway's, so it is dropped. Every other
  * field (temperature, tools, n, stop, response_format, ...) passes through untouched.
  */
 export function upstreamBody(clientBody: Uint8Array, upstreamModel: string, maxOutputTokens: bigint): Buffer {
@@ -24,6 +25,8 @@ export function upstreamBody(clientBody: Uint8Array, upstreamModel: string, maxO
       ? (body.stream_options as Record<string, unknown>)
       : {};
   delete body.max_completion_tokens;
+  // The gateway's fallback list (the registry walks it); an upstream would refuse or misread it.
+  delete body.models;
   return Buffer.from(
     JSON.stringify({
       ...body,

@@ -46,7 +46,8 @@ export async function probeAllHosters(
   const worker = async () => {
     for (let target = queue.shift(); target; target = queue.shift()) {
       const error = await probe(ctx, target);
-      await ctx.store.recordProbe(target.id, ctx.clock(), error, unhealthyAfter);
+      const flipped = await ctx.store.recordProbe(target.id, ctx.clock(), error, unhealthyAfter);
+      if (flipped) ctx.announce(target.id);
       if (!error) outliers?.recovered(hosterUpstreamKey(target.id));
       if (error) ctx.log.debug({ hosterId: target.id, error }, "hoster probe failed");
     }

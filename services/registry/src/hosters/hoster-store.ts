@@ -160,23 +160,24 @@ export class HosterStore {
    * Records one probe in a single UPDATE: a success makes the hoster healthy and resets the
    * count; a failure counts, and makes it unhealthy at `unhealthyAfter` failures in a row. Being
    * one statement on current values, concurrent probes from several replicas stay consistent.
+   * Returns true when the status flipped (the row's old status is read under the same row lock),
+   * so only a real transition is announced to the edges.
    */
-  async recordProbe(id: string, at: Date, error: string | undefined, unhealthyAfter: number): Promise<void> {
-    const em = this.#orm.em.fork();
-    if (error === undefined) {
-      await em.execute(
-        `update hosters set status = 'healthy', last_checked_at = ?, last_error = null, consecutive_failures = 0
-         where id = ? and status <> 'registering'`,
-        [at, id],
-      );
-      return;
-    }
-    await em.execute(
-      `update hosters set last_checked_at = ?, last_error = ?, consecutive_failures = consecutive_failures + 1,
-         status = case when consecutive_failures + 1 >= ? then 'unhealthy' else status end
-       where id = ? and status <> 'registering'`,
-      [at, error, unhealthyAfter, id],
+  async recordProbe(id: string, at: Date, error: string | undefined, unhealthyAfter: number): Promise<boolean> {
+    const set =
+      error === undefined
+        ? `status = 'healthy', last_checked_at = ?, last_error = null, consecutive_failures = 0`
+        : `last_checked_at = ?, last_error = ?, consecutive_failures = h.consecutive_failures + 1,
+           status = case when h.consecutive_failures + 1 >= ? then 'unhealthy' else h.status end`;
+    const params = error === undefined ? [at, id] : [at, error, unhealthyAfter, id];
+    const rows = await this.#orm.em.fork().execute<{ before: string; after: string }[]>(
+      `update hosters h set ${set}
+         from (select id, status from hosters where id = ? and status <> 'registering' for update) old
+        where h.id = old.id
+        returning old.status as before, h.status as after`,
+      params,
     );
+    return rows.some((r) => r.before !== r.after);
   }
 
   /** Adds to a hoster's usage_mismatches (one statement on the current value, so replicas add up). */

@@ -5,6 +5,7 @@ import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import type { ServerCheckSettings } from "./server-checks.ts";
 import type { HosterStore } from "./hoster-store.ts";
 import type { ProductStore } from "../products/product-store.ts";
+import type { AnnounceCatalogChange } from "../catalog/catalog-announcer.ts";
 
 /** What the hoster handlers and the prober share. */
 export interface HostersContext {
@@ -17,6 +18,8 @@ export interface HostersContext {
   checks: ServerCheckSettings;
   /** ALLOW_PRIVATE_UPSTREAMS. */
   allowPrivate: boolean;
+  /** Called after a committed change that can alter a hoster's routes (catalog.changed). */
+  announce: AnnounceCatalogChange;
   log: Logger;
   clock: () => Date;
 }

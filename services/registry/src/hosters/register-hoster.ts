@@ -69,6 +69,7 @@ export async function registerHoster(ctx: HostersContext, req: RegisterHosterReq
   }
 
   await ctx.store.markRegistered(hosterId, ctx.clock());
+  ctx.announce(hosterId);
   ctx.log.info({ hosterId, origin: reg.endpoint.origin, models: reg.models.length }, "hoster registered");
   const hoster = await ctx.store.get(hosterId);
   if (!hoster) throw new Error("registered hoster vanished");

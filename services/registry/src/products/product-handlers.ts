@@ -13,6 +13,7 @@ import {
   type UpdateProductRequest,
   type UpdateProductResponse,
 } from "@mkt/proto/registry/v1/registry";
+import type { HostersContext } from "../hosters/hosters-context.ts";
 import type { ProductStore } from "./product-store.ts";
 import { patchTerms, sameTerms, validateTerms } from "./product-terms.ts";
 import { productView } from "./product-view.ts";
@@ -25,11 +26,14 @@ export const MAX_PRODUCTS = 500;
 const productNotFound = () => new AppError("not_found", "No such product.", { param: "product_id" });
 const hosterNotFound = () => new AppError("not_found", "No such hoster.", { param: "hoster_id" });
 
+/** What the writing handlers need: the plans, and the catalog.changed hint sent after a commit. */
+type ProductsContext = Pick<HostersContext, "products" | "announce">;
+
 /** POST /hosters/products: a new active plan of the calling hoster. */
-export async function createProduct(store: ProductStore, req: CreateProductRequest): Promise<CreateProductResponse> {
+export async function createProduct(ctx: ProductsContext, req: CreateProductRequest): Promise<CreateProductResponse> {
   if (!isUuid(req.hosterId)) throw hosterNotFound();
   const terms = validateTerms(req.terms ?? ProductTerms.fromPartial({}));
-  const result = await store.insert(
+  const result = await ctx.products.insert(
     { id: newId(), hosterId: req.hosterId, terms },
     { maxActive: MAX_ACTIVE_PRODUCTS, maxTotal: MAX_PRODUCTS },
   );
@@ -41,6 +45,7 @@ export async function createProduct(store: ProductStore, req: CreateProductReque
     );
   }
   if (result === "too_many") throw new AppError("invalid_request", `A hoster may have at most ${MAX_PRODUCTS} plans.`);
+  ctx.announce(req.hosterId);
   return { product: productView(result) };
 }
 
@@ -64,27 +69,36 @@ export async function getProduct(store: ProductStore, req: GetProductRequest): P
  * changing it would only change the renewals of the subscribers it still has, out of sight of the
  * public plan list.
  */
-export async function updateProduct(store: ProductStore, req: UpdateProductRequest): Promise<UpdateProductResponse> {
+export async function updateProduct(ctx: ProductsContext, req: UpdateProductRequest): Promise<UpdateProductResponse> {
   if (!isUuid(req.productId) || !isUuid(req.hosterId)) throw productNotFound();
-  const product = await store.modify(req.hosterId, req.productId, (current) => {
+  let changed = false;
+  const product = await ctx.products.modify(req.hosterId, req.productId, (current) => {
     if (current.status === "archived") {
       throw new AppError("invalid_request", "This plan is archived; an archived plan cannot be edited.", {
         param: "product_id",
       });
     }
     const next = patchTerms(current.terms, req.patch ?? {});
-    return sameTerms(next, current.terms) ? undefined : next;
+    changed = !sameTerms(next, current.terms);
+    return changed ? next : undefined;
   });
   if (!product) throw productNotFound();
+  if (changed) ctx.announce(req.hosterId);
   return { product: productView(product) };
 }
 
 /** Archives one of the hoster's plans; archiving an archived plan returns it unchanged. */
-export async function archiveProduct(store: ProductStore, req: ArchiveProductRequest): Promise<ArchiveProductResponse> {
+export async function archiveProduct(
+  ctx: ProductsContext,
+  req: ArchiveProductRequest,
+): Promise<ArchiveProductResponse> {
   if (!isUuid(req.productId) || !isUuid(req.hosterId)) throw productNotFound();
-  const product = await store.modify(req.hosterId, req.productId, (current) =>
-    current.status === "archived" ? undefined : "archive",
-  );
+  let changed = false;
+  const product = await ctx.products.modify(req.hosterId, req.productId, (current) => {
+    changed = current.status !== "archived";
+    return changed ? "archive" : undefined;
+  });
   if (!product) throw productNotFound();
+  if (changed) ctx.announce(req.hosterId);
   return { product: productView(product) };
 }

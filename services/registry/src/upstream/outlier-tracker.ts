@@ -25,7 +25,7 @@ interface OutlierState {
  * first). When the back-off ends it takes calls again on probation: its first failure ejects it
  * again at once, its first success forgets its record. A hoster's successful health probe also
  * forgets it (`recovered`). Keys are UpstreamTarget.key; only upstream faults are reported here,
- * never a caller's cancel or the gateway's own output cap.
+ * never a caller's cancel or the runaway guard's cut.
  */
 export class OutlierTracker {
   readonly #states = new Map<string, OutlierState>();

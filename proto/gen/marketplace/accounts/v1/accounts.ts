@@ -54,7 +54,18 @@ export interface AuthenticateResponse {
   principal?: Principal | undefined;
 }
 
-/** Who a request acts for. Edges cache it briefly and drop it on keys.revoked. */
+export interface RevalidateKeysRequest {
+  keyIds: string[];
+}
+
+export interface RevalidateKeysResponse {
+  principals: Principal[];
+}
+
+/**
+ * Who a request acts for. Edges cache it while it is in use, revalidate it once per LEASE_TTL_MS
+ * (RevalidateKeys) and drop it on keys.revoked.
+ */
 export interface Principal {
   accountId: string;
   email: string;
@@ -78,7 +89,13 @@ export interface ApiKey {
   createdAt: string;
   /** Empty while the key is active. */
   revokedAt: string;
-  scope?: KeyScope | undefined;
+  scope?:
+    | KeyScope
+    | undefined;
+  /** Set on a session key: it stops working at this time (the session's end) or at logout. */
+  expiresAt: string;
+  /** Minted for a portal session (CreateSessionKey), not by the person. */
+  sessionKey: boolean;
 }
 
 export interface CreateApiKeyRequest {
@@ -221,7 +238,20 @@ export interface ResolveSessionRequest {
 }
 
 export interface ResolveSessionResponse {
-  session?: Session | undefined;
+  session?:
+    | Session
+    | undefined;
+  /** Set for a customer session: who the session acts as on the customer routes (no key_id). */
+  principal?: Principal | undefined;
+}
+
+export interface CreateSessionKeyRequest {
+  sessionToken: string;
+}
+
+export interface CreateSessionKeyResponse {
+  key?: ApiKey | undefined;
+  apiKey: string;
 }
 
 function createBaseCreateAccountRequest(): CreateAccountRequest {
@@ -703,6 +733,150 @@ export const AuthenticateResponse: MessageFns<AuthenticateResponse> = {
   },
 };
 
+function createBaseRevalidateKeysRequest(): RevalidateKeysRequest {
+  return { keyIds: [] };
+}
+
+export const RevalidateKeysRequest: MessageFns<RevalidateKeysRequest> = {
+  encode(message: RevalidateKeysRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.keyIds) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevalidateKeysRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevalidateKeysRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.keyIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevalidateKeysRequest {
+    return {
+      keyIds: globalThis.Array.isArray(object?.keyIds)
+        ? object.keyIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.key_ids)
+        ? object.key_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: RevalidateKeysRequest): unknown {
+    const obj: any = {};
+    if (message.keyIds?.length) {
+      obj.keyIds = message.keyIds;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RevalidateKeysRequest>, I>>(base?: I): RevalidateKeysRequest {
+    return RevalidateKeysRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RevalidateKeysRequest>, I>>(object: I): RevalidateKeysRequest {
+    const message = createBaseRevalidateKeysRequest();
+    message.keyIds = object.keyIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseRevalidateKeysResponse(): RevalidateKeysResponse {
+  return { principals: [] };
+}
+
+export const RevalidateKeysResponse: MessageFns<RevalidateKeysResponse> = {
+  encode(message: RevalidateKeysResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.principals) {
+      Principal.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevalidateKeysResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevalidateKeysResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.principals.push(Principal.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevalidateKeysResponse {
+    return {
+      principals: globalThis.Array.isArray(object?.principals)
+        ? object.principals.map((e: any) => Principal.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: RevalidateKeysResponse): unknown {
+    const obj: any = {};
+    if (message.principals?.length) {
+      obj.principals = message.principals.map((e) => Principal.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RevalidateKeysResponse>, I>>(base?: I): RevalidateKeysResponse {
+    return RevalidateKeysResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RevalidateKeysResponse>, I>>(object: I): RevalidateKeysResponse {
+    const message = createBaseRevalidateKeysResponse();
+    message.principals = object.principals?.map((e) => Principal.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 function createBasePrincipal(): Principal {
   return { accountId: "", email: "", keyId: "", tier: "", scope: undefined };
 }
@@ -960,7 +1134,16 @@ export const KeyScope: MessageFns<KeyScope> = {
 };
 
 function createBaseApiKey(): ApiKey {
-  return { keyId: "", name: "", prefix: "", createdAt: "", revokedAt: "", scope: undefined };
+  return {
+    keyId: "",
+    name: "",
+    prefix: "",
+    createdAt: "",
+    revokedAt: "",
+    scope: undefined,
+    expiresAt: "",
+    sessionKey: false,
+  };
 }
 
 export const ApiKey: MessageFns<ApiKey> = {
@@ -982,6 +1165,12 @@ export const ApiKey: MessageFns<ApiKey> = {
     }
     if (message.scope !== undefined) {
       KeyScope.encode(message.scope, writer.uint32(50).fork()).join();
+    }
+    if (message.expiresAt !== "") {
+      writer.uint32(58).string(message.expiresAt);
+    }
+    if (message.sessionKey !== false) {
+      writer.uint32(64).bool(message.sessionKey);
     }
     return writer;
   },
@@ -1047,6 +1236,22 @@ export const ApiKey: MessageFns<ApiKey> = {
             message.scope = KeyScope.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.expiresAt = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.sessionKey = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1079,6 +1284,16 @@ export const ApiKey: MessageFns<ApiKey> = {
         ? globalThis.String(object.revoked_at)
         : "",
       scope: isSet(object.scope) ? KeyScope.fromJSON(object.scope) : undefined,
+      expiresAt: isSet(object.expiresAt)
+        ? globalThis.String(object.expiresAt)
+        : isSet(object.expires_at)
+        ? globalThis.String(object.expires_at)
+        : "",
+      sessionKey: isSet(object.sessionKey)
+        ? globalThis.Boolean(object.sessionKey)
+        : isSet(object.session_key)
+        ? globalThis.Boolean(object.session_key)
+        : false,
     };
   },
 
@@ -1102,6 +1317,12 @@ export const ApiKey: MessageFns<ApiKey> = {
     if (message.scope !== undefined) {
       obj.scope = KeyScope.toJSON(message.scope);
     }
+    if (message.expiresAt !== "") {
+      obj.expiresAt = message.expiresAt;
+    }
+    if (message.sessionKey !== false) {
+      obj.sessionKey = message.sessionKey;
+    }
     return obj;
   },
 
@@ -1118,6 +1339,8 @@ export const ApiKey: MessageFns<ApiKey> = {
     message.scope = (object.scope !== undefined && object.scope !== null)
       ? KeyScope.fromPartial(object.scope)
       : undefined;
+    message.expiresAt = object.expiresAt ?? "";
+    message.sessionKey = object.sessionKey ?? false;
     return message;
   },
 };
@@ -3338,13 +3561,16 @@ export const ResolveSessionRequest: MessageFns<ResolveSessionRequest> = {
 };
 
 function createBaseResolveSessionResponse(): ResolveSessionResponse {
-  return { session: undefined };
+  return { session: undefined, principal: undefined };
 }
 
 export const ResolveSessionResponse: MessageFns<ResolveSessionResponse> = {
   encode(message: ResolveSessionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.session !== undefined) {
       Session.encode(message.session, writer.uint32(10).fork()).join();
+    }
+    if (message.principal !== undefined) {
+      Principal.encode(message.principal, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -3370,6 +3596,14 @@ export const ResolveSessionResponse: MessageFns<ResolveSessionResponse> = {
             message.session = Session.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.principal = Principal.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3383,13 +3617,19 @@ export const ResolveSessionResponse: MessageFns<ResolveSessionResponse> = {
   },
 
   fromJSON(object: any): ResolveSessionResponse {
-    return { session: isSet(object.session) ? Session.fromJSON(object.session) : undefined };
+    return {
+      session: isSet(object.session) ? Session.fromJSON(object.session) : undefined,
+      principal: isSet(object.principal) ? Principal.fromJSON(object.principal) : undefined,
+    };
   },
 
   toJSON(message: ResolveSessionResponse): unknown {
     const obj: any = {};
     if (message.session !== undefined) {
       obj.session = Session.toJSON(message.session);
+    }
+    if (message.principal !== undefined) {
+      obj.principal = Principal.toJSON(message.principal);
     }
     return obj;
   },
@@ -3402,6 +3642,171 @@ export const ResolveSessionResponse: MessageFns<ResolveSessionResponse> = {
     message.session = (object.session !== undefined && object.session !== null)
       ? Session.fromPartial(object.session)
       : undefined;
+    message.principal = (object.principal !== undefined && object.principal !== null)
+      ? Principal.fromPartial(object.principal)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCreateSessionKeyRequest(): CreateSessionKeyRequest {
+  return { sessionToken: "" };
+}
+
+export const CreateSessionKeyRequest: MessageFns<CreateSessionKeyRequest> = {
+  encode(message: CreateSessionKeyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionToken !== "") {
+      writer.uint32(10).string(message.sessionToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateSessionKeyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateSessionKeyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateSessionKeyRequest {
+    return {
+      sessionToken: isSet(object.sessionToken)
+        ? globalThis.String(object.sessionToken)
+        : isSet(object.session_token)
+        ? globalThis.String(object.session_token)
+        : "",
+    };
+  },
+
+  toJSON(message: CreateSessionKeyRequest): unknown {
+    const obj: any = {};
+    if (message.sessionToken !== "") {
+      obj.sessionToken = message.sessionToken;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateSessionKeyRequest>, I>>(base?: I): CreateSessionKeyRequest {
+    return CreateSessionKeyRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateSessionKeyRequest>, I>>(object: I): CreateSessionKeyRequest {
+    const message = createBaseCreateSessionKeyRequest();
+    message.sessionToken = object.sessionToken ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateSessionKeyResponse(): CreateSessionKeyResponse {
+  return { key: undefined, apiKey: "" };
+}
+
+export const CreateSessionKeyResponse: MessageFns<CreateSessionKeyResponse> = {
+  encode(message: CreateSessionKeyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== undefined) {
+      ApiKey.encode(message.key, writer.uint32(10).fork()).join();
+    }
+    if (message.apiKey !== "") {
+      writer.uint32(18).string(message.apiKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateSessionKeyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateSessionKeyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = ApiKey.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateSessionKeyResponse {
+    return {
+      key: isSet(object.key) ? ApiKey.fromJSON(object.key) : undefined,
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : "",
+    };
+  },
+
+  toJSON(message: CreateSessionKeyResponse): unknown {
+    const obj: any = {};
+    if (message.key !== undefined) {
+      obj.key = ApiKey.toJSON(message.key);
+    }
+    if (message.apiKey !== "") {
+      obj.apiKey = message.apiKey;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CreateSessionKeyResponse>, I>>(base?: I): CreateSessionKeyResponse {
+    return CreateSessionKeyResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CreateSessionKeyResponse>, I>>(object: I): CreateSessionKeyResponse {
+    const message = createBaseCreateSessionKeyResponse();
+    message.key = (object.key !== undefined && object.key !== null) ? ApiKey.fromPartial(object.key) : undefined;
+    message.apiKey = object.apiKey ?? "";
     return message;
   },
 };
@@ -3436,6 +3841,23 @@ export const AccountsServiceService = {
     responseSerialize: (value: AuthenticateResponse): Buffer =>
       Buffer.from(AuthenticateResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): AuthenticateResponse => AuthenticateResponse.decode(value),
+  },
+  /**
+   * Re-checks, in one call, the keys an edge holds cached principals for (DESIGN.md §2.1): answers
+   * the current principal of each key still valid (not revoked, not expired). A key left out of
+   * the answer (revoked, expired, unknown, malformed id) must not be served any more. At most
+   * 10000 key ids per call (else invalid_request, param key_ids); duplicates are answered once.
+   */
+  revalidateKeys: {
+    path: "/marketplace.accounts.v1.AccountsService/RevalidateKeys" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RevalidateKeysRequest): Buffer =>
+      Buffer.from(RevalidateKeysRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RevalidateKeysRequest => RevalidateKeysRequest.decode(value),
+    responseSerialize: (value: RevalidateKeysResponse): Buffer =>
+      Buffer.from(RevalidateKeysResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RevalidateKeysResponse => RevalidateKeysResponse.decode(value),
   },
   /** Issues a new API key for the account; the secret is returned only here. */
   createApiKey: {
@@ -3582,7 +4004,7 @@ export const AccountsServiceService = {
     responseSerialize: (value: LoginResponse): Buffer => Buffer.from(LoginResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): LoginResponse => LoginResponse.decode(value),
   },
-  /** Ends a session; idempotent. */
+  /** Ends a session and revokes its session keys (announced on keys.revoked); idempotent. */
   logout: {
     path: "/marketplace.accounts.v1.AccountsService/Logout" as const,
     requestStream: false as const,
@@ -3592,7 +4014,10 @@ export const AccountsServiceService = {
     responseSerialize: (value: LogoutResponse): Buffer => Buffer.from(LogoutResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): LogoutResponse => LogoutResponse.decode(value),
   },
-  /** The session a cookie token stands for. Error: unauthenticated (unknown, expired, logged out). */
+  /**
+   * The session a cookie token stands for, and for a customer session the principal it acts as.
+   * Error: unauthenticated (unknown, expired, logged out).
+   */
   resolveSession: {
     path: "/marketplace.accounts.v1.AccountsService/ResolveSession" as const,
     requestStream: false as const,
@@ -3604,6 +4029,21 @@ export const AccountsServiceService = {
       Buffer.from(ResolveSessionResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ResolveSessionResponse => ResolveSessionResponse.decode(value),
   },
+  /**
+   * A short-lived API key for a customer session (the portal's playground): it expires with the
+   * session and is revoked at logout. Errors: unauthenticated, forbidden (a hoster session).
+   */
+  createSessionKey: {
+    path: "/marketplace.accounts.v1.AccountsService/CreateSessionKey" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateSessionKeyRequest): Buffer =>
+      Buffer.from(CreateSessionKeyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateSessionKeyRequest => CreateSessionKeyRequest.decode(value),
+    responseSerialize: (value: CreateSessionKeyResponse): Buffer =>
+      Buffer.from(CreateSessionKeyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateSessionKeyResponse => CreateSessionKeyResponse.decode(value),
+  },
 } as const;
 
 export interface AccountsServiceServer extends UntypedServiceImplementation {
@@ -3614,6 +4054,13 @@ export interface AccountsServiceServer extends UntypedServiceImplementation {
   createAccount: handleUnaryCall<CreateAccountRequest, CreateAccountResponse>;
   /** Resolves a bearer API key to the principal it acts for. Error: invalid_api_key. */
   authenticate: handleUnaryCall<AuthenticateRequest, AuthenticateResponse>;
+  /**
+   * Re-checks, in one call, the keys an edge holds cached principals for (DESIGN.md §2.1): answers
+   * the current principal of each key still valid (not revoked, not expired). A key left out of
+   * the answer (revoked, expired, unknown, malformed id) must not be served any more. At most
+   * 10000 key ids per call (else invalid_request, param key_ids); duplicates are answered once.
+   */
+  revalidateKeys: handleUnaryCall<RevalidateKeysRequest, RevalidateKeysResponse>;
   /** Issues a new API key for the account; the secret is returned only here. */
   createApiKey: handleUnaryCall<CreateApiKeyRequest, CreateApiKeyResponse>;
   /** Lists the account's keys (never their secrets). */
@@ -3662,10 +4109,18 @@ export interface AccountsServiceServer extends UntypedServiceImplementation {
    * rate_limit_exceeded (too many failed logins from the client IP).
    */
   login: handleUnaryCall<LoginRequest, LoginResponse>;
-  /** Ends a session; idempotent. */
+  /** Ends a session and revokes its session keys (announced on keys.revoked); idempotent. */
   logout: handleUnaryCall<LogoutRequest, LogoutResponse>;
-  /** The session a cookie token stands for. Error: unauthenticated (unknown, expired, logged out). */
+  /**
+   * The session a cookie token stands for, and for a customer session the principal it acts as.
+   * Error: unauthenticated (unknown, expired, logged out).
+   */
   resolveSession: handleUnaryCall<ResolveSessionRequest, ResolveSessionResponse>;
+  /**
+   * A short-lived API key for a customer session (the portal's playground): it expires with the
+   * session and is revoked at logout. Errors: unauthenticated, forbidden (a hoster session).
+   */
+  createSessionKey: handleUnaryCall<CreateSessionKeyRequest, CreateSessionKeyResponse>;
 }
 
 export interface AccountsServiceClient extends Client {
@@ -3703,6 +4158,27 @@ export interface AccountsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: AuthenticateResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Re-checks, in one call, the keys an edge holds cached principals for (DESIGN.md §2.1): answers
+   * the current principal of each key still valid (not revoked, not expired). A key left out of
+   * the answer (revoked, expired, unknown, malformed id) must not be served any more. At most
+   * 10000 key ids per call (else invalid_request, param key_ids); duplicates are answered once.
+   */
+  revalidateKeys(
+    request: RevalidateKeysRequest,
+    callback: (error: ServiceError | null, response: RevalidateKeysResponse) => void,
+  ): ClientUnaryCall;
+  revalidateKeys(
+    request: RevalidateKeysRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RevalidateKeysResponse) => void,
+  ): ClientUnaryCall;
+  revalidateKeys(
+    request: RevalidateKeysRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RevalidateKeysResponse) => void,
   ): ClientUnaryCall;
   /** Issues a new API key for the account; the secret is returned only here. */
   createApiKey(
@@ -3906,7 +4382,7 @@ export interface AccountsServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: LoginResponse) => void,
   ): ClientUnaryCall;
-  /** Ends a session; idempotent. */
+  /** Ends a session and revokes its session keys (announced on keys.revoked); idempotent. */
   logout(
     request: LogoutRequest,
     callback: (error: ServiceError | null, response: LogoutResponse) => void,
@@ -3922,7 +4398,10 @@ export interface AccountsServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: LogoutResponse) => void,
   ): ClientUnaryCall;
-  /** The session a cookie token stands for. Error: unauthenticated (unknown, expired, logged out). */
+  /**
+   * The session a cookie token stands for, and for a customer session the principal it acts as.
+   * Error: unauthenticated (unknown, expired, logged out).
+   */
   resolveSession(
     request: ResolveSessionRequest,
     callback: (error: ServiceError | null, response: ResolveSessionResponse) => void,
@@ -3937,6 +4416,25 @@ export interface AccountsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ResolveSessionResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * A short-lived API key for a customer session (the portal's playground): it expires with the
+   * session and is revoked at logout. Errors: unauthenticated, forbidden (a hoster session).
+   */
+  createSessionKey(
+    request: CreateSessionKeyRequest,
+    callback: (error: ServiceError | null, response: CreateSessionKeyResponse) => void,
+  ): ClientUnaryCall;
+  createSessionKey(
+    request: CreateSessionKeyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateSessionKeyResponse) => void,
+  ): ClientUnaryCall;
+  createSessionKey(
+    request: CreateSessionKeyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateSessionKeyResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -20,108 +20,24 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import {
+  GrantLeaseRequest,
+  GrantLeaseResponse,
+  HeartbeatRequest,
+  HeartbeatResponse,
+  ReturnLeasesRequest,
+  ReturnLeasesResponse,
+} from "./leases.ts";
 
 export const protobufPackage = "marketplace.billing.v1";
 
 export const protobufFileName = "marketplace/billing/v1/billing.proto";
 
-export interface AuthorizeRequest {
-  /** Unique per chat request; the reservation and the later usage record are keyed on it. */
-  requestId: string;
-  accountId: string;
-  keyId: string;
-  tier: string;
-  /** The route the registry resolved, snapshotted into the reservation. */
-  modelId: string;
-  provider: string;
-  hosterId: string;
-  inputPricePer1mMicros: bigint;
-  outputPricePer1mMicros: bigint;
-  contextWindow: bigint;
-  /** Largest output the route allows per request (plan cap, or 4096 for platform models). */
-  maxOutputTokensCap: bigint;
-  /** Prompt tokens counted by the edge (an upper bound). */
-  inputTokens: bigint;
-  /** max_tokens / max_completion_tokens from the client; 0 when neither was given. */
-  requestedMaxOutputTokens: bigint;
-  /**
-   * Set when the caller uses a subscription's scoped key: a cancelled subscription is refused
-   * (invalid_api_key) whatever the edge's principal cache holds; paused → subscription_paused,
-   * past due → subscription_past_due. The request is then priced and limited by the
-   * subscription's terms snapshot: the route's prices are ignored, and its context window and
-   * output cap are narrowed by the plan's max_context_tokens and max_output_tokens.
-   */
-  subscriptionId: string;
-  /**
-   * The client's `n`: how many choices the upstream generates, each up to the output cap. The
-   * hold (and tpm, and the included-tokens claim) covers the cap times this; the cap granted is
-   * per choice. 0 means 1.
-   */
-  choices: bigint;
-}
-
-export interface AuthorizeResponse {
-  reservationId: string;
-  reservedMicros: bigint;
-  /** The output cap the upstream call must respect. */
-  maxOutputTokens: bigint;
-  /** For a scoped key, the account's or the plan's per-minute limit, whichever has less left. */
-  rateLimit?:
-    | RateLimitStatus
-    | undefined;
-  /**
-   * The reservation holds one of a plan's concurrency slots: ReleaseSlot must be called when the
-   * answer ends. Requests outside a subscription hold none and need no ReleaseSlot call.
-   */
-  holdsSlot: boolean;
-}
-
-export interface AuthorizeBatchRequest {
-  requests: AuthorizeRequest[];
-}
-
-export interface AuthorizeBatchResponse {
-  /** One per request, in the same order. */
-  results: AuthorizeResult[];
-}
-
-export interface AuthorizeResult {
-  grant?: AuthorizeResponse | undefined;
-  refusal?: Refusal | undefined;
-}
-
-/** A refusal carried as data: what Authorize would send as a gRPC error and its metadata. */
-export interface Refusal {
-  code: string;
-  message: string;
-  param: string;
-  /** HTTP headers to send with the error (retry-after, x-ratelimit-*). */
-  headers: { [key: string]: string };
-}
-
-export interface Refusal_HeadersEntry {
-  key: string;
-  value: string;
-}
-
-/** Account request limits as reported in x-ratelimit-* headers. */
-export interface RateLimitStatus {
-  limitPerMinute: bigint;
-  remainingThisMinute: bigint;
-  /** Seconds until the minute window resets. */
-  resetSeconds: bigint;
-}
-
-export interface ReleaseSlotRequest {
-  reservationId: string;
-}
-
-export interface ReleaseSlotResponse {
-}
-
 export interface GetUsageSummaryRequest {
   accountId: string;
   tier: string;
+  /** A scoped key's subscription: only its requests are read (absent: the whole account). */
+  subscriptionId?: string | undefined;
 }
 
 export interface GetUsageSummaryResponse {
@@ -153,6 +69,8 @@ export interface GetUsageTokensRequest {
   days: number;
   /** hour, day, week or month. */
   interval: string;
+  /** A scoped key's subscription: only its requests are read (absent: the whole account). */
+  subscriptionId?: string | undefined;
 }
 
 export interface GetUsageTokensResponse {
@@ -186,6 +104,8 @@ export interface GetUsageBreakdownRequest {
   accountId: string;
   /** 1..365. */
   days: number;
+  /** A scoped key's subscription: only its requests are read (absent: the whole account). */
+  subscriptionId?: string | undefined;
 }
 
 export interface GetUsageBreakdownResponse {
@@ -217,6 +137,8 @@ export interface ExportUsageRequest {
   accountId: string;
   /** 1..365. */
   days: number;
+  /** A scoped key's subscription: only its requests are read (absent: the whole account). */
+  subscriptionId?: string | undefined;
 }
 
 export interface ExportUsageResponse {
@@ -236,12 +158,84 @@ export interface UsageExportRow {
   success: boolean;
 }
 
+export interface GetGenerationRequest {
+  accountId: string;
+  /** The edge's request id (the completion id without its `chatcmpl-` prefix). */
+  requestId: string;
+  /** A scoped key's subscription: only its requests are found (absent: the whole account). */
+  subscriptionId?: string | undefined;
+}
+
+export interface GetGenerationResponse {
+  generation?: Generation | undefined;
+}
+
+/** One request as settlement recorded it. */
+export interface Generation {
+  requestId: string;
+  /** When the edge received it, ISO 8601 UTC with milliseconds. */
+  createdAt: string;
+  modelId: string;
+  /** local, hoster or cloud. */
+  provider: string;
+  /** Empty for platform models. */
+  hosterId: string;
+  inputTokens: bigint;
+  outputTokens: bigint;
+  /** What settlement charged the customer for it (the usage record's cost). */
+  costMicros: bigint;
+  latencyMs: bigint;
+  /** Absent when no token reached the caller, or for a request settled before it was recorded. */
+  timeToFirstTokenMs?:
+    | bigint
+    | undefined;
+  /** As in usage.completed; empty when the answer has none. */
+  finishReason: string;
+  success: boolean;
+  /** The error code (DESIGN.md §4) when success is false. */
+  errorCode: string;
+}
+
 export interface GetBalanceRequest {
   accountId: string;
 }
 
 export interface GetBalanceResponse {
   creditBalanceMicros: bigint;
+}
+
+export interface KeyLimit {
+  keyId: string;
+  /** Absent: no limit. */
+  limitMicros?:
+    | bigint
+    | undefined;
+  /** daily | weekly | monthly; empty: never resets. */
+  limitReset: string;
+  /** Settled spend in the current window. */
+  spentMicros: bigint;
+  /** When the current window ends (ISO 8601 UTC); empty when it never resets. */
+  resetsAt: string;
+}
+
+export interface SetKeyLimitRequest {
+  accountId: string;
+  keyId: string;
+  limitMicros?: bigint | undefined;
+  limitReset: string;
+}
+
+export interface SetKeyLimitResponse {
+  limit?: KeyLimit | undefined;
+}
+
+export interface ListKeyLimitsRequest {
+  accountId: string;
+  keyIds: string[];
+}
+
+export interface ListKeyLimitsResponse {
+  limits: KeyLimit[];
 }
 
 export interface AddCreditsRequest {
@@ -443,1282 +437,8 @@ export interface PlanSubscribers {
   earnedMicros: bigint;
 }
 
-function createBaseAuthorizeRequest(): AuthorizeRequest {
-  return {
-    requestId: "",
-    accountId: "",
-    keyId: "",
-    tier: "",
-    modelId: "",
-    provider: "",
-    hosterId: "",
-    inputPricePer1mMicros: 0n,
-    outputPricePer1mMicros: 0n,
-    contextWindow: 0n,
-    maxOutputTokensCap: 0n,
-    inputTokens: 0n,
-    requestedMaxOutputTokens: 0n,
-    subscriptionId: "",
-    choices: 0n,
-  };
-}
-
-export const AuthorizeRequest: MessageFns<AuthorizeRequest> = {
-  encode(message: AuthorizeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.requestId !== "") {
-      writer.uint32(10).string(message.requestId);
-    }
-    if (message.accountId !== "") {
-      writer.uint32(18).string(message.accountId);
-    }
-    if (message.keyId !== "") {
-      writer.uint32(26).string(message.keyId);
-    }
-    if (message.tier !== "") {
-      writer.uint32(34).string(message.tier);
-    }
-    if (message.modelId !== "") {
-      writer.uint32(42).string(message.modelId);
-    }
-    if (message.provider !== "") {
-      writer.uint32(50).string(message.provider);
-    }
-    if (message.hosterId !== "") {
-      writer.uint32(58).string(message.hosterId);
-    }
-    if (message.inputPricePer1mMicros !== 0n) {
-      if (BigInt.asIntN(64, message.inputPricePer1mMicros) !== message.inputPricePer1mMicros) {
-        throw new globalThis.Error("value provided for field message.inputPricePer1mMicros of type int64 too large");
-      }
-      writer.uint32(64).int64(message.inputPricePer1mMicros);
-    }
-    if (message.outputPricePer1mMicros !== 0n) {
-      if (BigInt.asIntN(64, message.outputPricePer1mMicros) !== message.outputPricePer1mMicros) {
-        throw new globalThis.Error("value provided for field message.outputPricePer1mMicros of type int64 too large");
-      }
-      writer.uint32(72).int64(message.outputPricePer1mMicros);
-    }
-    if (message.contextWindow !== 0n) {
-      if (BigInt.asIntN(64, message.contextWindow) !== message.contextWindow) {
-        throw new globalThis.Error("value provided for field message.contextWindow of type int64 too large");
-      }
-      writer.uint32(80).int64(message.contextWindow);
-    }
-    if (message.maxOutputTokensCap !== 0n) {
-      if (BigInt.asIntN(64, message.maxOutputTokensCap) !== message.maxOutputTokensCap) {
-        throw new globalThis.Error("value provided for field message.maxOutputTokensCap of type int64 too large");
-      }
-      writer.uint32(88).int64(message.maxOutputTokensCap);
-    }
-    if (message.inputTokens !== 0n) {
-      if (BigInt.asIntN(64, message.inputTokens) !== message.inputTokens) {
-        throw new globalThis.Error("value provided for field message.inputTokens of type int64 too large");
-      }
-      writer.uint32(96).int64(message.inputTokens);
-    }
-    if (message.requestedMaxOutputTokens !== 0n) {
-      if (BigInt.asIntN(64, message.requestedMaxOutputTokens) !== message.requestedMaxOutputTokens) {
-        throw new globalThis.Error("value provided for field message.requestedMaxOutputTokens of type int64 too large");
-      }
-      writer.uint32(104).int64(message.requestedMaxOutputTokens);
-    }
-    if (message.subscriptionId !== "") {
-      writer.uint32(114).string(message.subscriptionId);
-    }
-    if (message.choices !== 0n) {
-      if (BigInt.asIntN(64, message.choices) !== message.choices) {
-        throw new globalThis.Error("value provided for field message.choices of type int64 too large");
-      }
-      writer.uint32(120).int64(message.choices);
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): AuthorizeRequest {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseAuthorizeRequest();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.requestId = reader.string();
-            continue;
-          }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.accountId = reader.string();
-            continue;
-          }
-          case 3: {
-            if (tag !== 26) {
-              break;
-            }
-
-            message.keyId = reader.string();
-            continue;
-          }
-          case 4: {
-            if (tag !== 34) {
-              break;
-            }
-
-            message.tier = reader.string();
-            continue;
-          }
-          case 5: {
-            if (tag !== 42) {
-              break;
-            }
-
-            message.modelId = reader.string();
-            continue;
-          }
-          case 6: {
-            if (tag !== 50) {
-              break;
-            }
-
-            message.provider = reader.string();
-            continue;
-          }
-          case 7: {
-            if (tag !== 58) {
-              break;
-            }
-
-            message.hosterId = reader.string();
-            continue;
-          }
-          case 8: {
-            if (tag !== 64) {
-              break;
-            }
-
-            message.inputPricePer1mMicros = reader.int64() as bigint;
-            continue;
-          }
-          case 9: {
-            if (tag !== 72) {
-              break;
-            }
-
-            message.outputPricePer1mMicros = reader.int64() as bigint;
-            continue;
-          }
-          case 10: {
-            if (tag !== 80) {
-              break;
-            }
-
-            message.contextWindow = reader.int64() as bigint;
-            continue;
-          }
-          case 11: {
-            if (tag !== 88) {
-              break;
-            }
-
-            message.maxOutputTokensCap = reader.int64() as bigint;
-            continue;
-          }
-          case 12: {
-            if (tag !== 96) {
-              break;
-            }
-
-            message.inputTokens = reader.int64() as bigint;
-            continue;
-          }
-          case 13: {
-            if (tag !== 104) {
-              break;
-            }
-
-            message.requestedMaxOutputTokens = reader.int64() as bigint;
-            continue;
-          }
-          case 14: {
-            if (tag !== 114) {
-              break;
-            }
-
-            message.subscriptionId = reader.string();
-            continue;
-          }
-          case 15: {
-            if (tag !== 120) {
-              break;
-            }
-
-            message.choices = reader.int64() as bigint;
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): AuthorizeRequest {
-    return {
-      requestId: isSet(object.requestId)
-        ? globalThis.String(object.requestId)
-        : isSet(object.request_id)
-        ? globalThis.String(object.request_id)
-        : "",
-      accountId: isSet(object.accountId)
-        ? globalThis.String(object.accountId)
-        : isSet(object.account_id)
-        ? globalThis.String(object.account_id)
-        : "",
-      keyId: isSet(object.keyId)
-        ? globalThis.String(object.keyId)
-        : isSet(object.key_id)
-        ? globalThis.String(object.key_id)
-        : "",
-      tier: isSet(object.tier) ? globalThis.String(object.tier) : "",
-      modelId: isSet(object.modelId)
-        ? globalThis.String(object.modelId)
-        : isSet(object.model_id)
-        ? globalThis.String(object.model_id)
-        : "",
-      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
-      hosterId: isSet(object.hosterId)
-        ? globalThis.String(object.hosterId)
-        : isSet(object.hoster_id)
-        ? globalThis.String(object.hoster_id)
-        : "",
-      inputPricePer1mMicros: isSet(object.inputPricePer1mMicros)
-        ? BigInt(object.inputPricePer1mMicros)
-        : isSet(object.input_price_per_1m_micros)
-        ? BigInt(object.input_price_per_1m_micros)
-        : 0n,
-      outputPricePer1mMicros: isSet(object.outputPricePer1mMicros)
-        ? BigInt(object.outputPricePer1mMicros)
-        : isSet(object.output_price_per_1m_micros)
-        ? BigInt(object.output_price_per_1m_micros)
-        : 0n,
-      contextWindow: isSet(object.contextWindow)
-        ? BigInt(object.contextWindow)
-        : isSet(object.context_window)
-        ? BigInt(object.context_window)
-        : 0n,
-      maxOutputTokensCap: isSet(object.maxOutputTokensCap)
-        ? BigInt(object.maxOutputTokensCap)
-        : isSet(object.max_output_tokens_cap)
-        ? BigInt(object.max_output_tokens_cap)
-        : 0n,
-      inputTokens: isSet(object.inputTokens)
-        ? BigInt(object.inputTokens)
-        : isSet(object.input_tokens)
-        ? BigInt(object.input_tokens)
-        : 0n,
-      requestedMaxOutputTokens: isSet(object.requestedMaxOutputTokens)
-        ? BigInt(object.requestedMaxOutputTokens)
-        : isSet(object.requested_max_output_tokens)
-        ? BigInt(object.requested_max_output_tokens)
-        : 0n,
-      subscriptionId: isSet(object.subscriptionId)
-        ? globalThis.String(object.subscriptionId)
-        : isSet(object.subscription_id)
-        ? globalThis.String(object.subscription_id)
-        : "",
-      choices: isSet(object.choices) ? BigInt(object.choices) : 0n,
-    };
-  },
-
-  toJSON(message: AuthorizeRequest): unknown {
-    const obj: any = {};
-    if (message.requestId !== "") {
-      obj.requestId = message.requestId;
-    }
-    if (message.accountId !== "") {
-      obj.accountId = message.accountId;
-    }
-    if (message.keyId !== "") {
-      obj.keyId = message.keyId;
-    }
-    if (message.tier !== "") {
-      obj.tier = message.tier;
-    }
-    if (message.modelId !== "") {
-      obj.modelId = message.modelId;
-    }
-    if (message.provider !== "") {
-      obj.provider = message.provider;
-    }
-    if (message.hosterId !== "") {
-      obj.hosterId = message.hosterId;
-    }
-    if (message.inputPricePer1mMicros !== 0n) {
-      obj.inputPricePer1mMicros = message.inputPricePer1mMicros.toString();
-    }
-    if (message.outputPricePer1mMicros !== 0n) {
-      obj.outputPricePer1mMicros = message.outputPricePer1mMicros.toString();
-    }
-    if (message.contextWindow !== 0n) {
-      obj.contextWindow = message.contextWindow.toString();
-    }
-    if (message.maxOutputTokensCap !== 0n) {
-      obj.maxOutputTokensCap = message.maxOutputTokensCap.toString();
-    }
-    if (message.inputTokens !== 0n) {
-      obj.inputTokens = message.inputTokens.toString();
-    }
-    if (message.requestedMaxOutputTokens !== 0n) {
-      obj.requestedMaxOutputTokens = message.requestedMaxOutputTokens.toString();
-    }
-    if (message.subscriptionId !== "") {
-      obj.subscriptionId = message.subscriptionId;
-    }
-    if (message.choices !== 0n) {
-      obj.choices = message.choices.toString();
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<AuthorizeRequest>, I>>(base?: I): AuthorizeRequest {
-    return AuthorizeRequest.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<AuthorizeRequest>, I>>(object: I): AuthorizeRequest {
-    const message = createBaseAuthorizeRequest();
-    message.requestId = object.requestId ?? "";
-    message.accountId = object.accountId ?? "";
-    message.keyId = object.keyId ?? "";
-    message.tier = object.tier ?? "";
-    message.modelId = object.modelId ?? "";
-    message.provider = object.provider ?? "";
-    message.hosterId = object.hosterId ?? "";
-    message.inputPricePer1mMicros =
-      (object.inputPricePer1mMicros !== undefined && object.inputPricePer1mMicros !== null)
-        ? BigInt(object.inputPricePer1mMicros)
-        : 0n;
-    message.outputPricePer1mMicros =
-      (object.outputPricePer1mMicros !== undefined && object.outputPricePer1mMicros !== null)
-        ? BigInt(object.outputPricePer1mMicros)
-        : 0n;
-    message.contextWindow = (object.contextWindow !== undefined && object.contextWindow !== null)
-      ? BigInt(object.contextWindow)
-      : 0n;
-    message.maxOutputTokensCap = (object.maxOutputTokensCap !== undefined && object.maxOutputTokensCap !== null)
-      ? BigInt(object.maxOutputTokensCap)
-      : 0n;
-    message.inputTokens = (object.inputTokens !== undefined && object.inputTokens !== null)
-      ? BigInt(object.inputTokens)
-      : 0n;
-    message.requestedMaxOutputTokens =
-      (object.requestedMaxOutputTokens !== undefined && object.requestedMaxOutputTokens !== null)
-        ? BigInt(object.requestedMaxOutputTokens)
-        : 0n;
-    message.subscriptionId = object.subscriptionId ?? "";
-    message.choices = (object.choices !== undefined && object.choices !== null) ? BigInt(object.choices) : 0n;
-    return message;
-  },
-};
-
-function createBaseAuthorizeResponse(): AuthorizeResponse {
-  return { reservationId: "", reservedMicros: 0n, maxOutputTokens: 0n, rateLimit: undefined, holdsSlot: false };
-}
-
-export const AuthorizeResponse: MessageFns<AuthorizeResponse> = {
-  encode(message: AuthorizeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.reservationId !== "") {
-      writer.uint32(10).string(message.reservationId);
-    }
-    if (message.reservedMicros !== 0n) {
-      if (BigInt.asIntN(64, message.reservedMicros) !== message.reservedMicros) {
-        throw new globalThis.Error("value provided for field message.reservedMicros of type int64 too large");
-      }
-      writer.uint32(16).int64(message.reservedMicros);
-    }
-    if (message.maxOutputTokens !== 0n) {
-      if (BigInt.asIntN(64, message.maxOutputTokens) !== message.maxOutputTokens) {
-        throw new globalThis.Error("value provided for field message.maxOutputTokens of type int64 too large");
-      }
-      writer.uint32(24).int64(message.maxOutputTokens);
-    }
-    if (message.rateLimit !== undefined) {
-      RateLimitStatus.encode(message.rateLimit, writer.uint32(34).fork()).join();
-    }
-    if (message.holdsSlot !== false) {
-      writer.uint32(40).bool(message.holdsSlot);
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): AuthorizeResponse {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseAuthorizeResponse();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.reservationId = reader.string();
-            continue;
-          }
-          case 2: {
-            if (tag !== 16) {
-              break;
-            }
-
-            message.reservedMicros = reader.int64() as bigint;
-            continue;
-          }
-          case 3: {
-            if (tag !== 24) {
-              break;
-            }
-
-            message.maxOutputTokens = reader.int64() as bigint;
-            continue;
-          }
-          case 4: {
-            if (tag !== 34) {
-              break;
-            }
-
-            message.rateLimit = RateLimitStatus.decode(reader, reader.uint32());
-            continue;
-          }
-          case 5: {
-            if (tag !== 40) {
-              break;
-            }
-
-            message.holdsSlot = reader.bool();
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): AuthorizeResponse {
-    return {
-      reservationId: isSet(object.reservationId)
-        ? globalThis.String(object.reservationId)
-        : isSet(object.reservation_id)
-        ? globalThis.String(object.reservation_id)
-        : "",
-      reservedMicros: isSet(object.reservedMicros)
-        ? BigInt(object.reservedMicros)
-        : isSet(object.reserved_micros)
-        ? BigInt(object.reserved_micros)
-        : 0n,
-      maxOutputTokens: isSet(object.maxOutputTokens)
-        ? BigInt(object.maxOutputTokens)
-        : isSet(object.max_output_tokens)
-        ? BigInt(object.max_output_tokens)
-        : 0n,
-      rateLimit: isSet(object.rateLimit)
-        ? RateLimitStatus.fromJSON(object.rateLimit)
-        : isSet(object.rate_limit)
-        ? RateLimitStatus.fromJSON(object.rate_limit)
-        : undefined,
-      holdsSlot: isSet(object.holdsSlot)
-        ? globalThis.Boolean(object.holdsSlot)
-        : isSet(object.holds_slot)
-        ? globalThis.Boolean(object.holds_slot)
-        : false,
-    };
-  },
-
-  toJSON(message: AuthorizeResponse): unknown {
-    const obj: any = {};
-    if (message.reservationId !== "") {
-      obj.reservationId = message.reservationId;
-    }
-    if (message.reservedMicros !== 0n) {
-      obj.reservedMicros = message.reservedMicros.toString();
-    }
-    if (message.maxOutputTokens !== 0n) {
-      obj.maxOutputTokens = message.maxOutputTokens.toString();
-    }
-    if (message.rateLimit !== undefined) {
-      obj.rateLimit = RateLimitStatus.toJSON(message.rateLimit);
-    }
-    if (message.holdsSlot !== false) {
-      obj.holdsSlot = message.holdsSlot;
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<AuthorizeResponse>, I>>(base?: I): AuthorizeResponse {
-    return AuthorizeResponse.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<AuthorizeResponse>, I>>(object: I): AuthorizeResponse {
-    const message = createBaseAuthorizeResponse();
-    message.reservationId = object.reservationId ?? "";
-    message.reservedMicros = (object.reservedMicros !== undefined && object.reservedMicros !== null)
-      ? BigInt(object.reservedMicros)
-      : 0n;
-    message.maxOutputTokens = (object.maxOutputTokens !== undefined && object.maxOutputTokens !== null)
-      ? BigInt(object.maxOutputTokens)
-      : 0n;
-    message.rateLimit = (object.rateLimit !== undefined && object.rateLimit !== null)
-      ? RateLimitStatus.fromPartial(object.rateLimit)
-      : undefined;
-    message.holdsSlot = object.holdsSlot ?? false;
-    return message;
-  },
-};
-
-function createBaseAuthorizeBatchRequest(): AuthorizeBatchRequest {
-  return { requests: [] };
-}
-
-export const AuthorizeBatchRequest: MessageFns<AuthorizeBatchRequest> = {
-  encode(message: AuthorizeBatchRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    for (const v of message.requests) {
-      AuthorizeRequest.encode(v!, writer.uint32(10).fork()).join();
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): AuthorizeBatchRequest {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseAuthorizeBatchRequest();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.requests.push(AuthorizeRequest.decode(reader, reader.uint32()));
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): AuthorizeBatchRequest {
-    return {
-      requests: globalThis.Array.isArray(object?.requests)
-        ? object.requests.map((e: any) => AuthorizeRequest.fromJSON(e))
-        : [],
-    };
-  },
-
-  toJSON(message: AuthorizeBatchRequest): unknown {
-    const obj: any = {};
-    if (message.requests?.length) {
-      obj.requests = message.requests.map((e) => AuthorizeRequest.toJSON(e));
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<AuthorizeBatchRequest>, I>>(base?: I): AuthorizeBatchRequest {
-    return AuthorizeBatchRequest.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<AuthorizeBatchRequest>, I>>(object: I): AuthorizeBatchRequest {
-    const message = createBaseAuthorizeBatchRequest();
-    message.requests = object.requests?.map((e) => AuthorizeRequest.fromPartial(e)) || [];
-    return message;
-  },
-};
-
-function createBaseAuthorizeBatchResponse(): AuthorizeBatchResponse {
-  return { results: [] };
-}
-
-export const AuthorizeBatchResponse: MessageFns<AuthorizeBatchResponse> = {
-  encode(message: AuthorizeBatchResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    for (const v of message.results) {
-      AuthorizeResult.encode(v!, writer.uint32(10).fork()).join();
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): AuthorizeBatchResponse {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseAuthorizeBatchResponse();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.results.push(AuthorizeResult.decode(reader, reader.uint32()));
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): AuthorizeBatchResponse {
-    return {
-      results: globalThis.Array.isArray(object?.results)
-        ? object.results.map((e: any) => AuthorizeResult.fromJSON(e))
-        : [],
-    };
-  },
-
-  toJSON(message: AuthorizeBatchResponse): unknown {
-    const obj: any = {};
-    if (message.results?.length) {
-      obj.results = message.results.map((e) => AuthorizeResult.toJSON(e));
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<AuthorizeBatchResponse>, I>>(base?: I): AuthorizeBatchResponse {
-    return AuthorizeBatchResponse.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<AuthorizeBatchResponse>, I>>(object: I): AuthorizeBatchResponse {
-    const message = createBaseAuthorizeBatchResponse();
-    message.results = object.results?.map((e) => AuthorizeResult.fromPartial(e)) || [];
-    return message;
-  },
-};
-
-function createBaseAuthorizeResult(): AuthorizeResult {
-  return { grant: undefined, refusal: undefined };
-}
-
-export const AuthorizeResult: MessageFns<AuthorizeResult> = {
-  encode(message: AuthorizeResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.grant !== undefined) {
-      AuthorizeResponse.encode(message.grant, writer.uint32(10).fork()).join();
-    }
-    if (message.refusal !== undefined) {
-      Refusal.encode(message.refusal, writer.uint32(18).fork()).join();
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): AuthorizeResult {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseAuthorizeResult();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.grant = AuthorizeResponse.decode(reader, reader.uint32());
-            continue;
-          }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.refusal = Refusal.decode(reader, reader.uint32());
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): AuthorizeResult {
-    return {
-      grant: isSet(object.grant) ? AuthorizeResponse.fromJSON(object.grant) : undefined,
-      refusal: isSet(object.refusal) ? Refusal.fromJSON(object.refusal) : undefined,
-    };
-  },
-
-  toJSON(message: AuthorizeResult): unknown {
-    const obj: any = {};
-    if (message.grant !== undefined) {
-      obj.grant = AuthorizeResponse.toJSON(message.grant);
-    }
-    if (message.refusal !== undefined) {
-      obj.refusal = Refusal.toJSON(message.refusal);
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<AuthorizeResult>, I>>(base?: I): AuthorizeResult {
-    return AuthorizeResult.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<AuthorizeResult>, I>>(object: I): AuthorizeResult {
-    const message = createBaseAuthorizeResult();
-    message.grant = (object.grant !== undefined && object.grant !== null)
-      ? AuthorizeResponse.fromPartial(object.grant)
-      : undefined;
-    message.refusal = (object.refusal !== undefined && object.refusal !== null)
-      ? Refusal.fromPartial(object.refusal)
-      : undefined;
-    return message;
-  },
-};
-
-function createBaseRefusal(): Refusal {
-  return { code: "", message: "", param: "", headers: {} };
-}
-
-export const Refusal: MessageFns<Refusal> = {
-  encode(message: Refusal, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.code !== "") {
-      writer.uint32(10).string(message.code);
-    }
-    if (message.message !== "") {
-      writer.uint32(18).string(message.message);
-    }
-    if (message.param !== "") {
-      writer.uint32(26).string(message.param);
-    }
-    globalThis.Object.entries(message.headers).forEach(([key, value]: [string, string]) => {
-      Refusal_HeadersEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
-    });
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): Refusal {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseRefusal();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.code = reader.string();
-            continue;
-          }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.message = reader.string();
-            continue;
-          }
-          case 3: {
-            if (tag !== 26) {
-              break;
-            }
-
-            message.param = reader.string();
-            continue;
-          }
-          case 4: {
-            if (tag !== 34) {
-              break;
-            }
-
-            const entry4 = Refusal_HeadersEntry.decode(reader, reader.uint32());
-            if (entry4.value !== undefined) {
-              message.headers[entry4.key] = entry4.value;
-            }
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): Refusal {
-    return {
-      code: isSet(object.code) ? globalThis.String(object.code) : "",
-      message: isSet(object.message) ? globalThis.String(object.message) : "",
-      param: isSet(object.param) ? globalThis.String(object.param) : "",
-      headers: isObject(object.headers)
-        ? (globalThis.Object.entries(object.headers) as [string, any][]).reduce(
-          (acc: { [key: string]: string }, [key, value]: [string, any]) => {
-            globalThis.Object.defineProperty(acc, key, {
-              value: globalThis.String(value),
-              enumerable: true,
-              configurable: true,
-              writable: true,
-            });
-            return acc;
-          },
-          {},
-        )
-        : {},
-    };
-  },
-
-  toJSON(message: Refusal): unknown {
-    const obj: any = {};
-    if (message.code !== "") {
-      obj.code = message.code;
-    }
-    if (message.message !== "") {
-      obj.message = message.message;
-    }
-    if (message.param !== "") {
-      obj.param = message.param;
-    }
-    if (message.headers) {
-      const entries = globalThis.Object.entries(message.headers) as [string, string][];
-      if (entries.length > 0) {
-        obj.headers = {};
-        entries.forEach(([k, v]) => {
-          obj.headers[k] = v;
-        });
-      }
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<Refusal>, I>>(base?: I): Refusal {
-    return Refusal.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<Refusal>, I>>(object: I): Refusal {
-    const message = createBaseRefusal();
-    message.code = object.code ?? "";
-    message.message = object.message ?? "";
-    message.param = object.param ?? "";
-    message.headers = (globalThis.Object.entries(object.headers ?? {}) as [string, string][]).reduce(
-      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
-        if (value !== undefined) {
-          acc[key] = globalThis.String(value);
-        }
-        return acc;
-      },
-      {},
-    );
-    return message;
-  },
-};
-
-function createBaseRefusal_HeadersEntry(): Refusal_HeadersEntry {
-  return { key: "", value: "" };
-}
-
-export const Refusal_HeadersEntry: MessageFns<Refusal_HeadersEntry> = {
-  encode(message: Refusal_HeadersEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.key !== "") {
-      writer.uint32(10).string(message.key);
-    }
-    if (message.value !== "") {
-      writer.uint32(18).string(message.value);
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): Refusal_HeadersEntry {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseRefusal_HeadersEntry();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.key = reader.string();
-            continue;
-          }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.value = reader.string();
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): Refusal_HeadersEntry {
-    return {
-      key: isSet(object.key) ? globalThis.String(object.key) : "",
-      value: isSet(object.value) ? globalThis.String(object.value) : "",
-    };
-  },
-
-  toJSON(message: Refusal_HeadersEntry): unknown {
-    const obj: any = {};
-    if (message.key !== "") {
-      obj.key = message.key;
-    }
-    if (message.value !== "") {
-      obj.value = message.value;
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<Refusal_HeadersEntry>, I>>(base?: I): Refusal_HeadersEntry {
-    return Refusal_HeadersEntry.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<Refusal_HeadersEntry>, I>>(object: I): Refusal_HeadersEntry {
-    const message = createBaseRefusal_HeadersEntry();
-    message.key = object.key ?? "";
-    message.value = object.value ?? "";
-    return message;
-  },
-};
-
-function createBaseRateLimitStatus(): RateLimitStatus {
-  return { limitPerMinute: 0n, remainingThisMinute: 0n, resetSeconds: 0n };
-}
-
-export const RateLimitStatus: MessageFns<RateLimitStatus> = {
-  encode(message: RateLimitStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.limitPerMinute !== 0n) {
-      if (BigInt.asIntN(64, message.limitPerMinute) !== message.limitPerMinute) {
-        throw new globalThis.Error("value provided for field message.limitPerMinute of type int64 too large");
-      }
-      writer.uint32(8).int64(message.limitPerMinute);
-    }
-    if (message.remainingThisMinute !== 0n) {
-      if (BigInt.asIntN(64, message.remainingThisMinute) !== message.remainingThisMinute) {
-        throw new globalThis.Error("value provided for field message.remainingThisMinute of type int64 too large");
-      }
-      writer.uint32(16).int64(message.remainingThisMinute);
-    }
-    if (message.resetSeconds !== 0n) {
-      if (BigInt.asIntN(64, message.resetSeconds) !== message.resetSeconds) {
-        throw new globalThis.Error("value provided for field message.resetSeconds of type int64 too large");
-      }
-      writer.uint32(24).int64(message.resetSeconds);
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): RateLimitStatus {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseRateLimitStatus();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 8) {
-              break;
-            }
-
-            message.limitPerMinute = reader.int64() as bigint;
-            continue;
-          }
-          case 2: {
-            if (tag !== 16) {
-              break;
-            }
-
-            message.remainingThisMinute = reader.int64() as bigint;
-            continue;
-          }
-          case 3: {
-            if (tag !== 24) {
-              break;
-            }
-
-            message.resetSeconds = reader.int64() as bigint;
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): RateLimitStatus {
-    return {
-      limitPerMinute: isSet(object.limitPerMinute)
-        ? BigInt(object.limitPerMinute)
-        : isSet(object.limit_per_minute)
-        ? BigInt(object.limit_per_minute)
-        : 0n,
-      remainingThisMinute: isSet(object.remainingThisMinute)
-        ? BigInt(object.remainingThisMinute)
-        : isSet(object.remaining_this_minute)
-        ? BigInt(object.remaining_this_minute)
-        : 0n,
-      resetSeconds: isSet(object.resetSeconds)
-        ? BigInt(object.resetSeconds)
-        : isSet(object.reset_seconds)
-        ? BigInt(object.reset_seconds)
-        : 0n,
-    };
-  },
-
-  toJSON(message: RateLimitStatus): unknown {
-    const obj: any = {};
-    if (message.limitPerMinute !== 0n) {
-      obj.limitPerMinute = message.limitPerMinute.toString();
-    }
-    if (message.remainingThisMinute !== 0n) {
-      obj.remainingThisMinute = message.remainingThisMinute.toString();
-    }
-    if (message.resetSeconds !== 0n) {
-      obj.resetSeconds = message.resetSeconds.toString();
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<RateLimitStatus>, I>>(base?: I): RateLimitStatus {
-    return RateLimitStatus.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<RateLimitStatus>, I>>(object: I): RateLimitStatus {
-    const message = createBaseRateLimitStatus();
-    message.limitPerMinute = (object.limitPerMinute !== undefined && object.limitPerMinute !== null)
-      ? BigInt(object.limitPerMinute)
-      : 0n;
-    message.remainingThisMinute = (object.remainingThisMinute !== undefined && object.remainingThisMinute !== null)
-      ? BigInt(object.remainingThisMinute)
-      : 0n;
-    message.resetSeconds = (object.resetSeconds !== undefined && object.resetSeconds !== null)
-      ? BigInt(object.resetSeconds)
-      : 0n;
-    return message;
-  },
-};
-
-function createBaseReleaseSlotRequest(): ReleaseSlotRequest {
-  return { reservationId: "" };
-}
-
-export const ReleaseSlotRequest: MessageFns<ReleaseSlotRequest> = {
-  encode(message: ReleaseSlotRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.reservationId !== "") {
-      writer.uint32(10).string(message.reservationId);
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseSlotRequest {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseReleaseSlotRequest();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.reservationId = reader.string();
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): ReleaseSlotRequest {
-    return {
-      reservationId: isSet(object.reservationId)
-        ? globalThis.String(object.reservationId)
-        : isSet(object.reservation_id)
-        ? globalThis.String(object.reservation_id)
-        : "",
-    };
-  },
-
-  toJSON(message: ReleaseSlotRequest): unknown {
-    const obj: any = {};
-    if (message.reservationId !== "") {
-      obj.reservationId = message.reservationId;
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<ReleaseSlotRequest>, I>>(base?: I): ReleaseSlotRequest {
-    return ReleaseSlotRequest.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<ReleaseSlotRequest>, I>>(object: I): ReleaseSlotRequest {
-    const message = createBaseReleaseSlotRequest();
-    message.reservationId = object.reservationId ?? "";
-    return message;
-  },
-};
-
-function createBaseReleaseSlotResponse(): ReleaseSlotResponse {
-  return {};
-}
-
-export const ReleaseSlotResponse: MessageFns<ReleaseSlotResponse> = {
-  encode(_: ReleaseSlotResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseSlotResponse {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseReleaseSlotResponse();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(_: any): ReleaseSlotResponse {
-    return {};
-  },
-
-  toJSON(_: ReleaseSlotResponse): unknown {
-    const obj: any = {};
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<ReleaseSlotResponse>, I>>(base?: I): ReleaseSlotResponse {
-    return ReleaseSlotResponse.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<ReleaseSlotResponse>, I>>(_: I): ReleaseSlotResponse {
-    const message = createBaseReleaseSlotResponse();
-    return message;
-  },
-};
-
 function createBaseGetUsageSummaryRequest(): GetUsageSummaryRequest {
-  return { accountId: "", tier: "" };
+  return { accountId: "", tier: "", subscriptionId: undefined };
 }
 
 export const GetUsageSummaryRequest: MessageFns<GetUsageSummaryRequest> = {
@@ -1728,6 +448,9 @@ export const GetUsageSummaryRequest: MessageFns<GetUsageSummaryRequest> = {
     }
     if (message.tier !== "") {
       writer.uint32(18).string(message.tier);
+    }
+    if (message.subscriptionId !== undefined) {
+      writer.uint32(26).string(message.subscriptionId);
     }
     return writer;
   },
@@ -1761,6 +484,14 @@ export const GetUsageSummaryRequest: MessageFns<GetUsageSummaryRequest> = {
             message.tier = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1781,6 +512,11 @@ export const GetUsageSummaryRequest: MessageFns<GetUsageSummaryRequest> = {
         ? globalThis.String(object.account_id)
         : "",
       tier: isSet(object.tier) ? globalThis.String(object.tier) : "",
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : undefined,
     };
   },
 
@@ -1792,6 +528,9 @@ export const GetUsageSummaryRequest: MessageFns<GetUsageSummaryRequest> = {
     if (message.tier !== "") {
       obj.tier = message.tier;
     }
+    if (message.subscriptionId !== undefined) {
+      obj.subscriptionId = message.subscriptionId;
+    }
     return obj;
   },
 
@@ -1802,6 +541,7 @@ export const GetUsageSummaryRequest: MessageFns<GetUsageSummaryRequest> = {
     const message = createBaseGetUsageSummaryRequest();
     message.accountId = object.accountId ?? "";
     message.tier = object.tier ?? "";
+    message.subscriptionId = object.subscriptionId ?? undefined;
     return message;
   },
 };
@@ -2312,7 +1052,7 @@ export const Usage30d: MessageFns<Usage30d> = {
 };
 
 function createBaseGetUsageTokensRequest(): GetUsageTokensRequest {
-  return { accountId: "", days: 0, interval: "" };
+  return { accountId: "", days: 0, interval: "", subscriptionId: undefined };
 }
 
 export const GetUsageTokensRequest: MessageFns<GetUsageTokensRequest> = {
@@ -2325,6 +1065,9 @@ export const GetUsageTokensRequest: MessageFns<GetUsageTokensRequest> = {
     }
     if (message.interval !== "") {
       writer.uint32(26).string(message.interval);
+    }
+    if (message.subscriptionId !== undefined) {
+      writer.uint32(34).string(message.subscriptionId);
     }
     return writer;
   },
@@ -2366,6 +1109,14 @@ export const GetUsageTokensRequest: MessageFns<GetUsageTokensRequest> = {
             message.interval = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2387,6 +1138,11 @@ export const GetUsageTokensRequest: MessageFns<GetUsageTokensRequest> = {
         : "",
       days: isSet(object.days) ? globalThis.Number(object.days) : 0,
       interval: isSet(object.interval) ? globalThis.String(object.interval) : "",
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : undefined,
     };
   },
 
@@ -2401,6 +1157,9 @@ export const GetUsageTokensRequest: MessageFns<GetUsageTokensRequest> = {
     if (message.interval !== "") {
       obj.interval = message.interval;
     }
+    if (message.subscriptionId !== undefined) {
+      obj.subscriptionId = message.subscriptionId;
+    }
     return obj;
   },
 
@@ -2412,6 +1171,7 @@ export const GetUsageTokensRequest: MessageFns<GetUsageTokensRequest> = {
     message.accountId = object.accountId ?? "";
     message.days = object.days ?? 0;
     message.interval = object.interval ?? "";
+    message.subscriptionId = object.subscriptionId ?? undefined;
     return message;
   },
 };
@@ -2840,7 +1600,7 @@ export const UsageBucket: MessageFns<UsageBucket> = {
 };
 
 function createBaseGetUsageBreakdownRequest(): GetUsageBreakdownRequest {
-  return { accountId: "", days: 0 };
+  return { accountId: "", days: 0, subscriptionId: undefined };
 }
 
 export const GetUsageBreakdownRequest: MessageFns<GetUsageBreakdownRequest> = {
@@ -2850,6 +1610,9 @@ export const GetUsageBreakdownRequest: MessageFns<GetUsageBreakdownRequest> = {
     }
     if (message.days !== 0) {
       writer.uint32(16).int32(message.days);
+    }
+    if (message.subscriptionId !== undefined) {
+      writer.uint32(26).string(message.subscriptionId);
     }
     return writer;
   },
@@ -2883,6 +1646,14 @@ export const GetUsageBreakdownRequest: MessageFns<GetUsageBreakdownRequest> = {
             message.days = reader.int32();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2903,6 +1674,11 @@ export const GetUsageBreakdownRequest: MessageFns<GetUsageBreakdownRequest> = {
         ? globalThis.String(object.account_id)
         : "",
       days: isSet(object.days) ? globalThis.Number(object.days) : 0,
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : undefined,
     };
   },
 
@@ -2914,6 +1690,9 @@ export const GetUsageBreakdownRequest: MessageFns<GetUsageBreakdownRequest> = {
     if (message.days !== 0) {
       obj.days = Math.round(message.days);
     }
+    if (message.subscriptionId !== undefined) {
+      obj.subscriptionId = message.subscriptionId;
+    }
     return obj;
   },
 
@@ -2924,6 +1703,7 @@ export const GetUsageBreakdownRequest: MessageFns<GetUsageBreakdownRequest> = {
     const message = createBaseGetUsageBreakdownRequest();
     message.accountId = object.accountId ?? "";
     message.days = object.days ?? 0;
+    message.subscriptionId = object.subscriptionId ?? undefined;
     return message;
   },
 };
@@ -3262,7 +2042,7 @@ export const DailyUsage: MessageFns<DailyUsage> = {
 };
 
 function createBaseExportUsageRequest(): ExportUsageRequest {
-  return { accountId: "", days: 0 };
+  return { accountId: "", days: 0, subscriptionId: undefined };
 }
 
 export const ExportUsageRequest: MessageFns<ExportUsageRequest> = {
@@ -3272,6 +2052,9 @@ export const ExportUsageRequest: MessageFns<ExportUsageRequest> = {
     }
     if (message.days !== 0) {
       writer.uint32(16).int32(message.days);
+    }
+    if (message.subscriptionId !== undefined) {
+      writer.uint32(26).string(message.subscriptionId);
     }
     return writer;
   },
@@ -3305,6 +2088,14 @@ export const ExportUsageRequest: MessageFns<ExportUsageRequest> = {
             message.days = reader.int32();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3325,6 +2116,11 @@ export const ExportUsageRequest: MessageFns<ExportUsageRequest> = {
         ? globalThis.String(object.account_id)
         : "",
       days: isSet(object.days) ? globalThis.Number(object.days) : 0,
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : undefined,
     };
   },
 
@@ -3336,6 +2132,9 @@ export const ExportUsageRequest: MessageFns<ExportUsageRequest> = {
     if (message.days !== 0) {
       obj.days = Math.round(message.days);
     }
+    if (message.subscriptionId !== undefined) {
+      obj.subscriptionId = message.subscriptionId;
+    }
     return obj;
   },
 
@@ -3346,6 +2145,7 @@ export const ExportUsageRequest: MessageFns<ExportUsageRequest> = {
     const message = createBaseExportUsageRequest();
     message.accountId = object.accountId ?? "";
     message.days = object.days ?? 0;
+    message.subscriptionId = object.subscriptionId ?? undefined;
     return message;
   },
 };
@@ -3647,6 +2447,530 @@ export const UsageExportRow: MessageFns<UsageExportRow> = {
   },
 };
 
+function createBaseGetGenerationRequest(): GetGenerationRequest {
+  return { accountId: "", requestId: "", subscriptionId: undefined };
+}
+
+export const GetGenerationRequest: MessageFns<GetGenerationRequest> = {
+  encode(message: GetGenerationRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.requestId !== "") {
+      writer.uint32(18).string(message.requestId);
+    }
+    if (message.subscriptionId !== undefined) {
+      writer.uint32(26).string(message.subscriptionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetGenerationRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetGenerationRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetGenerationRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : undefined,
+    };
+  },
+
+  toJSON(message: GetGenerationRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.subscriptionId !== undefined) {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetGenerationRequest>, I>>(base?: I): GetGenerationRequest {
+    return GetGenerationRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetGenerationRequest>, I>>(object: I): GetGenerationRequest {
+    const message = createBaseGetGenerationRequest();
+    message.accountId = object.accountId ?? "";
+    message.requestId = object.requestId ?? "";
+    message.subscriptionId = object.subscriptionId ?? undefined;
+    return message;
+  },
+};
+
+function createBaseGetGenerationResponse(): GetGenerationResponse {
+  return { generation: undefined };
+}
+
+export const GetGenerationResponse: MessageFns<GetGenerationResponse> = {
+  encode(message: GetGenerationResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.generation !== undefined) {
+      Generation.encode(message.generation, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetGenerationResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetGenerationResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.generation = Generation.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetGenerationResponse {
+    return { generation: isSet(object.generation) ? Generation.fromJSON(object.generation) : undefined };
+  },
+
+  toJSON(message: GetGenerationResponse): unknown {
+    const obj: any = {};
+    if (message.generation !== undefined) {
+      obj.generation = Generation.toJSON(message.generation);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetGenerationResponse>, I>>(base?: I): GetGenerationResponse {
+    return GetGenerationResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetGenerationResponse>, I>>(object: I): GetGenerationResponse {
+    const message = createBaseGetGenerationResponse();
+    message.generation = (object.generation !== undefined && object.generation !== null)
+      ? Generation.fromPartial(object.generation)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseGeneration(): Generation {
+  return {
+    requestId: "",
+    createdAt: "",
+    modelId: "",
+    provider: "",
+    hosterId: "",
+    inputTokens: 0n,
+    outputTokens: 0n,
+    costMicros: 0n,
+    latencyMs: 0n,
+    timeToFirstTokenMs: undefined,
+    finishReason: "",
+    success: false,
+    errorCode: "",
+  };
+}
+
+export const Generation: MessageFns<Generation> = {
+  encode(message: Generation, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requestId !== "") {
+      writer.uint32(10).string(message.requestId);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(18).string(message.createdAt);
+    }
+    if (message.modelId !== "") {
+      writer.uint32(26).string(message.modelId);
+    }
+    if (message.provider !== "") {
+      writer.uint32(34).string(message.provider);
+    }
+    if (message.hosterId !== "") {
+      writer.uint32(42).string(message.hosterId);
+    }
+    if (message.inputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.inputTokens) !== message.inputTokens) {
+        throw new globalThis.Error("value provided for field message.inputTokens of type int64 too large");
+      }
+      writer.uint32(48).int64(message.inputTokens);
+    }
+    if (message.outputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.outputTokens) !== message.outputTokens) {
+        throw new globalThis.Error("value provided for field message.outputTokens of type int64 too large");
+      }
+      writer.uint32(56).int64(message.outputTokens);
+    }
+    if (message.costMicros !== 0n) {
+      if (BigInt.asIntN(64, message.costMicros) !== message.costMicros) {
+        throw new globalThis.Error("value provided for field message.costMicros of type int64 too large");
+      }
+      writer.uint32(64).int64(message.costMicros);
+    }
+    if (message.latencyMs !== 0n) {
+      if (BigInt.asIntN(64, message.latencyMs) !== message.latencyMs) {
+        throw new globalThis.Error("value provided for field message.latencyMs of type int64 too large");
+      }
+      writer.uint32(72).int64(message.latencyMs);
+    }
+    if (message.timeToFirstTokenMs !== undefined) {
+      if (BigInt.asIntN(64, message.timeToFirstTokenMs) !== message.timeToFirstTokenMs) {
+        throw new globalThis.Error("value provided for field message.timeToFirstTokenMs of type int64 too large");
+      }
+      writer.uint32(80).int64(message.timeToFirstTokenMs);
+    }
+    if (message.finishReason !== "") {
+      writer.uint32(90).string(message.finishReason);
+    }
+    if (message.success !== false) {
+      writer.uint32(96).bool(message.success);
+    }
+    if (message.errorCode !== "") {
+      writer.uint32(106).string(message.errorCode);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Generation {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGeneration();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.modelId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.inputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.outputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.costMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.latencyMs = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.timeToFirstTokenMs = reader.int64() as bigint;
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.finishReason = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.success = reader.bool();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.errorCode = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Generation {
+    return {
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      modelId: isSet(object.modelId)
+        ? globalThis.String(object.modelId)
+        : isSet(object.model_id)
+        ? globalThis.String(object.model_id)
+        : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      inputTokens: isSet(object.inputTokens)
+        ? BigInt(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? BigInt(object.input_tokens)
+        : 0n,
+      outputTokens: isSet(object.outputTokens)
+        ? BigInt(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? BigInt(object.output_tokens)
+        : 0n,
+      costMicros: isSet(object.costMicros)
+        ? BigInt(object.costMicros)
+        : isSet(object.cost_micros)
+        ? BigInt(object.cost_micros)
+        : 0n,
+      latencyMs: isSet(object.latencyMs)
+        ? BigInt(object.latencyMs)
+        : isSet(object.latency_ms)
+        ? BigInt(object.latency_ms)
+        : 0n,
+      timeToFirstTokenMs: isSet(object.timeToFirstTokenMs)
+        ? BigInt(object.timeToFirstTokenMs)
+        : isSet(object.time_to_first_token_ms)
+        ? BigInt(object.time_to_first_token_ms)
+        : undefined,
+      finishReason: isSet(object.finishReason)
+        ? globalThis.String(object.finishReason)
+        : isSet(object.finish_reason)
+        ? globalThis.String(object.finish_reason)
+        : "",
+      success: isSet(object.success) ? globalThis.Boolean(object.success) : false,
+      errorCode: isSet(object.errorCode)
+        ? globalThis.String(object.errorCode)
+        : isSet(object.error_code)
+        ? globalThis.String(object.error_code)
+        : "",
+    };
+  },
+
+  toJSON(message: Generation): unknown {
+    const obj: any = {};
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.modelId !== "") {
+      obj.modelId = message.modelId;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.inputTokens !== 0n) {
+      obj.inputTokens = message.inputTokens.toString();
+    }
+    if (message.outputTokens !== 0n) {
+      obj.outputTokens = message.outputTokens.toString();
+    }
+    if (message.costMicros !== 0n) {
+      obj.costMicros = message.costMicros.toString();
+    }
+    if (message.latencyMs !== 0n) {
+      obj.latencyMs = message.latencyMs.toString();
+    }
+    if (message.timeToFirstTokenMs !== undefined) {
+      obj.timeToFirstTokenMs = message.timeToFirstTokenMs.toString();
+    }
+    if (message.finishReason !== "") {
+      obj.finishReason = message.finishReason;
+    }
+    if (message.success !== false) {
+      obj.success = message.success;
+    }
+    if (message.errorCode !== "") {
+      obj.errorCode = message.errorCode;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Generation>, I>>(base?: I): Generation {
+    return Generation.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Generation>, I>>(object: I): Generation {
+    const message = createBaseGeneration();
+    message.requestId = object.requestId ?? "";
+    message.createdAt = object.createdAt ?? "";
+    message.modelId = object.modelId ?? "";
+    message.provider = object.provider ?? "";
+    message.hosterId = object.hosterId ?? "";
+    message.inputTokens = (object.inputTokens !== undefined && object.inputTokens !== null)
+      ? BigInt(object.inputTokens)
+      : 0n;
+    message.outputTokens = (object.outputTokens !== undefined && object.outputTokens !== null)
+      ? BigInt(object.outputTokens)
+      : 0n;
+    message.costMicros = (object.costMicros !== undefined && object.costMicros !== null)
+      ? BigInt(object.costMicros)
+      : 0n;
+    message.latencyMs = (object.latencyMs !== undefined && object.latencyMs !== null) ? BigInt(object.latencyMs) : 0n;
+    message.timeToFirstTokenMs = (object.timeToFirstTokenMs !== undefined && object.timeToFirstTokenMs !== null)
+      ? BigInt(object.timeToFirstTokenMs)
+      : undefined;
+    message.finishReason = object.finishReason ?? "";
+    message.success = object.success ?? false;
+    message.errorCode = object.errorCode ?? "";
+    return message;
+  },
+};
+
 function createBaseGetBalanceRequest(): GetBalanceRequest {
   return { accountId: "" };
 }
@@ -3794,6 +3118,538 @@ export const GetBalanceResponse: MessageFns<GetBalanceResponse> = {
     message.creditBalanceMicros = (object.creditBalanceMicros !== undefined && object.creditBalanceMicros !== null)
       ? BigInt(object.creditBalanceMicros)
       : 0n;
+    return message;
+  },
+};
+
+function createBaseKeyLimit(): KeyLimit {
+  return { keyId: "", limitMicros: undefined, limitReset: "", spentMicros: 0n, resetsAt: "" };
+}
+
+export const KeyLimit: MessageFns<KeyLimit> = {
+  encode(message: KeyLimit, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.keyId !== "") {
+      writer.uint32(10).string(message.keyId);
+    }
+    if (message.limitMicros !== undefined) {
+      if (BigInt.asIntN(64, message.limitMicros) !== message.limitMicros) {
+        throw new globalThis.Error("value provided for field message.limitMicros of type int64 too large");
+      }
+      writer.uint32(16).int64(message.limitMicros);
+    }
+    if (message.limitReset !== "") {
+      writer.uint32(26).string(message.limitReset);
+    }
+    if (message.spentMicros !== 0n) {
+      if (BigInt.asIntN(64, message.spentMicros) !== message.spentMicros) {
+        throw new globalThis.Error("value provided for field message.spentMicros of type int64 too large");
+      }
+      writer.uint32(32).int64(message.spentMicros);
+    }
+    if (message.resetsAt !== "") {
+      writer.uint32(42).string(message.resetsAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeyLimit {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeyLimit();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.keyId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.limitMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.limitReset = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.spentMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.resetsAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeyLimit {
+    return {
+      keyId: isSet(object.keyId)
+        ? globalThis.String(object.keyId)
+        : isSet(object.key_id)
+        ? globalThis.String(object.key_id)
+        : "",
+      limitMicros: isSet(object.limitMicros)
+        ? BigInt(object.limitMicros)
+        : isSet(object.limit_micros)
+        ? BigInt(object.limit_micros)
+        : undefined,
+      limitReset: isSet(object.limitReset)
+        ? globalThis.String(object.limitReset)
+        : isSet(object.limit_reset)
+        ? globalThis.String(object.limit_reset)
+        : "",
+      spentMicros: isSet(object.spentMicros)
+        ? BigInt(object.spentMicros)
+        : isSet(object.spent_micros)
+        ? BigInt(object.spent_micros)
+        : 0n,
+      resetsAt: isSet(object.resetsAt)
+        ? globalThis.String(object.resetsAt)
+        : isSet(object.resets_at)
+        ? globalThis.String(object.resets_at)
+        : "",
+    };
+  },
+
+  toJSON(message: KeyLimit): unknown {
+    const obj: any = {};
+    if (message.keyId !== "") {
+      obj.keyId = message.keyId;
+    }
+    if (message.limitMicros !== undefined) {
+      obj.limitMicros = message.limitMicros.toString();
+    }
+    if (message.limitReset !== "") {
+      obj.limitReset = message.limitReset;
+    }
+    if (message.spentMicros !== 0n) {
+      obj.spentMicros = message.spentMicros.toString();
+    }
+    if (message.resetsAt !== "") {
+      obj.resetsAt = message.resetsAt;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<KeyLimit>, I>>(base?: I): KeyLimit {
+    return KeyLimit.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeyLimit>, I>>(object: I): KeyLimit {
+    const message = createBaseKeyLimit();
+    message.keyId = object.keyId ?? "";
+    message.limitMicros = (object.limitMicros !== undefined && object.limitMicros !== null)
+      ? BigInt(object.limitMicros)
+      : undefined;
+    message.limitReset = object.limitReset ?? "";
+    message.spentMicros = (object.spentMicros !== undefined && object.spentMicros !== null)
+      ? BigInt(object.spentMicros)
+      : 0n;
+    message.resetsAt = object.resetsAt ?? "";
+    return message;
+  },
+};
+
+function createBaseSetKeyLimitRequest(): SetKeyLimitRequest {
+  return { accountId: "", keyId: "", limitMicros: undefined, limitReset: "" };
+}
+
+export const SetKeyLimitRequest: MessageFns<SetKeyLimitRequest> = {
+  encode(message: SetKeyLimitRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    if (message.keyId !== "") {
+      writer.uint32(18).string(message.keyId);
+    }
+    if (message.limitMicros !== undefined) {
+      if (BigInt.asIntN(64, message.limitMicros) !== message.limitMicros) {
+        throw new globalThis.Error("value provided for field message.limitMicros of type int64 too large");
+      }
+      writer.uint32(24).int64(message.limitMicros);
+    }
+    if (message.limitReset !== "") {
+      writer.uint32(34).string(message.limitReset);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetKeyLimitRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetKeyLimitRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.keyId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.limitMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.limitReset = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetKeyLimitRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      keyId: isSet(object.keyId)
+        ? globalThis.String(object.keyId)
+        : isSet(object.key_id)
+        ? globalThis.String(object.key_id)
+        : "",
+      limitMicros: isSet(object.limitMicros)
+        ? BigInt(object.limitMicros)
+        : isSet(object.limit_micros)
+        ? BigInt(object.limit_micros)
+        : undefined,
+      limitReset: isSet(object.limitReset)
+        ? globalThis.String(object.limitReset)
+        : isSet(object.limit_reset)
+        ? globalThis.String(object.limit_reset)
+        : "",
+    };
+  },
+
+  toJSON(message: SetKeyLimitRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.keyId !== "") {
+      obj.keyId = message.keyId;
+    }
+    if (message.limitMicros !== undefined) {
+      obj.limitMicros = message.limitMicros.toString();
+    }
+    if (message.limitReset !== "") {
+      obj.limitReset = message.limitReset;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetKeyLimitRequest>, I>>(base?: I): SetKeyLimitRequest {
+    return SetKeyLimitRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetKeyLimitRequest>, I>>(object: I): SetKeyLimitRequest {
+    const message = createBaseSetKeyLimitRequest();
+    message.accountId = object.accountId ?? "";
+    message.keyId = object.keyId ?? "";
+    message.limitMicros = (object.limitMicros !== undefined && object.limitMicros !== null)
+      ? BigInt(object.limitMicros)
+      : undefined;
+    message.limitReset = object.limitReset ?? "";
+    return message;
+  },
+};
+
+function createBaseSetKeyLimitResponse(): SetKeyLimitResponse {
+  return { limit: undefined };
+}
+
+export const SetKeyLimitResponse: MessageFns<SetKeyLimitResponse> = {
+  encode(message: SetKeyLimitResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limit !== undefined) {
+      KeyLimit.encode(message.limit, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetKeyLimitResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetKeyLimitResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.limit = KeyLimit.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetKeyLimitResponse {
+    return { limit: isSet(object.limit) ? KeyLimit.fromJSON(object.limit) : undefined };
+  },
+
+  toJSON(message: SetKeyLimitResponse): unknown {
+    const obj: any = {};
+    if (message.limit !== undefined) {
+      obj.limit = KeyLimit.toJSON(message.limit);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetKeyLimitResponse>, I>>(base?: I): SetKeyLimitResponse {
+    return SetKeyLimitResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetKeyLimitResponse>, I>>(object: I): SetKeyLimitResponse {
+    const message = createBaseSetKeyLimitResponse();
+    message.limit = (object.limit !== undefined && object.limit !== null)
+      ? KeyLimit.fromPartial(object.limit)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListKeyLimitsRequest(): ListKeyLimitsRequest {
+  return { accountId: "", keyIds: [] };
+}
+
+export const ListKeyLimitsRequest: MessageFns<ListKeyLimitsRequest> = {
+  encode(message: ListKeyLimitsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.accountId !== "") {
+      writer.uint32(10).string(message.accountId);
+    }
+    for (const v of message.keyIds) {
+      writer.uint32(18).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListKeyLimitsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListKeyLimitsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.keyIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListKeyLimitsRequest {
+    return {
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      keyIds: globalThis.Array.isArray(object?.keyIds)
+        ? object.keyIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.key_ids)
+        ? object.key_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListKeyLimitsRequest): unknown {
+    const obj: any = {};
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.keyIds?.length) {
+      obj.keyIds = message.keyIds;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListKeyLimitsRequest>, I>>(base?: I): ListKeyLimitsRequest {
+    return ListKeyLimitsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListKeyLimitsRequest>, I>>(object: I): ListKeyLimitsRequest {
+    const message = createBaseListKeyLimitsRequest();
+    message.accountId = object.accountId ?? "";
+    message.keyIds = object.keyIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseListKeyLimitsResponse(): ListKeyLimitsResponse {
+  return { limits: [] };
+}
+
+export const ListKeyLimitsResponse: MessageFns<ListKeyLimitsResponse> = {
+  encode(message: ListKeyLimitsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.limits) {
+      KeyLimit.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListKeyLimitsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListKeyLimitsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.limits.push(KeyLimit.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListKeyLimitsResponse {
+    return {
+      limits: globalThis.Array.isArray(object?.limits) ? object.limits.map((e: any) => KeyLimit.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ListKeyLimitsResponse): unknown {
+    const obj: any = {};
+    if (message.limits?.length) {
+      obj.limits = message.limits.map((e) => KeyLimit.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListKeyLimitsResponse>, I>>(base?: I): ListKeyLimitsResponse {
+    return ListKeyLimitsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListKeyLimitsResponse>, I>>(object: I): ListKeyLimitsResponse {
+    const message = createBaseListKeyLimitsResponse();
+    message.limits = object.limits?.map((e) => KeyLimit.fromPartial(e)) || [];
     return message;
   },
 };
@@ -6992,54 +6848,51 @@ export const PlanSubscribers: MessageFns<PlanSubscribers> = {
 };
 
 /**
- * Billing owns wallets, the micro-USD ledger, reservations, rate limits and usage.
+ * Billing owns wallets, the micro-USD ledger, admission leases, rate limits and usage.
  * All amounts are integer micro-USD (millionths of a dollar).
  */
 export type BillingServiceService = typeof BillingServiceService;
 export const BillingServiceService = {
   /**
-   * One atomic step on the hot path: account rate limits, a scoped key's subscription state and
-   * plan limits (rpm, tpm, max_concurrent, included tokens, output and context caps), output cap,
-   * and a credit reservation of the worst-case cost (a subscription's priced from its terms
-   * snapshot). Refusals are gRPC errors whose `mk-error-code` metadata is one of:
-   * rate_limit_exceeded, concurrency_limit_exceeded, included_tokens_exhausted,
-   * insufficient_credits, context_length_exceeded, max_tokens_exceeded, and for scoped keys
-   * invalid_api_key, subscription_paused, subscription_past_due, forbidden.
+   * Admission leases (DESIGN.md §2.3, leases.proto). Opens the edge's lease for the account, or
+   * grows its open one, with at least the request in hand and at most the sizing rule's share;
+   * refuses with insufficient_credits or rate_limit_exceeded (and retry-after) when the account
+   * cannot cover the request. Renews the edge's session. A fenced lease is never reopened: this
+   * makes a new one.
    */
-  authorize: {
-    path: "/marketplace.billing.v1.BillingService/Authorize" as const,
+  grantLease: {
+    path: "/marketplace.billing.v1.BillingService/GrantLease" as const,
     requestStream: false as const,
     responseStream: false as const,
-    requestSerialize: (value: AuthorizeRequest): Buffer => Buffer.from(AuthorizeRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): AuthorizeRequest => AuthorizeRequest.decode(value),
-    responseSerialize: (value: AuthorizeResponse): Buffer => Buffer.from(AuthorizeResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): AuthorizeResponse => AuthorizeResponse.decode(value),
+    requestSerialize: (value: GrantLeaseRequest): Buffer => Buffer.from(GrantLeaseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GrantLeaseRequest => GrantLeaseRequest.decode(value),
+    responseSerialize: (value: GrantLeaseResponse): Buffer => Buffer.from(GrantLeaseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GrantLeaseResponse => GrantLeaseResponse.decode(value),
   },
   /**
-   * Authorize for several chat requests in one call and one transaction: the edge batches the
-   * requests that arrive while its previous call is in flight. Results come in request order,
-   * each the grant or the refusal (same codes as above) that Authorize would have given.
+   * One per edge every LEASE_TTL_MS / 2: applies the edge's cumulative totals (a sequence billing
+   * has passed is ignored), closes leases reported final, extends the other unfenced leases of
+   * the edge, grows those whose demand needs it, and answers fences.
    */
-  authorizeBatch: {
-    path: "/marketplace.billing.v1.BillingService/AuthorizeBatch" as const,
+  heartbeat: {
+    path: "/marketplace.billing.v1.BillingService/Heartbeat" as const,
     requestStream: false as const,
     responseStream: false as const,
-    requestSerialize: (value: AuthorizeBatchRequest): Buffer =>
-      Buffer.from(AuthorizeBatchRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): AuthorizeBatchRequest => AuthorizeBatchRequest.decode(value),
-    responseSerialize: (value: AuthorizeBatchResponse): Buffer =>
-      Buffer.from(AuthorizeBatchResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): AuthorizeBatchResponse => AuthorizeBatchResponse.decode(value),
+    requestSerialize: (value: HeartbeatRequest): Buffer => Buffer.from(HeartbeatRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): HeartbeatRequest => HeartbeatRequest.decode(value),
+    responseSerialize: (value: HeartbeatResponse): Buffer => Buffer.from(HeartbeatResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): HeartbeatResponse => HeartbeatResponse.decode(value),
   },
-  /** Frees the reservation's concurrency slot. Idempotent; called on every exit path of a request. */
-  releaseSlot: {
-    path: "/marketplace.billing.v1.BillingService/ReleaseSlot" as const,
+  /** Final reports (idle leases, shutdown): closes each lease with its totals. */
+  returnLeases: {
+    path: "/marketplace.billing.v1.BillingService/ReturnLeases" as const,
     requestStream: false as const,
     responseStream: false as const,
-    requestSerialize: (value: ReleaseSlotRequest): Buffer => Buffer.from(ReleaseSlotRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ReleaseSlotRequest => ReleaseSlotRequest.decode(value),
-    responseSerialize: (value: ReleaseSlotResponse): Buffer => Buffer.from(ReleaseSlotResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ReleaseSlotResponse => ReleaseSlotResponse.decode(value),
+    requestSerialize: (value: ReturnLeasesRequest): Buffer => Buffer.from(ReturnLeasesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReturnLeasesRequest => ReturnLeasesRequest.decode(value),
+    responseSerialize: (value: ReturnLeasesResponse): Buffer =>
+      Buffer.from(ReturnLeasesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReturnLeasesResponse => ReturnLeasesResponse.decode(value),
   },
   /** The spec's usage summary for one account (GET /v1/usage). */
   getUsageSummary: {
@@ -7099,7 +6952,24 @@ export const BillingServiceService = {
     responseDeserialize: (value: Buffer): ExportUsageResponse => ExportUsageResponse.decode(value),
   },
   /**
-   * Spendable balance: posted balance minus held reservations. Opens the wallet (and grants the
+   * One settled request of the owner, by request id (GET /v1/generations/{id}), as its usage
+   * record holds it. Errors: not_found (no record of this owner with that id: unknown, someone
+   * else's, another subscription's for a scoped key, or not settled yet), invalid_request
+   * (account_id is not a UUID).
+   */
+  getGeneration: {
+    path: "/marketplace.billing.v1.BillingService/GetGeneration" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetGenerationRequest): Buffer => Buffer.from(GetGenerationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetGenerationRequest => GetGenerationRequest.decode(value),
+    responseSerialize: (value: GetGenerationResponse): Buffer =>
+      Buffer.from(GetGenerationResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetGenerationResponse => GetGenerationResponse.decode(value),
+  },
+  /**
+   * Spendable balance: posted balance minus the credit held for admitted requests not yet settled
+   * (room leases hold ahead of demand is not counted as spent). Opens the wallet (and grants the
    * starting credit, exactly once) when the account has none yet.
    */
   getBalance: {
@@ -7126,6 +6996,35 @@ export const BillingServiceService = {
     requestDeserialize: (value: Buffer): AddCreditsRequest => AddCreditsRequest.decode(value),
     responseSerialize: (value: AddCreditsResponse): Buffer => Buffer.from(AddCreditsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): AddCreditsResponse => AddCreditsResponse.decode(value),
+  },
+  /**
+   * Sets or clears a key's spend limit (the caller checked the key is the account's). In the same
+   * transaction it fences the account's open leases, whose key budgets list the old limits, and
+   * answers once their edges acked the recall or one TTL passed: after it no edge admits by the
+   * old limit. Errors: invalid_request (ids not UUIDs, limit negative, unknown reset).
+   */
+  setKeyLimit: {
+    path: "/marketplace.billing.v1.BillingService/SetKeyLimit" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SetKeyLimitRequest): Buffer => Buffer.from(SetKeyLimitRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SetKeyLimitRequest => SetKeyLimitRequest.decode(value),
+    responseSerialize: (value: SetKeyLimitResponse): Buffer => Buffer.from(SetKeyLimitResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SetKeyLimitResponse => SetKeyLimitResponse.decode(value),
+  },
+  /**
+   * Each named key's limit and its settled spend in the limit's current window (all time for a key
+   * without a reset), for GET /v1/keys.
+   */
+  listKeyLimits: {
+    path: "/marketplace.billing.v1.BillingService/ListKeyLimits" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListKeyLimitsRequest): Buffer => Buffer.from(ListKeyLimitsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListKeyLimitsRequest => ListKeyLimitsRequest.decode(value),
+    responseSerialize: (value: ListKeyLimitsResponse): Buffer =>
+      Buffer.from(ListKeyLimitsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListKeyLimitsResponse => ListKeyLimitsResponse.decode(value),
   },
   /**
    * Subscribes the account to a plan (POST /v1/subscriptions), as one saga: a `pending` row
@@ -7178,8 +7077,9 @@ export const BillingServiceService = {
     responseDeserialize: (value: Buffer): CancelSubscriptionResponse => CancelSubscriptionResponse.decode(value),
   },
   /**
-   * A hoster pauses one of its plans' subscribers (portal action): Authorize answers the scoped
-   * key 403 subscription_paused until resumed. The subscription still renews (and is charged)
+   * A hoster pauses one of its plans' subscribers (portal action): its lease budgets are fenced and
+   * recalled before the answer, and the edges answer the scoped key 403 subscription_paused until
+   * resumed. The subscription still renews (and is charged)
    * while paused. Idempotent; a cancelled subscription is answered unchanged. Errors: not_found
    * (no such subscription of this hoster's plans).
    */
@@ -7261,23 +7161,21 @@ export const BillingServiceService = {
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
   /**
-   * One atomic step on the hot path: account rate limits, a scoped key's subscription state and
-   * plan limits (rpm, tpm, max_concurrent, included tokens, output and context caps), output cap,
-   * and a credit reservation of the worst-case cost (a subscription's priced from its terms
-   * snapshot). Refusals are gRPC errors whose `mk-error-code` metadata is one of:
-   * rate_limit_exceeded, concurrency_limit_exceeded, included_tokens_exhausted,
-   * insufficient_credits, context_length_exceeded, max_tokens_exceeded, and for scoped keys
-   * invalid_api_key, subscription_paused, subscription_past_due, forbidden.
+   * Admission leases (DESIGN.md §2.3, leases.proto). Opens the edge's lease for the account, or
+   * grows its open one, with at least the request in hand and at most the sizing rule's share;
+   * refuses with insufficient_credits or rate_limit_exceeded (and retry-after) when the account
+   * cannot cover the request. Renews the edge's session. A fenced lease is never reopened: this
+   * makes a new one.
    */
-  authorize: handleUnaryCall<AuthorizeRequest, AuthorizeResponse>;
+  grantLease: handleUnaryCall<GrantLeaseRequest, GrantLeaseResponse>;
   /**
-   * Authorize for several chat requests in one call and one transaction: the edge batches the
-   * requests that arrive while its previous call is in flight. Results come in request order,
-   * each the grant or the refusal (same codes as above) that Authorize would have given.
+   * One per edge every LEASE_TTL_MS / 2: applies the edge's cumulative totals (a sequence billing
+   * has passed is ignored), closes leases reported final, extends the other unfenced leases of
+   * the edge, grows those whose demand needs it, and answers fences.
    */
-  authorizeBatch: handleUnaryCall<AuthorizeBatchRequest, AuthorizeBatchResponse>;
-  /** Frees the reservation's concurrency slot. Idempotent; called on every exit path of a request. */
-  releaseSlot: handleUnaryCall<ReleaseSlotRequest, ReleaseSlotResponse>;
+  heartbeat: handleUnaryCall<HeartbeatRequest, HeartbeatResponse>;
+  /** Final reports (idle leases, shutdown): closes each lease with its totals. */
+  returnLeases: handleUnaryCall<ReturnLeasesRequest, ReturnLeasesResponse>;
   /** The spec's usage summary for one account (GET /v1/usage). */
   getUsageSummary: handleUnaryCall<GetUsageSummaryRequest, GetUsageSummaryResponse>;
   /**
@@ -7298,7 +7196,15 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    */
   exportUsage: handleServerStreamingCall<ExportUsageRequest, ExportUsageResponse>;
   /**
-   * Spendable balance: posted balance minus held reservations. Opens the wallet (and grants the
+   * One settled request of the owner, by request id (GET /v1/generations/{id}), as its usage
+   * record holds it. Errors: not_found (no record of this owner with that id: unknown, someone
+   * else's, another subscription's for a scoped key, or not settled yet), invalid_request
+   * (account_id is not a UUID).
+   */
+  getGeneration: handleUnaryCall<GetGenerationRequest, GetGenerationResponse>;
+  /**
+   * Spendable balance: posted balance minus the credit held for admitted requests not yet settled
+   * (room leases hold ahead of demand is not counted as spent). Opens the wallet (and grants the
    * starting credit, exactly once) when the account has none yet.
    */
   getBalance: handleUnaryCall<GetBalanceRequest, GetBalanceResponse>;
@@ -7310,6 +7216,18 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    * idempotency_conflict (key reused with another amount).
    */
   addCredits: handleUnaryCall<AddCreditsRequest, AddCreditsResponse>;
+  /**
+   * Sets or clears a key's spend limit (the caller checked the key is the account's). In the same
+   * transaction it fences the account's open leases, whose key budgets list the old limits, and
+   * answers once their edges acked the recall or one TTL passed: after it no edge admits by the
+   * old limit. Errors: invalid_request (ids not UUIDs, limit negative, unknown reset).
+   */
+  setKeyLimit: handleUnaryCall<SetKeyLimitRequest, SetKeyLimitResponse>;
+  /**
+   * Each named key's limit and its settled spend in the limit's current window (all time for a key
+   * without a reset), for GET /v1/keys.
+   */
+  listKeyLimits: handleUnaryCall<ListKeyLimitsRequest, ListKeyLimitsResponse>;
   /**
    * Subscribes the account to a plan (POST /v1/subscriptions), as one saga: a `pending` row
    * unique on (account, idempotency key) → the plan from registry → a scoped key from accounts →
@@ -7331,8 +7249,9 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    */
   cancelSubscription: handleUnaryCall<CancelSubscriptionRequest, CancelSubscriptionResponse>;
   /**
-   * A hoster pauses one of its plans' subscribers (portal action): Authorize answers the scoped
-   * key 403 subscription_paused until resumed. The subscription still renews (and is charged)
+   * A hoster pauses one of its plans' subscribers (portal action): its lease budgets are fenced and
+   * recalled before the answer, and the edges answer the scoped key 403 subscription_paused until
+   * resumed. The subscription still renews (and is charged)
    * while paused. Idempotent; a cancelled subscription is answered unchanged. Errors: not_found
    * (no such subscription of this hoster's plans).
    */
@@ -7362,64 +7281,62 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
 
 export interface BillingServiceClient extends Client {
   /**
-   * One atomic step on the hot path: account rate limits, a scoped key's subscription state and
-   * plan limits (rpm, tpm, max_concurrent, included tokens, output and context caps), output cap,
-   * and a credit reservation of the worst-case cost (a subscription's priced from its terms
-   * snapshot). Refusals are gRPC errors whose `mk-error-code` metadata is one of:
-   * rate_limit_exceeded, concurrency_limit_exceeded, included_tokens_exhausted,
-   * insufficient_credits, context_length_exceeded, max_tokens_exceeded, and for scoped keys
-   * invalid_api_key, subscription_paused, subscription_past_due, forbidden.
+   * Admission leases (DESIGN.md §2.3, leases.proto). Opens the edge's lease for the account, or
+   * grows its open one, with at least the request in hand and at most the sizing rule's share;
+   * refuses with insufficient_credits or rate_limit_exceeded (and retry-after) when the account
+   * cannot cover the request. Renews the edge's session. A fenced lease is never reopened: this
+   * makes a new one.
    */
-  authorize(
-    request: AuthorizeRequest,
-    callback: (error: ServiceError | null, response: AuthorizeResponse) => void,
+  grantLease(
+    request: GrantLeaseRequest,
+    callback: (error: ServiceError | null, response: GrantLeaseResponse) => void,
   ): ClientUnaryCall;
-  authorize(
-    request: AuthorizeRequest,
+  grantLease(
+    request: GrantLeaseRequest,
     metadata: Metadata,
-    callback: (error: ServiceError | null, response: AuthorizeResponse) => void,
+    callback: (error: ServiceError | null, response: GrantLeaseResponse) => void,
   ): ClientUnaryCall;
-  authorize(
-    request: AuthorizeRequest,
+  grantLease(
+    request: GrantLeaseRequest,
     metadata: Metadata,
     options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: AuthorizeResponse) => void,
+    callback: (error: ServiceError | null, response: GrantLeaseResponse) => void,
   ): ClientUnaryCall;
   /**
-   * Authorize for several chat requests in one call and one transaction: the edge batches the
-   * requests that arrive while its previous call is in flight. Results come in request order,
-   * each the grant or the refusal (same codes as above) that Authorize would have given.
+   * One per edge every LEASE_TTL_MS / 2: applies the edge's cumulative totals (a sequence billing
+   * has passed is ignored), closes leases reported final, extends the other unfenced leases of
+   * the edge, grows those whose demand needs it, and answers fences.
    */
-  authorizeBatch(
-    request: AuthorizeBatchRequest,
-    callback: (error: ServiceError | null, response: AuthorizeBatchResponse) => void,
+  heartbeat(
+    request: HeartbeatRequest,
+    callback: (error: ServiceError | null, response: HeartbeatResponse) => void,
   ): ClientUnaryCall;
-  authorizeBatch(
-    request: AuthorizeBatchRequest,
+  heartbeat(
+    request: HeartbeatRequest,
     metadata: Metadata,
-    callback: (error: ServiceError | null, response: AuthorizeBatchResponse) => void,
+    callback: (error: ServiceError | null, response: HeartbeatResponse) => void,
   ): ClientUnaryCall;
-  authorizeBatch(
-    request: AuthorizeBatchRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: AuthorizeBatchResponse) => void,
-  ): ClientUnaryCall;
-  /** Frees the reservation's concurrency slot. Idempotent; called on every exit path of a request. */
-  releaseSlot(
-    request: ReleaseSlotRequest,
-    callback: (error: ServiceError | null, response: ReleaseSlotResponse) => void,
-  ): ClientUnaryCall;
-  releaseSlot(
-    request: ReleaseSlotRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ReleaseSlotResponse) => void,
-  ): ClientUnaryCall;
-  releaseSlot(
-    request: ReleaseSlotRequest,
+  heartbeat(
+    request: HeartbeatRequest,
     metadata: Metadata,
     options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ReleaseSlotResponse) => void,
+    callback: (error: ServiceError | null, response: HeartbeatResponse) => void,
+  ): ClientUnaryCall;
+  /** Final reports (idle leases, shutdown): closes each lease with its totals. */
+  returnLeases(
+    request: ReturnLeasesRequest,
+    callback: (error: ServiceError | null, response: ReturnLeasesResponse) => void,
+  ): ClientUnaryCall;
+  returnLeases(
+    request: ReturnLeasesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReturnLeasesResponse) => void,
+  ): ClientUnaryCall;
+  returnLeases(
+    request: ReturnLeasesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReturnLeasesResponse) => void,
   ): ClientUnaryCall;
   /** The spec's usage summary for one account (GET /v1/usage). */
   getUsageSummary(
@@ -7488,7 +7405,29 @@ export interface BillingServiceClient extends Client {
     options?: Partial<CallOptions>,
   ): ClientReadableStream<ExportUsageResponse>;
   /**
-   * Spendable balance: posted balance minus held reservations. Opens the wallet (and grants the
+   * One settled request of the owner, by request id (GET /v1/generations/{id}), as its usage
+   * record holds it. Errors: not_found (no record of this owner with that id: unknown, someone
+   * else's, another subscription's for a scoped key, or not settled yet), invalid_request
+   * (account_id is not a UUID).
+   */
+  getGeneration(
+    request: GetGenerationRequest,
+    callback: (error: ServiceError | null, response: GetGenerationResponse) => void,
+  ): ClientUnaryCall;
+  getGeneration(
+    request: GetGenerationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetGenerationResponse) => void,
+  ): ClientUnaryCall;
+  getGeneration(
+    request: GetGenerationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetGenerationResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Spendable balance: posted balance minus the credit held for admitted requests not yet settled
+   * (room leases hold ahead of demand is not counted as spent). Opens the wallet (and grants the
    * starting credit, exactly once) when the account has none yet.
    */
   getBalance(
@@ -7527,6 +7466,46 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: AddCreditsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Sets or clears a key's spend limit (the caller checked the key is the account's). In the same
+   * transaction it fences the account's open leases, whose key budgets list the old limits, and
+   * answers once their edges acked the recall or one TTL passed: after it no edge admits by the
+   * old limit. Errors: invalid_request (ids not UUIDs, limit negative, unknown reset).
+   */
+  setKeyLimit(
+    request: SetKeyLimitRequest,
+    callback: (error: ServiceError | null, response: SetKeyLimitResponse) => void,
+  ): ClientUnaryCall;
+  setKeyLimit(
+    request: SetKeyLimitRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SetKeyLimitResponse) => void,
+  ): ClientUnaryCall;
+  setKeyLimit(
+    request: SetKeyLimitRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SetKeyLimitResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Each named key's limit and its settled spend in the limit's current window (all time for a key
+   * without a reset), for GET /v1/keys.
+   */
+  listKeyLimits(
+    request: ListKeyLimitsRequest,
+    callback: (error: ServiceError | null, response: ListKeyLimitsResponse) => void,
+  ): ClientUnaryCall;
+  listKeyLimits(
+    request: ListKeyLimitsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListKeyLimitsResponse) => void,
+  ): ClientUnaryCall;
+  listKeyLimits(
+    request: ListKeyLimitsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListKeyLimitsResponse) => void,
   ): ClientUnaryCall;
   /**
    * Subscribes the account to a plan (POST /v1/subscriptions), as one saga: a `pending` row
@@ -7591,8 +7570,9 @@ export interface BillingServiceClient extends Client {
     callback: (error: ServiceError | null, response: CancelSubscriptionResponse) => void,
   ): ClientUnaryCall;
   /**
-   * A hoster pauses one of its plans' subscribers (portal action): Authorize answers the scoped
-   * key 403 subscription_paused until resumed. The subscription still renews (and is charged)
+   * A hoster pauses one of its plans' subscribers (portal action): its lease budgets are fenced and
+   * recalled before the answer, and the edges answer the scoped key 403 subscription_paused until
+   * resumed. The subscription still renews (and is charged)
    * while paused. Idempotent; a cancelled subscription is answered unchanged. Errors: not_found
    * (no such subscription of this hoster's plans).
    */
@@ -7714,10 +7694,6 @@ export type DeepPartial<T> = T extends bigint ? string | number | bigint
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
-
-function isObject(value: any): boolean {
-  return typeof value === "object" && value !== null;
-}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;

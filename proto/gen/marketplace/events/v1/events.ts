@@ -14,11 +14,10 @@ export const protobufFileName = "marketplace/events/v1/events.proto";
 /**
  * Published by registry to JetStream subject `usage.completed` once per chat request, on every
  * exit path, with Nats-Msg-Id = request_id. It carries counts and outcome, never money: billing
- * prices it from the reservation's price snapshot.
+ * prices it from the route's price snapshot (or the subscription's terms) and the lease's worst case.
  */
 export interface UsageCompleted {
   requestId: string;
-  reservationId: string;
   accountId: string;
   keyId: string;
   /** The model id the client sees (for hosted models, the model file name). */
@@ -26,7 +25,7 @@ export interface UsageCompleted {
   /** local | hoster | cloud */
   provider: string;
   hosterId: string;
-  /** Tokens billed: the lesser of what the upstream reported and what was delivered / reserved. */
+  /** Tokens billed: the lesser of what the upstream reported and what was delivered / admitted. */
   inputTokens: bigint;
   outputTokens: bigint;
   /** Full request duration at the edge, receipt to last byte. */
@@ -36,6 +35,44 @@ export interface UsageCompleted {
   errorCode: string;
   /** RFC 3339 UTC time the edge received the request. */
   startedAt: string;
+  /**
+   * The admission lease the request was admitted on (DESIGN.md §2.3): billing charges at most
+   * `worst_case_micros` and releases that much of the lease's hold. Every edge sets it; an event
+   * without one is recorded at no cost (and logged), like one naming an unknown lease.
+   */
+  leaseId: string;
+  /**
+   * The worst case the edge admitted the request with: credit (micro-USD) and tokens
+   * (prompt + output cap × n), taken from the lease's room.
+   */
+  worstCaseMicros: bigint;
+  worstCaseTokens: bigint;
+  /** The subscription whose nested budget admitted it ('' for the account's own). */
+  subscriptionId: string;
+  /**
+   * The route's price snapshot the worst case was computed at (a subscription is priced from its
+   * own terms snapshot instead).
+   */
+  inputPricePer1mMicros: bigint;
+  outputPricePer1mMicros: bigint;
+  /**
+   * From the edge's receipt to the answer's first token (its first chunk with a choice, reaching
+   * the registry); absent when no token reached the caller.
+   */
+  timeToFirstTokenMs?:
+    | bigint
+    | undefined;
+  /**
+   * How the caller's answer ended: the model's finish_reason of the first choice (stop, length,
+   * tool_calls, content_filter, ...), "error" when it ended with an error, "" when the caller left.
+   */
+  finishReason: string;
+  /**
+   * The included tokens the request took from its subscription's budget at admission: a
+   * `subscription_overage` request pays the overage price on its other tokens (at most its worst
+   * case), the split its answer's `usage.cost` was computed with. 0 for other requests.
+   */
+  includedTokens: bigint;
 }
 
 /** Published on NATS core subject `keys.revoked` after a key's revocation is committed. */
@@ -44,10 +81,20 @@ export interface KeyRevoked {
   accountId: string;
 }
 
+/**
+ * Published by registry on NATS core subject `catalog.changed` after a change that can alter what
+ * a route resolves to is committed (a hoster registered or its status flipped; a plan created,
+ * edited or archived). Edges drop the cached routes it concerns; it is a hint, so a lost one
+ * costs at most the cache's TTL.
+ */
+export interface CatalogChanged {
+  /** The hoster whose routes changed; empty means anything may have changed. */
+  hosterId: string;
+}
+
 function createBaseUsageCompleted(): UsageCompleted {
   return {
     requestId: "",
-    reservationId: "",
     accountId: "",
     keyId: "",
     modelId: "",
@@ -59,6 +106,15 @@ function createBaseUsageCompleted(): UsageCompleted {
     success: false,
     errorCode: "",
     startedAt: "",
+    leaseId: "",
+    worstCaseMicros: 0n,
+    worstCaseTokens: 0n,
+    subscriptionId: "",
+    inputPricePer1mMicros: 0n,
+    outputPricePer1mMicros: 0n,
+    timeToFirstTokenMs: undefined,
+    finishReason: "",
+    includedTokens: 0n,
   };
 }
 
@@ -66,9 +122,6 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
   encode(message: UsageCompleted, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.requestId !== "") {
       writer.uint32(10).string(message.requestId);
-    }
-    if (message.reservationId !== "") {
-      writer.uint32(18).string(message.reservationId);
     }
     if (message.accountId !== "") {
       writer.uint32(26).string(message.accountId);
@@ -112,6 +165,51 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
     if (message.startedAt !== "") {
       writer.uint32(106).string(message.startedAt);
     }
+    if (message.leaseId !== "") {
+      writer.uint32(114).string(message.leaseId);
+    }
+    if (message.worstCaseMicros !== 0n) {
+      if (BigInt.asIntN(64, message.worstCaseMicros) !== message.worstCaseMicros) {
+        throw new globalThis.Error("value provided for field message.worstCaseMicros of type int64 too large");
+      }
+      writer.uint32(120).int64(message.worstCaseMicros);
+    }
+    if (message.worstCaseTokens !== 0n) {
+      if (BigInt.asIntN(64, message.worstCaseTokens) !== message.worstCaseTokens) {
+        throw new globalThis.Error("value provided for field message.worstCaseTokens of type int64 too large");
+      }
+      writer.uint32(128).int64(message.worstCaseTokens);
+    }
+    if (message.subscriptionId !== "") {
+      writer.uint32(138).string(message.subscriptionId);
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.inputPricePer1mMicros) !== message.inputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.inputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(144).int64(message.inputPricePer1mMicros);
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.outputPricePer1mMicros) !== message.outputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.outputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(152).int64(message.outputPricePer1mMicros);
+    }
+    if (message.timeToFirstTokenMs !== undefined) {
+      if (BigInt.asIntN(64, message.timeToFirstTokenMs) !== message.timeToFirstTokenMs) {
+        throw new globalThis.Error("value provided for field message.timeToFirstTokenMs of type int64 too large");
+      }
+      writer.uint32(160).int64(message.timeToFirstTokenMs);
+    }
+    if (message.finishReason !== "") {
+      writer.uint32(170).string(message.finishReason);
+    }
+    if (message.includedTokens !== 0n) {
+      if (BigInt.asIntN(64, message.includedTokens) !== message.includedTokens) {
+        throw new globalThis.Error("value provided for field message.includedTokens of type int64 too large");
+      }
+      writer.uint32(176).int64(message.includedTokens);
+    }
     return writer;
   },
 
@@ -134,14 +232,6 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
             }
 
             message.requestId = reader.string();
-            continue;
-          }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.reservationId = reader.string();
             continue;
           }
           case 3: {
@@ -232,6 +322,78 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
             message.startedAt = reader.string();
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.leaseId = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.worstCaseMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.worstCaseTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.inputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.outputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.timeToFirstTokenMs = reader.int64() as bigint;
+            continue;
+          }
+          case 21: {
+            if (tag !== 170) {
+              break;
+            }
+
+            message.finishReason = reader.string();
+            continue;
+          }
+          case 22: {
+            if (tag !== 176) {
+              break;
+            }
+
+            message.includedTokens = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -250,11 +412,6 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
         ? globalThis.String(object.requestId)
         : isSet(object.request_id)
         ? globalThis.String(object.request_id)
-        : "",
-      reservationId: isSet(object.reservationId)
-        ? globalThis.String(object.reservationId)
-        : isSet(object.reservation_id)
-        ? globalThis.String(object.reservation_id)
         : "",
       accountId: isSet(object.accountId)
         ? globalThis.String(object.accountId)
@@ -303,6 +460,51 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
         : isSet(object.started_at)
         ? globalThis.String(object.started_at)
         : "",
+      leaseId: isSet(object.leaseId)
+        ? globalThis.String(object.leaseId)
+        : isSet(object.lease_id)
+        ? globalThis.String(object.lease_id)
+        : "",
+      worstCaseMicros: isSet(object.worstCaseMicros)
+        ? BigInt(object.worstCaseMicros)
+        : isSet(object.worst_case_micros)
+        ? BigInt(object.worst_case_micros)
+        : 0n,
+      worstCaseTokens: isSet(object.worstCaseTokens)
+        ? BigInt(object.worstCaseTokens)
+        : isSet(object.worst_case_tokens)
+        ? BigInt(object.worst_case_tokens)
+        : 0n,
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
+      inputPricePer1mMicros: isSet(object.inputPricePer1mMicros)
+        ? BigInt(object.inputPricePer1mMicros)
+        : isSet(object.input_price_per_1m_micros)
+        ? BigInt(object.input_price_per_1m_micros)
+        : 0n,
+      outputPricePer1mMicros: isSet(object.outputPricePer1mMicros)
+        ? BigInt(object.outputPricePer1mMicros)
+        : isSet(object.output_price_per_1m_micros)
+        ? BigInt(object.output_price_per_1m_micros)
+        : 0n,
+      timeToFirstTokenMs: isSet(object.timeToFirstTokenMs)
+        ? BigInt(object.timeToFirstTokenMs)
+        : isSet(object.time_to_first_token_ms)
+        ? BigInt(object.time_to_first_token_ms)
+        : undefined,
+      finishReason: isSet(object.finishReason)
+        ? globalThis.String(object.finishReason)
+        : isSet(object.finish_reason)
+        ? globalThis.String(object.finish_reason)
+        : "",
+      includedTokens: isSet(object.includedTokens)
+        ? BigInt(object.includedTokens)
+        : isSet(object.included_tokens)
+        ? BigInt(object.included_tokens)
+        : 0n,
     };
   },
 
@@ -310,9 +512,6 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
     const obj: any = {};
     if (message.requestId !== "") {
       obj.requestId = message.requestId;
-    }
-    if (message.reservationId !== "") {
-      obj.reservationId = message.reservationId;
     }
     if (message.accountId !== "") {
       obj.accountId = message.accountId;
@@ -347,6 +546,33 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
     if (message.startedAt !== "") {
       obj.startedAt = message.startedAt;
     }
+    if (message.leaseId !== "") {
+      obj.leaseId = message.leaseId;
+    }
+    if (message.worstCaseMicros !== 0n) {
+      obj.worstCaseMicros = message.worstCaseMicros.toString();
+    }
+    if (message.worstCaseTokens !== 0n) {
+      obj.worstCaseTokens = message.worstCaseTokens.toString();
+    }
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      obj.inputPricePer1mMicros = message.inputPricePer1mMicros.toString();
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      obj.outputPricePer1mMicros = message.outputPricePer1mMicros.toString();
+    }
+    if (message.timeToFirstTokenMs !== undefined) {
+      obj.timeToFirstTokenMs = message.timeToFirstTokenMs.toString();
+    }
+    if (message.finishReason !== "") {
+      obj.finishReason = message.finishReason;
+    }
+    if (message.includedTokens !== 0n) {
+      obj.includedTokens = message.includedTokens.toString();
+    }
     return obj;
   },
 
@@ -356,7 +582,6 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
   fromPartial<I extends Exact<DeepPartial<UsageCompleted>, I>>(object: I): UsageCompleted {
     const message = createBaseUsageCompleted();
     message.requestId = object.requestId ?? "";
-    message.reservationId = object.reservationId ?? "";
     message.accountId = object.accountId ?? "";
     message.keyId = object.keyId ?? "";
     message.modelId = object.modelId ?? "";
@@ -372,6 +597,29 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
     message.success = object.success ?? false;
     message.errorCode = object.errorCode ?? "";
     message.startedAt = object.startedAt ?? "";
+    message.leaseId = object.leaseId ?? "";
+    message.worstCaseMicros = (object.worstCaseMicros !== undefined && object.worstCaseMicros !== null)
+      ? BigInt(object.worstCaseMicros)
+      : 0n;
+    message.worstCaseTokens = (object.worstCaseTokens !== undefined && object.worstCaseTokens !== null)
+      ? BigInt(object.worstCaseTokens)
+      : 0n;
+    message.subscriptionId = object.subscriptionId ?? "";
+    message.inputPricePer1mMicros =
+      (object.inputPricePer1mMicros !== undefined && object.inputPricePer1mMicros !== null)
+        ? BigInt(object.inputPricePer1mMicros)
+        : 0n;
+    message.outputPricePer1mMicros =
+      (object.outputPricePer1mMicros !== undefined && object.outputPricePer1mMicros !== null)
+        ? BigInt(object.outputPricePer1mMicros)
+        : 0n;
+    message.timeToFirstTokenMs = (object.timeToFirstTokenMs !== undefined && object.timeToFirstTokenMs !== null)
+      ? BigInt(object.timeToFirstTokenMs)
+      : undefined;
+    message.finishReason = object.finishReason ?? "";
+    message.includedTokens = (object.includedTokens !== undefined && object.includedTokens !== null)
+      ? BigInt(object.includedTokens)
+      : 0n;
     return message;
   },
 };
@@ -465,6 +713,79 @@ export const KeyRevoked: MessageFns<KeyRevoked> = {
     const message = createBaseKeyRevoked();
     message.keyId = object.keyId ?? "";
     message.accountId = object.accountId ?? "";
+    return message;
+  },
+};
+
+function createBaseCatalogChanged(): CatalogChanged {
+  return { hosterId: "" };
+}
+
+export const CatalogChanged: MessageFns<CatalogChanged> = {
+  encode(message: CatalogChanged, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CatalogChanged {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCatalogChanged();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CatalogChanged {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+    };
+  },
+
+  toJSON(message: CatalogChanged): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CatalogChanged>, I>>(base?: I): CatalogChanged {
+    return CatalogChanged.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CatalogChanged>, I>>(object: I): CatalogChanged {
+    const message = createBaseCatalogChanged();
+    message.hosterId = object.hosterId ?? "";
     return message;
   },
 };

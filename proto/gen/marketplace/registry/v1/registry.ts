@@ -74,7 +74,6 @@ export interface ModelInfo {
 
 export interface ChatCompletionRequest {
   requestId: string;
-  reservationId: string;
   accountId: string;
   keyId: string;
   route?:
@@ -85,7 +84,10 @@ export interface ChatCompletionRequest {
   stream: boolean;
   /** stream_options.include_usage: relay a final usage chunk to the client. */
   includeUsage: boolean;
-  /** Output cap granted by billing.Authorize. */
+  /**
+   * Output cap the edge admitted the request with (the plan's or route's cap, or what the
+   * lease's credit can pay).
+   */
   maxOutputTokens: bigint;
   /** Prompt tokens counted by the edge; an upper bound on billed input tokens. */
   promptTokens: bigint;
@@ -96,8 +98,45 @@ export interface ChatCompletionRequest {
    * output is capped at max_output_tokens × choices. 0 means 1.
    */
   choices: bigint;
-  /** AuthorizeResponse.holds_slot: call billing.ReleaseSlot when the answer ends. */
-  releaseSlot: boolean;
+  /** Admission against a lease (DESIGN.md §2.3), copied into usage.completed. */
+  leaseId: string;
+  /** The admitted worst case: credit (micro-USD) and tokens (prompt + output cap × n). */
+  worstCaseMicros: bigint;
+  worstCaseTokens: bigint;
+  /** The subscription whose budget admitted the request ('' for the account's own). */
+  subscriptionId: string;
+  /**
+   * The client's fallbacks (`models`), tried in order after `route` while nothing has reached the
+   * caller: when a route has no live server or each of its servers failed before the first byte.
+   * The admitted worst case covers every one of them; max_output_tokens is the same for all.
+   * The usage event names the route that answered.
+   */
+  fallbackRoutes: Route[];
+  /**
+   * The included tokens the request took from its subscription's budget at admission
+   * (`subscription` and `subscription_overage` plans; 0 otherwise): an overage plan's other tokens
+   * are overage (DESIGN.md §3). Copied into usage.completed, so settlement charges the split the
+   * answer's `usage.cost` was computed with.
+   */
+  includedTokens: bigint;
+  /**
+   * How a scoped key's request is priced: its subscription's terms as its budget admitted it
+   * (registry prices hoster routes at 0). Unset for an account key's request, priced at the
+   * prices of the route that answered.
+   */
+  subscriptionPricing?: SubscriptionPricing | undefined;
+}
+
+/**
+ * A subscription's prices (its terms snapshot), for the answer's `usage.cost`: what settlement
+ * will charge, computed with the same function (DESIGN.md §3).
+ */
+export interface SubscriptionPricing {
+  /** free | payg | subscription | subscription_overage */
+  pricingModel: string;
+  inputPricePer1mMicros: bigint;
+  outputPricePer1mMicros: bigint;
+  overagePricePer1mMicros: bigint;
 }
 
 /** One event of the relayed answer. */
@@ -1136,7 +1175,6 @@ export const ModelInfo: MessageFns<ModelInfo> = {
 function createBaseChatCompletionRequest(): ChatCompletionRequest {
   return {
     requestId: "",
-    reservationId: "",
     accountId: "",
     keyId: "",
     route: undefined,
@@ -1147,7 +1185,13 @@ function createBaseChatCompletionRequest(): ChatCompletionRequest {
     promptTokens: 0n,
     receivedAtMs: 0n,
     choices: 0n,
-    releaseSlot: false,
+    leaseId: "",
+    worstCaseMicros: 0n,
+    worstCaseTokens: 0n,
+    subscriptionId: "",
+    fallbackRoutes: [],
+    includedTokens: 0n,
+    subscriptionPricing: undefined,
   };
 }
 
@@ -1155,9 +1199,6 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
   encode(message: ChatCompletionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.requestId !== "") {
       writer.uint32(10).string(message.requestId);
-    }
-    if (message.reservationId !== "") {
-      writer.uint32(18).string(message.reservationId);
     }
     if (message.accountId !== "") {
       writer.uint32(26).string(message.accountId);
@@ -1201,8 +1242,35 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
       }
       writer.uint32(96).int64(message.choices);
     }
-    if (message.releaseSlot !== false) {
-      writer.uint32(104).bool(message.releaseSlot);
+    if (message.leaseId !== "") {
+      writer.uint32(114).string(message.leaseId);
+    }
+    if (message.worstCaseMicros !== 0n) {
+      if (BigInt.asIntN(64, message.worstCaseMicros) !== message.worstCaseMicros) {
+        throw new globalThis.Error("value provided for field message.worstCaseMicros of type int64 too large");
+      }
+      writer.uint32(120).int64(message.worstCaseMicros);
+    }
+    if (message.worstCaseTokens !== 0n) {
+      if (BigInt.asIntN(64, message.worstCaseTokens) !== message.worstCaseTokens) {
+        throw new globalThis.Error("value provided for field message.worstCaseTokens of type int64 too large");
+      }
+      writer.uint32(128).int64(message.worstCaseTokens);
+    }
+    if (message.subscriptionId !== "") {
+      writer.uint32(138).string(message.subscriptionId);
+    }
+    for (const v of message.fallbackRoutes) {
+      Route.encode(v!, writer.uint32(146).fork()).join();
+    }
+    if (message.includedTokens !== 0n) {
+      if (BigInt.asIntN(64, message.includedTokens) !== message.includedTokens) {
+        throw new globalThis.Error("value provided for field message.includedTokens of type int64 too large");
+      }
+      writer.uint32(152).int64(message.includedTokens);
+    }
+    if (message.subscriptionPricing !== undefined) {
+      SubscriptionPricing.encode(message.subscriptionPricing, writer.uint32(162).fork()).join();
     }
     return writer;
   },
@@ -1226,14 +1294,6 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
             }
 
             message.requestId = reader.string();
-            continue;
-          }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.reservationId = reader.string();
             continue;
           }
           case 3: {
@@ -1316,12 +1376,60 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
             message.choices = reader.int64() as bigint;
             continue;
           }
-          case 13: {
-            if (tag !== 104) {
+          case 14: {
+            if (tag !== 114) {
               break;
             }
 
-            message.releaseSlot = reader.bool();
+            message.leaseId = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.worstCaseMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.worstCaseTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.subscriptionId = reader.string();
+            continue;
+          }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.fallbackRoutes.push(Route.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.includedTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 20: {
+            if (tag !== 162) {
+              break;
+            }
+
+            message.subscriptionPricing = SubscriptionPricing.decode(reader, reader.uint32());
             continue;
           }
         }
@@ -1342,11 +1450,6 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
         ? globalThis.String(object.requestId)
         : isSet(object.request_id)
         ? globalThis.String(object.request_id)
-        : "",
-      reservationId: isSet(object.reservationId)
-        ? globalThis.String(object.reservationId)
-        : isSet(object.reservation_id)
-        ? globalThis.String(object.reservation_id)
         : "",
       accountId: isSet(object.accountId)
         ? globalThis.String(object.accountId)
@@ -1382,11 +1485,41 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
         ? BigInt(object.received_at_ms)
         : 0n,
       choices: isSet(object.choices) ? BigInt(object.choices) : 0n,
-      releaseSlot: isSet(object.releaseSlot)
-        ? globalThis.Boolean(object.releaseSlot)
-        : isSet(object.release_slot)
-        ? globalThis.Boolean(object.release_slot)
-        : false,
+      leaseId: isSet(object.leaseId)
+        ? globalThis.String(object.leaseId)
+        : isSet(object.lease_id)
+        ? globalThis.String(object.lease_id)
+        : "",
+      worstCaseMicros: isSet(object.worstCaseMicros)
+        ? BigInt(object.worstCaseMicros)
+        : isSet(object.worst_case_micros)
+        ? BigInt(object.worst_case_micros)
+        : 0n,
+      worstCaseTokens: isSet(object.worstCaseTokens)
+        ? BigInt(object.worstCaseTokens)
+        : isSet(object.worst_case_tokens)
+        ? BigInt(object.worst_case_tokens)
+        : 0n,
+      subscriptionId: isSet(object.subscriptionId)
+        ? globalThis.String(object.subscriptionId)
+        : isSet(object.subscription_id)
+        ? globalThis.String(object.subscription_id)
+        : "",
+      fallbackRoutes: globalThis.Array.isArray(object?.fallbackRoutes)
+        ? object.fallbackRoutes.map((e: any) => Route.fromJSON(e))
+        : globalThis.Array.isArray(object?.fallback_routes)
+        ? object.fallback_routes.map((e: any) => Route.fromJSON(e))
+        : [],
+      includedTokens: isSet(object.includedTokens)
+        ? BigInt(object.includedTokens)
+        : isSet(object.included_tokens)
+        ? BigInt(object.included_tokens)
+        : 0n,
+      subscriptionPricing: isSet(object.subscriptionPricing)
+        ? SubscriptionPricing.fromJSON(object.subscriptionPricing)
+        : isSet(object.subscription_pricing)
+        ? SubscriptionPricing.fromJSON(object.subscription_pricing)
+        : undefined,
     };
   },
 
@@ -1394,9 +1527,6 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
     const obj: any = {};
     if (message.requestId !== "") {
       obj.requestId = message.requestId;
-    }
-    if (message.reservationId !== "") {
-      obj.reservationId = message.reservationId;
     }
     if (message.accountId !== "") {
       obj.accountId = message.accountId;
@@ -1428,8 +1558,26 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
     if (message.choices !== 0n) {
       obj.choices = message.choices.toString();
     }
-    if (message.releaseSlot !== false) {
-      obj.releaseSlot = message.releaseSlot;
+    if (message.leaseId !== "") {
+      obj.leaseId = message.leaseId;
+    }
+    if (message.worstCaseMicros !== 0n) {
+      obj.worstCaseMicros = message.worstCaseMicros.toString();
+    }
+    if (message.worstCaseTokens !== 0n) {
+      obj.worstCaseTokens = message.worstCaseTokens.toString();
+    }
+    if (message.subscriptionId !== "") {
+      obj.subscriptionId = message.subscriptionId;
+    }
+    if (message.fallbackRoutes?.length) {
+      obj.fallbackRoutes = message.fallbackRoutes.map((e) => Route.toJSON(e));
+    }
+    if (message.includedTokens !== 0n) {
+      obj.includedTokens = message.includedTokens.toString();
+    }
+    if (message.subscriptionPricing !== undefined) {
+      obj.subscriptionPricing = SubscriptionPricing.toJSON(message.subscriptionPricing);
     }
     return obj;
   },
@@ -1440,7 +1588,6 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
   fromPartial<I extends Exact<DeepPartial<ChatCompletionRequest>, I>>(object: I): ChatCompletionRequest {
     const message = createBaseChatCompletionRequest();
     message.requestId = object.requestId ?? "";
-    message.reservationId = object.reservationId ?? "";
     message.accountId = object.accountId ?? "";
     message.keyId = object.keyId ?? "";
     message.route = (object.route !== undefined && object.route !== null) ? Route.fromPartial(object.route) : undefined;
@@ -1457,7 +1604,172 @@ export const ChatCompletionRequest: MessageFns<ChatCompletionRequest> = {
       ? BigInt(object.receivedAtMs)
       : 0n;
     message.choices = (object.choices !== undefined && object.choices !== null) ? BigInt(object.choices) : 0n;
-    message.releaseSlot = object.releaseSlot ?? false;
+    message.leaseId = object.leaseId ?? "";
+    message.worstCaseMicros = (object.worstCaseMicros !== undefined && object.worstCaseMicros !== null)
+      ? BigInt(object.worstCaseMicros)
+      : 0n;
+    message.worstCaseTokens = (object.worstCaseTokens !== undefined && object.worstCaseTokens !== null)
+      ? BigInt(object.worstCaseTokens)
+      : 0n;
+    message.subscriptionId = object.subscriptionId ?? "";
+    message.fallbackRoutes = object.fallbackRoutes?.map((e) => Route.fromPartial(e)) || [];
+    message.includedTokens = (object.includedTokens !== undefined && object.includedTokens !== null)
+      ? BigInt(object.includedTokens)
+      : 0n;
+    message.subscriptionPricing = (object.subscriptionPricing !== undefined && object.subscriptionPricing !== null)
+      ? SubscriptionPricing.fromPartial(object.subscriptionPricing)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseSubscriptionPricing(): SubscriptionPricing {
+  return { pricingModel: "", inputPricePer1mMicros: 0n, outputPricePer1mMicros: 0n, overagePricePer1mMicros: 0n };
+}
+
+export const SubscriptionPricing: MessageFns<SubscriptionPricing> = {
+  encode(message: SubscriptionPricing, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.pricingModel !== "") {
+      writer.uint32(10).string(message.pricingModel);
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.inputPricePer1mMicros) !== message.inputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.inputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(16).int64(message.inputPricePer1mMicros);
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.outputPricePer1mMicros) !== message.outputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.outputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(24).int64(message.outputPricePer1mMicros);
+    }
+    if (message.overagePricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.overagePricePer1mMicros) !== message.overagePricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.overagePricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(32).int64(message.overagePricePer1mMicros);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SubscriptionPricing {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSubscriptionPricing();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.pricingModel = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.inputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.outputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.overagePricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SubscriptionPricing {
+    return {
+      pricingModel: isSet(object.pricingModel)
+        ? globalThis.String(object.pricingModel)
+        : isSet(object.pricing_model)
+        ? globalThis.String(object.pricing_model)
+        : "",
+      inputPricePer1mMicros: isSet(object.inputPricePer1mMicros)
+        ? BigInt(object.inputPricePer1mMicros)
+        : isSet(object.input_price_per_1m_micros)
+        ? BigInt(object.input_price_per_1m_micros)
+        : 0n,
+      outputPricePer1mMicros: isSet(object.outputPricePer1mMicros)
+        ? BigInt(object.outputPricePer1mMicros)
+        : isSet(object.output_price_per_1m_micros)
+        ? BigInt(object.output_price_per_1m_micros)
+        : 0n,
+      overagePricePer1mMicros: isSet(object.overagePricePer1mMicros)
+        ? BigInt(object.overagePricePer1mMicros)
+        : isSet(object.overage_price_per_1m_micros)
+        ? BigInt(object.overage_price_per_1m_micros)
+        : 0n,
+    };
+  },
+
+  toJSON(message: SubscriptionPricing): unknown {
+    const obj: any = {};
+    if (message.pricingModel !== "") {
+      obj.pricingModel = message.pricingModel;
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      obj.inputPricePer1mMicros = message.inputPricePer1mMicros.toString();
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      obj.outputPricePer1mMicros = message.outputPricePer1mMicros.toString();
+    }
+    if (message.overagePricePer1mMicros !== 0n) {
+      obj.overagePricePer1mMicros = message.overagePricePer1mMicros.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SubscriptionPricing>, I>>(base?: I): SubscriptionPricing {
+    return SubscriptionPricing.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SubscriptionPricing>, I>>(object: I): SubscriptionPricing {
+    const message = createBaseSubscriptionPricing();
+    message.pricingModel = object.pricingModel ?? "";
+    message.inputPricePer1mMicros =
+      (object.inputPricePer1mMicros !== undefined && object.inputPricePer1mMicros !== null)
+        ? BigInt(object.inputPricePer1mMicros)
+        : 0n;
+    message.outputPricePer1mMicros =
+      (object.outputPricePer1mMicros !== undefined && object.outputPricePer1mMicros !== null)
+        ? BigInt(object.outputPricePer1mMicros)
+        : 0n;
+    message.overagePricePer1mMicros =
+      (object.overagePricePer1mMicros !== undefined && object.overagePricePer1mMicros !== null)
+        ? BigInt(object.overagePricePer1mMicros)
+        : 0n;
     return message;
   },
 };

@@ -1,0 +1,197 @@
+/**
+ * The gateway benchmark's performance targets, quoted from issue 18 ("The hot path"), and how
+ * each is read from a run's figures. This is the one place they are stated: the bench prints
+ * them as PASS/FAIL (report.ts) and bench/README.md lists them as `targetsMarkdown()` renders
+ * them (test/bench/targets.test.ts keeps the two equal). The scenario sizes they are stated for
+ * are the bench's default knobs (config.ts); a run with other knobs says so beside the verdict.
+ */
+import type { BenchConfig } from "./config.ts";
+import type { TargetName } from "./load.ts";
+import { served } from "./process-stats.ts";
+import type { LoadRun, Results, StreamRun } from "./report.ts";
+
+/** The scenarios the targets are stated for (and the bench's defaults). */
+export const TARGET_SCENARIOS = {
+  throughputConnections: 64,
+  /** Streams started at once. */
+  streams: 1000,
+  /** New streams per second, and for how long. */
+  arrivalRate: 100,
+  arrivalSeconds: 10,
+} as const;
+
+/** The limits: ratios are ours ÷ the peer's (added figures: minus the direct call's). */
+export const LIMITS = {
+  throughputVsPeer: 1.0,
+  addedMeanLatencyVsPeer: 1.5,
+  addedTtftP99VsPeer: 1.0,
+  cpuPerStreamVsPeer: 1.0,
+  billingPostgresCpuMsPerRequest: 0.3,
+  edgeRegistryRssMb: 700,
+} as const;
+
+export interface Goal {
+  /** The target as the issue words it. */
+  target: string;
+  /** The figures it is judged on. */
+  value: string;
+  pass: boolean | undefined;
+  /** Set when the run's knobs differ from the scenario the target is stated for. */
+  caveat?: string;
+}
+
+const S = TARGET_SCENARIOS;
+const L = LIMITS;
+const thousands = (n: number) => n.toLocaleString("en");
+const BURST = `${thousands(S.streams)} streams at once`;
+const ARRIVALS = `${S.arrivalRate} new streams per second for ${S.arrivalSeconds} s`;
+
+const fmt = (n: number | undefined, digits = 1) =>
+  n === undefined || !Number.isFinite(n)
+    ? "–"
+    : n.toLocaleString("en", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+/** ours ÷ peer for display; only meaningful when the peer's figure is positive. */
+const times = (ours: number, peer: number) => (peer > 0 ? `${fmt(ours / peer, 2)}×, ` : "");
+
+type Judged = Pick<Goal, "value" | "pass">;
+const UNMEASURED: Judged = { value: "not measured", pass: undefined };
+
+interface TargetSpec {
+  target: string;
+  judge(r: Results): Judged;
+  /** Why this run is not the target's scenario, if it is not. */
+  caveat?(c: BenchConfig): string | undefined;
+}
+
+const addedMean = (runs: Results["latency"], t: TargetName) =>
+  runs[t] && runs.direct ? runs[t].latency.mean - runs.direct.latency.mean : undefined;
+const addedTtftP99 = (runs: Partial<Record<TargetName, StreamRun>>, t: TargetName) =>
+  runs[t] && runs.direct ? runs[t].ttft.p99 - runs.direct.ttft.p99 : undefined;
+const errorCount = (run: LoadRun) => Object.values(run.errors).reduce((a, b) => a + b, 0);
+
+function everyStreamComplete(run: StreamRun | undefined): Judged {
+  if (!run) return UNMEASURED;
+  return {
+    value: `${thousands(run.completed)}/${thousands(run.streams)} complete`,
+    pass: run.completed === run.streams,
+  };
+}
+
+function addedTtftVsPeer(runs: Partial<Record<TargetName, StreamRun>>): Judged {
+  const ours = addedTtftP99(runs, "ours");
+  const peer = addedTtftP99(runs, "peer");
+  if (ours === undefined || peer === undefined) return UNMEASURED;
+  return {
+    value: `${times(ours, peer)}${fmt(ours)} against ${fmt(peer)} ms`,
+    pass: ours <= L.addedTtftP99VsPeer * peer,
+  };
+}
+
+/** CPU of every process serving the target, the upstream included in both (as the table's rows). */
+function cpuPerStreamVsPeer(runs: Partial<Record<TargetName, StreamRun>>): Judged {
+  if (!runs.ours || !runs.peer) return UNMEASURED;
+  const ours = served(runs.ours.perStream).cpuMs;
+  const peer = served(runs.peer.perStream).cpuMs;
+  return {
+    value: `${times(ours, peer)}${fmt(ours, 2)} against ${fmt(peer, 2)} ms (upstream included in both)`,
+    pass: ours <= L.cpuPerStreamVsPeer * peer,
+  };
+}
+
+const burstCaveat = (c: BenchConfig) =>
+  c.streams === S.streams ? undefined : `run with ${thousands(c.streams)} streams (BENCH_STREAMS)`;
+const arrivalsCaveat = (c: BenchConfig) =>
+  c.arrivalRate === S.arrivalRate && c.arrivalSeconds === S.arrivalSeconds
+    ? undefined
+    : `run at ${c.arrivalRate}/s for ${c.arrivalSeconds} s (BENCH_ARRIVAL_RATE, BENCH_ARRIVAL_SECONDS)`;
+
+const TARGETS: TargetSpec[] = [
+  {
+    target: `throughput at ${S.throughputConnections} connections ≥ ${fmt(L.throughputVsPeer)}× the peer, with auth + admission + metering + billing on and 0 errors`,
+    judge({ throughput: { ours, peer } }) {
+      if (!ours || !peer) return UNMEASURED;
+      const errors = errorCount(ours);
+      return {
+        value: `${times(ours.rps, peer.rps)}${fmt(ours.rps, 0)} against ${fmt(peer.rps, 0)} requests/s, ${errors} errors`,
+        pass: ours.rps >= L.throughputVsPeer * peer.rps && errors === 0,
+      };
+    },
+    caveat: (c) =>
+      c.throughputConnections === S.throughputConnections
+        ? undefined
+        : `run at ${c.throughputConnections} connections (BENCH_THROUGHPUT_CONNECTIONS)`,
+  },
+  {
+    target: `added mean latency at one connection ≤ ${fmt(L.addedMeanLatencyVsPeer)}× the peer's`,
+    judge({ latency }) {
+      const ours = addedMean(latency, "ours");
+      const peer = addedMean(latency, "peer");
+      if (ours === undefined || peer === undefined) return UNMEASURED;
+      return {
+        value: `${times(ours, peer)}${fmt(ours, 2)} against ${fmt(peer, 2)} ms`,
+        pass: ours <= L.addedMeanLatencyVsPeer * peer,
+      };
+    },
+  },
+  { target: `${BURST}: every stream complete`, judge: (r) => everyStreamComplete(r.streams.ours), caveat: burstCaveat },
+  {
+    target: `${BURST}: added TTFT p99 ≤ ${fmt(L.addedTtftP99VsPeer)}× the peer's`,
+    judge: (r) => addedTtftVsPeer(r.streams),
+    caveat: burstCaveat,
+  },
+  {
+    target: `${BURST}: CPU per stream ≤ the peer's`,
+    judge: (r) => cpuPerStreamVsPeer(r.streams),
+    caveat: burstCaveat,
+  },
+  {
+    target: `${ARRIVALS}: every stream complete`,
+    judge: (r) => everyStreamComplete(r.arrivals.ours),
+    caveat: arrivalsCaveat,
+  },
+  {
+    target: `${ARRIVALS}: added TTFT p99 ≤ ${fmt(L.addedTtftP99VsPeer)}× the peer's`,
+    judge: (r) => addedTtftVsPeer(r.arrivals),
+    caveat: arrivalsCaveat,
+  },
+  {
+    target: `${ARRIVALS}: CPU per stream ≤ the peer's`,
+    judge: (r) => cpuPerStreamVsPeer(r.arrivals),
+    caveat: arrivalsCaveat,
+  },
+  {
+    target: `billing + Postgres CPU per request ≤ ${fmt(L.billingPostgresCpuMsPerRequest)} ms`,
+    judge({ throughput: { ours } }) {
+      const billing = ours?.perRequest.billing?.cpuMs;
+      const postgres = ours?.perRequest.postgres?.cpuMs;
+      if (billing === undefined || postgres === undefined) return UNMEASURED;
+      return {
+        value: `${fmt(billing + postgres, 2)} ms (billing ${fmt(billing, 2)}, PostgreSQL ${fmt(postgres, 2)}) at ${ours!.connections} connections`,
+        pass: billing + postgres <= L.billingPostgresCpuMsPerRequest,
+      };
+    },
+  },
+  {
+    target: `RSS of edge + registry at ${thousands(S.streams)} streams ≤ ${L.edgeRegistryRssMb} MB`,
+    judge({ rss }) {
+      const edge = rss?.peakMb.edge;
+      const registry = rss?.peakMb.registry;
+      if (edge === undefined || registry === undefined) return UNMEASURED;
+      return {
+        value: `${fmt(edge + registry, 0)} MB (peaks: edge ${fmt(edge, 0)}, registry ${fmt(registry, 0)})`,
+        pass: edge + registry <= L.edgeRegistryRssMb,
+      };
+    },
+    caveat: burstCaveat,
+  },
+];
+
+/** Every target judged on a run's figures. */
+export function goals(r: Results, c: BenchConfig): Goal[] {
+  return TARGETS.map((t) => ({ target: t.target, ...t.judge(r), caveat: t.caveat?.(c) }));
+}
+
+/** The targets as bench/README.md lists them. */
+export function targetsMarkdown(): string {
+  return TARGETS.map((t) => `- ${t.target}`).join("\n");
+}

@@ -1,0 +1,55 @@
+import type { Logger } from "@mkt/runtime/logger";
+import type { NatsConnection } from "@mkt/runtime/nats";
+
+/** A cache that NATS messages keep honest. */
+export interface InvalidatedCache {
+  /**
+   * Off: the feed is down, so messages are being lost; each cache decides what it still trusts
+   * (the route cache nothing, the principal cache its entries for one more TTL). On: the feed is
+   * back (after a reconnect), and what was cached before is forgotten.
+   */
+  setEnabled(enabled: boolean): void;
+}
+
+/**
+ * Keeps a cache honest from a NATS subject: each message is applied (`apply` decodes it and drops
+ * what it names; a message that cannot be read calls `applyUnreadable`, which must trust nothing
+ * cached), and while the connection is down the cache is told so (off), since messages sent
+ * meanwhile are lost. The principal cache (keys.revoked) and the route cache (catalog.changed) both follow this
+ * one scheme. Returns a function that stops following and turns the cache off.
+ */
+export function followInvalidations(
+  nc: NatsConnection,
+  subject: string,
+  cache: InvalidatedCache,
+  handlers: { apply(data: Uint8Array): void; applyUnreadable(): void },
+  log: Logger,
+): () => void {
+  const subscription = nc.subscribe(subject, {
+    callback: (err, msg) => {
+      if (err) {
+        log.warn({ err, subject }, "invalidation subscription failed");
+        cache.setEnabled(false);
+        return;
+      }
+      try {
+        handlers.apply(msg.data);
+      } catch (decodeErr) {
+        log.warn({ err: decodeErr, subject }, "unreadable invalidation message; trusting nothing cached");
+        handlers.applyUnreadable();
+      }
+    },
+  });
+  cache.setEnabled(!nc.isClosed());
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === "disconnect") cache.setEnabled(false);
+      // The subscription is restored before "reconnect" is reported; what was cached before is gone.
+      if (status.type === "reconnect") cache.setEnabled(true);
+    }
+  })();
+  return () => {
+    subscription.unsubscribe();
+    cache.setEnabled(false);
+  };
+}

@@ -1,0 +1,132 @@
+import type { ClientReadableStream } from "@grpc/grpc-js";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import { ChatCompletionRequest, type ChatCompletionResponse, type Route } from "@mkt/proto/registry/v1/registry";
+import { AppError } from "@mkt/runtime/errors";
+import { principalOf } from "../plugins/api-key-auth.ts";
+import type { RouteDeps } from "../routes/route-deps.ts";
+import { candidateRoutes } from "./candidate-routes.ts";
+import type { ChatBody } from "./chat-body.ts";
+import { admitRequest, admitWorstCase, rateLimitHeaders } from "./lease-admit.ts";
+import { modelChoices } from "./model-choices.ts";
+
+/** A chat request as the registry will receive it. */
+export interface ChatToRelay {
+  body: ChatBody;
+  /** `body` serialized: the bytes the registry forwards (the client's own, for chat completions). */
+  bytes: Buffer;
+  /** The request field that holds the prompt, named by a context-length error. */
+  promptParam: string;
+}
+
+export interface StartedChatCall {
+  call: ClientReadableStream<ChatCompletionResponse>;
+  /** The first model's route (with fallbacks, the registry's answer names the one that answered). */
+  route: Route;
+}
+
+function contextTooLong(limit: number, param: string): AppError {
+  return new AppError(
+    "context_length_exceeded",
+    `This model's maximum context length is ${limit} tokens, but the ${param === "messages" ? "messages use" : `${param} uses`} more than ${limit} tokens.`,
+    { param },
+  );
+}
+
+/**
+ * The hot path every chat-shaped public API shares (DESIGN.md §2): cached authentication (done by
+ * the route's onRequest), route resolution (of `model` and any `models` fallbacks), admission
+ * against the edge's lease for the account (one request taken, the prompt counted against the
+ * models' context, then the worst case of the dearest), then one streaming gRPC call to the
+ * registry, which relays from the first model that answers and meters the answer. Settlement
+ * happens later, from the usage event. The caller writes the answer (relayCompletion, in its
+ * API's format).
+ */
+export async function startChatCall(
+  deps: RouteDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  chat: ChatToRelay,
+): Promise<StartedChatCall> {
+  const receivedAt = Date.now();
+  const principal = principalOf(request);
+  const { body, bytes } = chat;
+
+  const candidates = await candidateRoutes(deps, principal.scope, modelChoices(body));
+
+  // The largest context among the models is the largest this prompt could be served with (a plan
+  // only narrows it, at admission): past it, counting stops and the prompt is refused here.
+  const contextLimit = Number(candidates.reduce((most, r) => (r.contextWindow > most ? r.contextWindow : most), 0n));
+  const countPrompt = async () => {
+    const promptTokens = await deps.promptTokens.count({
+      accountId: principal.accountId,
+      body: bytes,
+      messages: body.messages,
+      tools: body.tools,
+      limit: contextLimit,
+    });
+    if (promptTokens > contextLimit) throw contextTooLong(contextLimit, chat.promptParam);
+    return promptTokens;
+  };
+  const requested = body.max_completion_tokens ?? body.max_tokens ?? 0;
+  const choices = body.n ?? 1;
+  // Admitted against the edge's lease for the account (DESIGN.md §2.3), in memory when warm; a
+  // scoped key's request against its subscription's budget nested in that lease.
+  const subscriptionId = principal.scope?.subscriptionId ?? "";
+  const need = {
+    accountId: principal.accountId,
+    tier: principal.tier,
+    subscriptionId,
+    keyId: principal.keyId,
+    routes: candidates,
+    requested: BigInt(requested),
+    choices: BigInt(choices < 1 ? 1 : choices),
+  };
+  const admitting = performance.now();
+  let ticket = await admitRequest(deps.leases, need);
+  let admitSeconds = (performance.now() - admitting) / 1000;
+  try {
+    const promptTokens = await countPrompt();
+    const worstCase = performance.now();
+    const admitted = await admitWorstCase(deps.leases, ticket, need, BigInt(promptTokens));
+    ticket = admitted.ticket;
+    const [route, ...fallbackRoutes] = admitted.routes as [Route, ...Route[]];
+    admitSeconds += (performance.now() - worstCase) / 1000;
+    deps.chatMetrics.admit.observe(admitSeconds);
+    rateLimitHeaders(reply, ticket);
+    const call = deps.backends.registryStream.chatCompletion(
+      ChatCompletionRequest.fromPartial({
+        requestId: request.id,
+        accountId: principal.accountId,
+        keyId: principal.keyId,
+        route,
+        fallbackRoutes,
+        body: bytes,
+        stream: body.stream === true,
+        includeUsage: body.stream_options?.include_usage === true,
+        receivedAtMs: BigInt(receivedAt),
+        choices: BigInt(choices),
+        maxOutputTokens: ticket.maxOutputTokens,
+        promptTokens: BigInt(promptTokens),
+        leaseId: ticket.lease.leaseId,
+        worstCaseMicros: ticket.worstCaseMicros,
+        worstCaseTokens: ticket.worstCaseTokens,
+        subscriptionId,
+        // So the answer's usage.cost is what settlement will post (DESIGN.md §3).
+        includedTokens: ticket.includedTokens,
+        subscriptionPricing: admitted.terms && {
+          pricingModel: admitted.terms.pricingModel,
+          inputPricePer1mMicros: admitted.terms.inputPricePer1mMicros,
+          outputPricePer1mMicros: admitted.terms.outputPricePer1mMicros,
+          overagePricePer1mMicros: admitted.terms.overagePricePer1mMicros,
+        },
+      }),
+    );
+    // The request's place in the lease goes back when registry's call ends, however it ends.
+    const held = ticket;
+    call.once("status", () => deps.leases.release(held));
+    return { call, route };
+  } catch (err) {
+    deps.leases.release(ticket);
+    throw err;
+  }
+}

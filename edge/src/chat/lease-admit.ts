@@ -1,0 +1,221 @@
+import type { FastifyReply } from "fastify";
+import { checkContext } from "@mkt/runtime/context-limits";
+import { affordableOutputTokens, costMicros } from "@mkt/runtime/money";
+import { AppError } from "@mkt/runtime/errors";
+import { LeaseResource, type BudgetTerms } from "@mkt/proto/billing/v1/leases";
+import type { Route } from "@mkt/proto/registry/v1/registry";
+import type { HeldLease, Room } from "../leases/held-lease.ts";
+import type { LeaseTable, WorstCase } from "../leases/lease-table.ts";
+import type { Ticket } from "../leases/lease-admission.ts";
+
+const min = (a: bigint, b: bigint) => (a < b ? a : b);
+const max = (a: bigint, b: bigint) => (a > b ? a : b);
+
+/** What admission needs of a chat request, beyond its principal. */
+export interface ChatNeed {
+  accountId: string;
+  tier: string;
+  /** A scoped key's subscription ('' for an account key): its budget in the lease admits it. */
+  subscriptionId: string;
+  /** The API key: a spend-limited key's room in the lease admits it too. */
+  keyId: string;
+  /**
+   * The models to try, in order (the client's `model`, then its `models` fallbacks; at least
+   * one): the worst case held is the largest among them, as any of them may answer.
+   */
+  routes: readonly Route[];
+  /** max_tokens / max_completion_tokens; 0 when the client gave neither. */
+  requested: bigint;
+  /** The client's `n` (at least 1): every worst case covers the cap × n. */
+  choices: bigint;
+}
+
+/**
+ * Step one of admission (DESIGN.md §2.3): one request of the account's rate windows (and on a
+ * scoped key one of its plan's minute and one of its slots), taken before the prompt is counted.
+ * A cold account asks billing once for the request and what its worst case is known to be at
+ * least (the output cap × n at the dearest route's price), so the usual cold request makes one
+ * round trip, not two.
+ */
+export function admitRequest(leases: LeaseTable, need: ChatNeed): Promise<Ticket> {
+  const output = (need.requested > 0n ? need.requested : 1n) * need.choices;
+  const credit = need.routes.reduce(
+    (most, route) => max(most, costMicros(0n, output, route.inputPricePer1mMicros, route.outputPricePer1mMicros)),
+    0n,
+  );
+  return leases.admit({
+    accountId: need.accountId,
+    tier: need.tier,
+    subscriptionId: need.subscriptionId,
+    keyId: need.keyId,
+    atLeast: { credit: need.subscriptionId ? 0n : credit, tokens: output },
+  });
+}
+
+/**
+ * A request admitted with its worst case, the routes that worst case covers, in order, and for a
+ * scoped key the subscription's terms it was priced by (the answer's `usage.cost` uses them too).
+ */
+export interface Admitted {
+  ticket: Ticket;
+  routes: Route[];
+  terms: BudgetTerms | undefined;
+}
+
+/**
+ * Step two, once the prompt is counted: the context checks, then the worst case. Without
+ * max_tokens the cap is the smallest of the model's (or plan's) cap, the context's room and what
+ * the account's credit pays (computed against the whole account when the lease cannot pay it).
+ * A scoped key's request is limited and priced by its subscription's terms, never the route's.
+ * With fallbacks, a model the prompt or max_tokens does not fit is passed over (the first one's
+ * error stands when none fits); the others share one output cap (the smallest of theirs), and
+ * the worst case is the largest among them: settlement charges the one that answered, at most that.
+ */
+export async function admitWorstCase(
+  leases: LeaseTable,
+  ticket: Ticket,
+  need: ChatNeed,
+  prompt: bigint,
+): Promise<Admitted> {
+  const { requested, choices } = need;
+  const terms = need.subscriptionId ? termsOf(ticket, need.routes) : undefined;
+  const fitting: Array<{ route: Route; cap: bigint }> = [];
+  let refusal: AppError | undefined;
+  for (const route of need.routes) {
+    const limits = {
+      contextWindow: terms ? min(route.contextWindow, terms.maxContextTokens) : route.contextWindow,
+      maxOutputTokensCap: terms ? min(route.maxOutputTokensCap, terms.maxOutputTokens) : route.maxOutputTokensCap,
+      inputTokens: prompt,
+      requestedMaxOutputTokens: requested,
+    };
+    try {
+      checkContext(limits, {
+        context: terms && terms.maxContextTokens < route.contextWindow ? "plan" : "model",
+        output: terms && terms.maxOutputTokens < route.maxOutputTokensCap ? "plan" : "model",
+      });
+    } catch (err) {
+      if (!(err instanceof AppError)) throw err;
+      refusal ??= err;
+      continue;
+    }
+    fitting.push({ route, cap: min(limits.maxOutputTokensCap, limits.contextWindow - prompt) });
+  }
+  if (fitting.length === 0) throw refusal!;
+  const routes = fitting.map((f) => f.route);
+  const { price, affordable } = pricing(routes, terms, need.subscriptionId, prompt, choices);
+  if (requested > 0n) return { ticket: await leases.takeWorstCase(ticket, price(requested)), routes, terms };
+  const cap = fitting.reduce((least, f) => min(least, f.cap), fitting[0]!.cap);
+  if (!affordable) return { ticket: await leases.takeWorstCase(ticket, price(cap)), routes, terms };
+  const admitted = await leases.takeWorstCase(ticket, price(cap), {
+    min: price(1n)(ticket.lease).credit,
+    shrink: (spare) => {
+      const fits = affordable(spare, ticket.lease) / choices;
+      return fits > 0n ? price(min(fits, cap))(ticket.lease) : undefined;
+    },
+  });
+  return { ticket: admitted, routes, terms };
+}
+
+/** The subscription's terms from its budget (step one opened it), its key kept to its hoster. */
+function termsOf(ticket: Ticket, routes: readonly Route[]): BudgetTerms {
+  const terms = ticket.lease.budgets.get(ticket.subscriptionId)?.terms;
+  if (!terms) throw new AppError("service_unavailable", "The subscription's terms are not known yet; please retry.");
+  // Registry routes a scoped key to its own hoster only; anything else is refused, never priced.
+  if (routes.some((route) => route.provider !== "hoster" || route.hosterId !== terms.hosterId)) {
+    throw new AppError("forbidden", "This key may call only its subscription's hoster models.");
+  }
+  return terms;
+}
+
+/**
+ * The worst case of `maxOutput` tokens per choice (DESIGN.md §3): at the dearest route's prices
+ * for an account key (any of its routes may answer); for a subscription by its pricing model: payg at the plan's prices, free and
+ * subscription nothing, an overage plan the overage price on the tokens its budget's included
+ * room does not cover (so the split between included and overage tokens is decided here).
+ * `affordable` (when credit limits the cap) is the most output tokens, all choices together,
+ * that a spare credit pays for after the prompt on every route.
+ */
+function pricing(
+  routes: readonly Route[],
+  terms: BudgetTerms | undefined,
+  subscriptionId: string,
+  prompt: bigint,
+  choices: bigint,
+) {
+  const priceList: ReadonlyArray<readonly [bigint, bigint]> = !terms
+    ? routes.map((route) => [route.inputPricePer1mMicros, route.outputPricePer1mMicros] as const)
+    : terms.pricingModel === "payg"
+      ? [[terms.inputPricePer1mMicros, terms.outputPricePer1mMicros]]
+      : [[0n, 0n]];
+  const overage = terms?.pricingModel === "subscription_overage" ? terms.overagePricePer1mMicros : 0n;
+  const included = (lease: HeldLease) => (overage > 0n ? includedSpare(lease, subscriptionId) : 0n);
+  const price =
+    (maxOutputTokens: bigint) =>
+    (lease: HeldLease): WorstCase => {
+      const tokens = prompt + maxOutputTokens * choices;
+      const overageTokens = tokens - min(tokens, included(lease));
+      const dearest = priceList.reduce(
+        (most, prices) => max(most, costMicros(prompt, maxOutputTokens * choices, ...prices)),
+        0n,
+      );
+      return {
+        credit: dearest + costMicros(overageTokens, 0n, overage, 0n),
+        tokens,
+        maxOutputTokens,
+      };
+    };
+  const affordable = (spare: bigint, lease: HeldLease): bigint => {
+    if (overage === 0n) {
+      return priceList.reduce(
+        (least, prices) => min(least, affordableOutputTokens(spare, prompt, ...prices)),
+        BigInt(Number.MAX_SAFE_INTEGER),
+      );
+    }
+    const paid = (spare * 1_000_000n) / overage + included(lease) - prompt;
+    return paid > 0n ? paid : 0n;
+  };
+  const charged = priceList.some(([input, output]) => input > 0n || output > 0n) || overage > 0n;
+  return { price, affordable: charged ? affordable : undefined };
+}
+
+/** Included tokens the subscription's budget in this lease can still take now. */
+function includedSpare(lease: HeldLease, subscriptionId: string): bigint {
+  const now = performance.now();
+  const room = lease.budgets
+    .get(subscriptionId)
+    ?.rooms.find(
+      (r) => r.resource === LeaseResource.LEASE_RESOURCE_INCLUDED_TOKENS && r.usableFrom <= now && now < r.validUntil,
+    );
+  const spare = room ? lease.spare(room) : 0n;
+  return spare > 0n ? spare : 0n;
+}
+
+/**
+ * The x-ratelimit-*-requests headers: the per-minute limit and the requests this edge's lease
+ * can still admit this minute (exact on one edge; on several, what this one can vouch for). For
+ * a scoped key, the account's or the plan's, whichever has less left.
+ */
+export function rateLimitHeaders(reply: FastifyReply, ticket: Ticket): void {
+  const { lease } = ticket;
+  const now = performance.now();
+  const spareIn = (rooms: readonly Room[]) => {
+    const room = rooms.find(
+      (r) =>
+        r.resource === LeaseResource.LEASE_RESOURCE_REQUESTS_PER_MINUTE && r.usableFrom <= now && now < r.validUntil,
+    );
+    const spare = room ? lease.spare(room) : 0n;
+    return spare > 0n ? spare : 0n;
+  };
+  let limit = lease.limitPerMinute;
+  let remaining = spareIn(lease.rooms);
+  const budget = ticket.subscriptionId ? lease.budgets.get(ticket.subscriptionId) : undefined;
+  // The lease lends an account no more than it asks for, so a tie goes to the plan's figures.
+  if (budget?.terms && spareIn(budget.rooms) <= remaining) {
+    limit = budget.terms.rpmLimit;
+    remaining = spareIn(budget.rooms);
+  }
+  if (limit <= 0n) return;
+  reply.header("x-ratelimit-limit-requests", String(limit));
+  reply.header("x-ratelimit-remaining-requests", String(remaining));
+  reply.header("x-ratelimit-reset-requests", `${Math.max(1, Math.ceil((60_000 - (Date.now() % 60_000)) / 1000))}s`);
+}

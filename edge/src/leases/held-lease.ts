@@ -1,0 +1,266 @@
+import {
+  LeaseResource,
+  LeaseStatus,
+  type AllowanceReport,
+  type BudgetTerms,
+  type LeaseNeed,
+  type LeaseReport,
+  type LeaseRoom,
+  type LeaseState,
+} from "@mkt/proto/billing/v1/leases";
+
+/**
+ * One allowance of a lease as the edge spends it. `granted` is billing's cumulative total,
+ * `admitted` the edge's (for SLOTS both are "now": slots lent, requests in flight). Times are on
+ * the edge's monotonic clock (ms).
+ */
+export interface Room {
+  allowanceId: string;
+  resource: LeaseResource;
+  granted: bigint;
+  admitted: bigint;
+  /** Next window's room: usable from receive time + starts_in_ms + margin (−∞ when current). */
+  usableFrom: number;
+  /** Send time + valid_for_ms − margin: never trusted past the point billing's clock could be at. */
+  validUntil: number;
+}
+
+export interface Budget {
+  subscriptionId: string;
+  /** False once billing fenced it or the edge dropped it on a recall: admit only after a new grant. */
+  open: boolean;
+  /**
+   * The sequence of the recall ack that dropped it: a reply to a call sent before (which billing
+   * may have answered before its fence) never reopens it.
+   */
+  recalledAt?: bigint;
+  state: string;
+  /** The subscription's terms snapshot (prices, plan caps), as billing last sent it. */
+  terms: BudgetTerms | undefined;
+  rooms: Room[];
+  /** Requests and worst-case tokens admitted on it since the last heartbeat (its demand). */
+  demand: { requests: bigint; tokens: bigint };
+}
+
+/** A spend-limited key's budget: its limit and KEY_CREDIT room in its current window. */
+export interface KeyBudget {
+  keyId: string;
+  limitMicros: bigint;
+  /** daily | weekly | monthly | never */
+  limitReset: string;
+  /** False once billing no longer lists it (its limit was cleared): kept only for its rooms' report. */
+  listed: boolean;
+  rooms: Room[];
+}
+
+/** When billing's reply to a call was sent and received, on the edge's monotonic clock. */
+export interface ReplyTimes {
+  sequence: bigint;
+  sentAt: number;
+  receivedAt: number;
+  marginMs: number;
+}
+
+/** The edge's copy of one lease (DESIGN.md §2.3), changed only by admission, release and replies. */
+export class HeldLease {
+  readonly leaseId: string;
+  readonly accountId: string;
+  readonly tier: string;
+  /** The account tier's requests per minute, as billing last said (0 until a reply). */
+  limitPerMinute = 0n;
+  open = true;
+  /**
+   * A final report of it has gone to billing, which closes it on that report and holds only what
+   * the report counts: the edge never admits on it again, whatever a reply sent earlier says.
+   */
+  finalSent = false;
+  validUntil = -Infinity;
+  credit: Room | undefined;
+  rooms: Room[] = [];
+  readonly budgets = new Map<string, Budget>();
+  /**
+   * The account's spend-limited keys as billing last listed them: a request on one of them takes
+   * its worst case from its room as well as from the credit. A key not listed has no limit (a
+   * limit's change fences the lease, so the list is never stale on an open lease).
+   */
+  keyBudgets = new Map<string, KeyBudget>();
+  /** The sequence of the last reply applied: an older reply arriving late changes nothing. */
+  lastReplySequence = 0n;
+  /** Tickets not released yet (requests whose registry call has not ended). */
+  inFlight = 0;
+  lastAdmittedAt: number;
+  /** Credit and requests admitted since the last heartbeat (this lease's demand). */
+  demand = { credit: 0n, requests: 0n };
+  /**
+   * A heartbeat lets billing take back slots beyond the requests in flight it reports, so from its
+   * send until a reply to it (or a later call) is applied, no more slots are taken than it
+   * reported. Kept when its reply is lost: billing may have applied it all the same.
+   */
+  pinnedSlots: { sequence: bigint; inFlight: Map<string, bigint> } | undefined;
+
+  constructor(state: LeaseState, tier: string, createdAt: number) {
+    this.leaseId = state.leaseId;
+    this.accountId = state.accountId;
+    this.tier = tier;
+    this.lastAdmittedAt = createdAt;
+  }
+
+  /** Records the slots in flight a heartbeat about to be sent with `sequence` reports. */
+  pinSlots(sequence: bigint): void {
+    const inFlight = new Map<string, bigint>();
+    for (const budget of this.budgets.values()) {
+      for (const r of budget.rooms)
+        if (r.resource === LeaseResource.LEASE_RESOURCE_SLOTS) inFlight.set(r.allowanceId, r.admitted);
+    }
+    this.pinnedSlots = { sequence, inFlight };
+  }
+
+  /** Room left in an allowance now (slots: lent minus in flight, within a pending heartbeat's report). */
+  spare(room: Room): bigint {
+    const pinned = this.pinnedSlots?.inFlight.get(room.allowanceId);
+    const granted = pinned !== undefined && pinned < room.granted ? pinned : room.granted;
+    return granted - room.admitted;
+  }
+
+  /**
+   * Takes billing's view: granted totals, validity, status, new rooms and budgets. The edge keeps
+   * its own admitted totals (billing's are at most as recent); rooms billing no longer lists
+   * belong to windows that ended, so they go. Returns false when the reply was older than one
+   * already applied.
+   */
+  apply(state: LeaseState, at: ReplyTimes): boolean {
+    if (at.sequence <= this.lastReplySequence) {
+      this.#absorbGrowth(state);
+      return false;
+    }
+    this.lastReplySequence = at.sequence;
+    if (state.limitPerMinute > 0n) this.limitPerMinute = state.limitPerMinute;
+    if (this.pinnedSlots && at.sequence >= this.pinnedSlots.sequence) this.pinnedSlots = undefined;
+    this.open &&= !this.finalSent && state.status === LeaseStatus.LEASE_STATUS_OPEN;
+    this.validUntil = this.open ? at.sentAt + Number(state.validForMs) - at.marginMs : -Infinity;
+    this.credit = state.credit ? mergeRooms(this.credit ? [this.credit] : [], [state.credit], at)[0] : undefined;
+    this.rooms = mergeRooms(this.rooms, state.rooms, at);
+    for (const b of state.budgets) {
+      const held = this.budgets.get(b.subscriptionId);
+      const recalledAt = held?.recalledAt;
+      const open =
+        this.open &&
+        b.status === LeaseStatus.LEASE_STATUS_OPEN &&
+        (recalledAt === undefined || at.sequence > recalledAt);
+      this.budgets.set(b.subscriptionId, {
+        subscriptionId: b.subscriptionId,
+        open,
+        recalledAt,
+        state: b.state,
+        terms: b.terms ?? held?.terms,
+        rooms: mergeRooms(held?.rooms ?? [], b.rooms, at),
+        demand: held?.demand ?? { requests: 0n, tokens: 0n },
+      });
+    }
+    const keyBudgets = new Map<string, KeyBudget>();
+    for (const k of state.keyBudgets) {
+      const held = this.keyBudgets.get(k.keyId);
+      keyBudgets.set(k.keyId, { ...k, listed: true, rooms: mergeRooms(held?.rooms ?? [], k.rooms, at) });
+    }
+    // A key billing no longer lists keeps its rooms for the report: their admitted totals are what
+    // billing holds once the lease closes.
+    for (const [keyId, held] of this.keyBudgets) {
+      if (!keyBudgets.has(keyId) && held.rooms.length > 0) keyBudgets.set(keyId, { ...held, listed: false });
+    }
+    this.keyBudgets = keyBudgets;
+    return true;
+  }
+
+  /**
+   * A reply older than one already applied (a grant answered after a later heartbeat's reply)
+   * changes nothing but what it grew: `granted` is cumulative, so the larger is right whichever
+   * reply came last. Slots are lent "now", not cumulative, and validity and status follow the
+   * latest reply only.
+   */
+  #absorbGrowth(state: LeaseState): void {
+    const mine = this.#allRooms();
+    const theirs = [
+      ...(state.credit ? [state.credit] : []),
+      ...state.rooms,
+      ...state.budgets.flatMap((b) => b.rooms),
+      ...state.keyBudgets.flatMap((k) => k.rooms),
+    ];
+    for (const r of theirs) {
+      if (r.resource === LeaseResource.LEASE_RESOURCE_SLOTS) continue;
+      const room = mine.find((m) => m.allowanceId === r.allowanceId);
+      if (room && r.granted > room.granted) room.granted = r.granted;
+    }
+  }
+
+  /** Every allowance with the edge's cumulative admitted total (credit, account rooms, budgets'). */
+  admittedTotals(): AllowanceReport[] {
+    return this.#allRooms().map((r) => ({ allowanceId: r.allowanceId, admitted: r.admitted }));
+  }
+
+  #allRooms(): Room[] {
+    const all = [...(this.credit ? [this.credit] : []), ...this.rooms];
+    for (const budget of this.budgets.values()) all.push(...budget.rooms);
+    for (const key of this.keyBudgets.values()) all.push(...key.rooms);
+    return all;
+  }
+
+  /**
+   * The report a call carries: cumulative totals and demand per second since `since` (rounded
+   * up, so any demand asks for at least one unit). `final`: the edge admits nothing more on it.
+   */
+  report(final: boolean, elapsedMs: number): LeaseReport {
+    const ms = BigInt(Math.max(1, Math.round(elapsedMs)));
+    if (final) {
+      this.finalSent = true;
+      this.open = false;
+    }
+    const perSecond = (n: bigint) => (n * 1000n + ms - 1n) / ms;
+    const need = (credit: bigint, requests: bigint, tokens: bigint, subscriptionId: string): LeaseNeed => ({
+      creditMicros: perSecond(credit),
+      requests: perSecond(requests),
+      tokens: perSecond(tokens),
+      subscriptionId,
+      keyId: "",
+    });
+    return {
+      leaseId: this.leaseId,
+      admitted: this.admittedTotals(),
+      final,
+      demandPerSecond: need(this.demand.credit, this.demand.requests, 0n, ""),
+      budgetDemand: [...this.budgets.values()]
+        .filter((b) => b.open)
+        .map((b) => need(0n, b.demand.requests, b.demand.tokens, b.subscriptionId)),
+      // Set by the caller that pinned the slots for this very report (pinSlots).
+      slotsPinned: false,
+    };
+  }
+
+  resetDemand(): void {
+    this.demand = { credit: 0n, requests: 0n };
+    for (const budget of this.budgets.values()) budget.demand = { requests: 0n, tokens: 0n };
+  }
+
+  /** Usable now: open and within its validity. */
+  usable(now: number): boolean {
+    return this.open && now < this.validUntil;
+  }
+}
+
+/**
+ * Billing's rooms with the edge's admitted totals carried over by allowance id. A room billing
+ * still lists stays the same object: a ticket holding its slot gives it back to that object.
+ */
+function mergeRooms(held: Room[], rooms: readonly LeaseRoom[], at: ReplyTimes): Room[] {
+  return rooms.map((r) => {
+    const startsIn = Number(r.startsInMs);
+    const fresh = {
+      allowanceId: r.allowanceId,
+      resource: r.resource,
+      granted: r.granted,
+      usableFrom: startsIn > 0 ? at.receivedAt + startsIn + at.marginMs : -Infinity,
+      validUntil: at.sentAt + Number(r.validForMs) - at.marginMs,
+    };
+    const mine = held.find((h) => h.allowanceId === r.allowanceId);
+    return mine ? Object.assign(mine, fresh) : { ...fresh, admitted: 0n };
+  });
+}

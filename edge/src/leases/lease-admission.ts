@@ -1,0 +1,179 @@
+import { LeaseResource } from "@mkt/proto/billing/v1/leases";
+import type { HeldLease, Room } from "./held-lease.ts";
+
+/**
+ * A request admitted on a lease: its request room (and slot) taken first, its worst case after
+ * the prompt is counted (DESIGN.md §2.3). What the registry call will name (lease, worst case).
+ */
+export interface Ticket {
+  /** The lease holding its worst case (moved once if its first lease is recalled in between). */
+  lease: HeldLease;
+  readonly subscriptionId: string;
+  /** The API key it was made with: a spend-limited key's worst case is taken from its room too. */
+  readonly keyId: string;
+  /** The slot this request holds in its subscription's budget, returned by `release`. */
+  slot: Room | undefined;
+  worstCaseMicros: bigint;
+  worstCaseTokens: bigint;
+  /**
+   * The included tokens it took from its subscription's budget (of its worst case's tokens): an
+   * overage plan's other tokens are overage, the split its cost is computed with (DESIGN.md §3).
+   */
+  includedTokens: bigint;
+  /** The output cap per choice its worst case was taken for (the registry call's). */
+  maxOutputTokens: bigint;
+  released: boolean;
+}
+
+/** What an attempt to admit from memory found: done, wait this long for a window, or short. */
+export type Attempt<T> = { ok: T } | { waitMs: number } | { short: true };
+
+/**
+ * A request arriving in the few milliseconds between the end of a window's room and the start of
+ * the next one's waits for it (it does not go to billing): at most this long.
+ */
+export const WINDOW_GAP_MS = 250;
+
+/**
+ * The room of `resource` usable now with `n` to spare, the wait until the next window's room
+ * that will have it, or undefined when neither.
+ */
+function pick(
+  lease: HeldLease,
+  rooms: readonly Room[],
+  resource: LeaseResource,
+  n: bigint,
+  now: number,
+): { room: Room } | { waitMs: number } | undefined {
+  let wait: number | undefined;
+  for (const room of rooms) {
+    if (room.resource !== resource || lease.spare(room) < n || now >= room.validUntil) continue;
+    if (room.usableFrom <= now) return { room };
+    const ms = room.usableFrom - now;
+    if (ms <= WINDOW_GAP_MS && (wait === undefined || ms < wait)) wait = ms;
+  }
+  return wait === undefined ? undefined : { waitMs: wait };
+}
+
+/** Picks every room or none: the first missing one decides (a wait, or short). */
+function pickAll(
+  lease: HeldLease,
+  wanted: Array<[readonly Room[], LeaseResource, bigint]>,
+  now: number,
+): Attempt<Room[]> {
+  const rooms: Room[] = [];
+  for (const [from, resource, n] of wanted) {
+    const found = pick(lease, from, resource, n, now);
+    if (!found) return { short: true };
+    if ("waitMs" in found) return { waitMs: found.waitMs };
+    rooms.push(found.room);
+  }
+  return { ok: rooms };
+}
+
+/**
+ * Step one of admission: one request in the account's minute and day rooms and, on a
+ * subscription's key, one in its budget's minute and one of its slots. All or nothing.
+ */
+export function takeRequest(lease: HeldLease, subscriptionId: string, now: number, keyId = ""): Attempt<Ticket> {
+  if (!lease.usable(now)) return { short: true };
+  const wanted: Array<[readonly Room[], LeaseResource, bigint]> = [
+    [lease.rooms, LeaseResource.LEASE_RESOURCE_REQUESTS_PER_MINUTE, 1n],
+    [lease.rooms, LeaseResource.LEASE_RESOURCE_REQUESTS_PER_DAY, 1n],
+  ];
+  const budget = subscriptionId ? lease.budgets.get(subscriptionId) : undefined;
+  if (subscriptionId) {
+    if (!budget?.open) return { short: true };
+    wanted.push([budget.rooms, LeaseResource.LEASE_RESOURCE_REQUESTS_PER_MINUTE, 1n]);
+    wanted.push([budget.rooms, LeaseResource.LEASE_RESOURCE_SLOTS, 1n]);
+  }
+  const picked = pickAll(lease, wanted, now);
+  if (!("ok" in picked)) return picked;
+  for (const room of picked.ok) room.admitted += 1n;
+  lease.inFlight += 1;
+  lease.lastAdmittedAt = now;
+  lease.demand.requests += 1n;
+  if (budget) budget.demand.requests += 1n;
+  const slot = picked.ok.find((r) => r.resource === LeaseResource.LEASE_RESOURCE_SLOTS);
+  return {
+    ok: {
+      lease,
+      subscriptionId,
+      keyId,
+      slot,
+      worstCaseMicros: 0n,
+      worstCaseTokens: 0n,
+      includedTokens: 0n,
+      maxOutputTokens: 0n,
+      released: false,
+    },
+  };
+}
+
+/** The room of the ticket's key when billing lists it as spend-limited on this lease. */
+export function keyBudgetOf(lease: HeldLease, keyId: string) {
+  const budget = keyId ? lease.keyBudgets.get(keyId) : undefined;
+  return budget?.listed ? budget : undefined;
+}
+
+/** What billing's grant for this very request said of its included tokens (none yet: both false). */
+export interface IncludedAnswer {
+  /** A grant was made for the request: an overage plan then pays what the room lacks. */
+  asked: boolean;
+  /** The grant let it cross a `subscription` plan's included-token line (included_crossing). */
+  crossing: boolean;
+}
+
+/**
+ * Step two: the worst case in credit (and, on a spend-limited key, in its room) and, on a
+ * subscription, in tpm and included tokens. A budget that has fewer included tokens than the
+ * worst case takes what it has only as `included` allows: on an overage plan once billing was
+ * asked, on a `subscription` plan once billing said this request crosses the line (otherwise
+ * every edge could serve one crossing request of its own share).
+ */
+export function takeWorstCase(
+  ticket: Ticket,
+  credit: bigint,
+  tokens: bigint,
+  now: number,
+  included: IncludedAnswer,
+): Attempt<Ticket> {
+  const { lease } = ticket;
+  if (!lease.usable(now)) return { short: true };
+  // A request that costs nothing (a free plan's) needs no credit room, and a lease granted only
+  // for such requests has none. The credit allowance has no resource of its own (UNSPECIFIED).
+  const wanted: Array<[readonly Room[], LeaseResource, bigint]> = [];
+  if (credit > 0n) {
+    if (!lease.credit) return { short: true };
+    wanted.push([[lease.credit], LeaseResource.LEASE_RESOURCE_UNSPECIFIED, credit]);
+    const key = keyBudgetOf(lease, ticket.keyId);
+    if (key) wanted.push([key.rooms, LeaseResource.LEASE_RESOURCE_KEY_CREDIT, credit]);
+  }
+  const budget = ticket.subscriptionId ? lease.budgets.get(ticket.subscriptionId) : undefined;
+  let taken: { room: Room; take: bigint } | undefined;
+  if (ticket.subscriptionId) {
+    if (!budget?.open) return { short: true };
+    wanted.push([budget.rooms, LeaseResource.LEASE_RESOURCE_TOKENS_PER_MINUTE, tokens]);
+    const found = budget.rooms.find((r) => r.resource === LeaseResource.LEASE_RESOURCE_INCLUDED_TOKENS);
+    const room = found && found.usableFrom <= now && now < found.validUntil ? found : undefined;
+    const spare = room ? lease.spare(room) : 0n;
+    // A `subscription` plan admits while any included tokens are left, and the request crossing
+    // the line is served in full; an overage plan pays what its included room does not cover
+    // from credit. Either takes less than its worst case only once billing was asked.
+    const pricing = budget.terms?.pricingModel;
+    if (room && spare >= tokens) taken = { room, take: tokens };
+    else if (pricing === "subscription" && !(included.crossing && room && spare > 0n)) return { short: true };
+    else if (pricing === "subscription_overage" && !included.asked) return { short: true };
+    else if (room && spare > 0n) taken = { room, take: spare };
+  }
+  const picked = pickAll(lease, wanted, now);
+  if (!("ok" in picked)) return picked;
+  for (const [i, room] of picked.ok.entries()) room.admitted += wanted[i]![2];
+  if (taken) taken.room.admitted += taken.take;
+  lease.demand.credit += credit;
+  if (budget) budget.demand.tokens += tokens;
+  ticket.worstCaseMicros = credit;
+  ticket.worstCaseTokens = tokens;
+  ticket.includedTokens = taken?.take ?? 0n;
+  return { ok: ticket };
+}

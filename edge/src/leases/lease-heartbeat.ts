@@ -1,0 +1,12 @@
+import type { Logger } from "@mkt/runtime/logger";
+import { repeatEvery } from "@mkt/runtime/periodic";
+import type { LeaseTable } from "./lease-table.ts";
+
+/**
+ * One heartbeat every LEASE_TTL_MS / 2 (DESIGN.md §2.3): twice per TTL, so one lost reply still
+ * leaves a lease extended before it lapses. The table skips beats while it backs off from a
+ * failing billing. Returns the stop function (it waits for a beat in flight).
+ */
+export function startLeaseHeartbeat(table: LeaseTable, log: Logger): () => Promise<void> {
+  return repeatEvery(Math.max(1, Math.floor(table.ttlMs / 2)), () => table.beat(), log, "lease heartbeat");
+}

@@ -1,0 +1,37 @@
+import type { Logger } from "@mkt/runtime/logger";
+import type { NatsConnection } from "@mkt/runtime/nats";
+import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
+import type { LeaseTable } from "./lease-table.ts";
+
+/**
+ * Answers billing's recalls on `subject` (`leases.recall.<edge_id>`, DESIGN.md §2.4): the named
+ * lease or budget is dropped before the reply goes, so once billing has the ack no request is
+ * admitted on it here, and the reply carries the final totals. A recall that cannot be read is
+ * left unanswered: billing then waits out one TTL, which covers it. Returns the unsubscribe.
+ */
+export function followLeaseRecalls(nc: NatsConnection, subject: string, table: LeaseTable, log: Logger): () => void {
+  const subscription = nc.subscribe(subject, {
+    callback: (err, msg) => {
+      if (err) {
+        log.warn({ err }, "leases.recall subscription failed");
+        return;
+      }
+      let recall: LeaseRecall;
+      try {
+        recall = LeaseRecall.decode(msg.data);
+      } catch (decodeErr) {
+        log.warn({ err: decodeErr }, "unreadable leases.recall message");
+        return;
+      }
+      const dropped = table.recall(recall.leaseId, recall.subscriptionId);
+      const ack = LeaseRecallAck.fromPartial({
+        edgeId: table.edgeId,
+        known: dropped !== undefined,
+        sequence: dropped?.sequence ?? table.nextSequence(),
+        report: dropped?.report,
+      });
+      msg.respond(LeaseRecallAck.encode(ack).finish());
+    },
+  });
+  return () => subscription.unsubscribe();
+}

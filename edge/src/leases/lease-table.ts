@@ -1,0 +1,550 @@
+import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
+import type { PromiseClient } from "@mkt/runtime/grpc-client";
+import { AppError } from "@mkt/runtime/errors";
+import type { Logger } from "@mkt/runtime/logger";
+import { LeaseStatus, type LeaseNeed, type LeaseReport, type LeaseState } from "@mkt/proto/billing/v1/leases";
+import type { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
+import { HeldLease } from "./held-lease.ts";
+import { keyBudgetOf, takeRequest, takeWorstCase, type Attempt, type Ticket } from "./lease-admission.ts";
+import { nextBackoffMs } from "./heartbeat-backoff.ts";
+
+export type LeaseBilling = Pick<PromiseClient<BillingServiceClient>, "grantLease" | "heartbeat" | "returnLeases">;
+
+export interface LeaseTableOptions {
+  billing: LeaseBilling;
+  /** Billing's LEASE_TTL_MS (the edge's config must match it). */
+  ttlMs: number;
+  log: Logger;
+  /** The edge's monotonic clock in ms (performance.now by default; tests may move it). */
+  now?: () => number;
+}
+
+/** What the request in hand is, for the account's lease. */
+export interface AdmitNeed {
+  accountId: string;
+  tier: string;
+  /** The subscription of a scoped key ('' for an account key). */
+  subscriptionId?: string;
+  /** The API key the request is made with: a spend-limited key's room is taken too ('' for none). */
+  keyId?: string;
+  /**
+   * What the worst case is known to be at least before the prompt is counted (the output cap × n
+   * at the route's price, and those tokens): a cold request asks for it in the same GrantLease,
+   * so it makes one round trip, not a second one for its worst case.
+   */
+  atLeast?: { credit: bigint; tokens: bigint };
+}
+
+/** A request's worst case: credit (micro-USD), tokens, and the output cap per choice it means. */
+export interface WorstCase {
+  credit: bigint;
+  tokens: bigint;
+  maxOutputTokens: bigint;
+}
+
+/**
+ * A worst case that depends on the lease it is taken on: an overage plan's credit is the part of
+ * its tokens the budget's included room does not cover.
+ */
+export type WorstCaseOn = (lease: HeldLease) => WorstCase;
+
+/** How a request without max_tokens fits what the account has (see takeWorstCase). */
+export interface FitToCredit {
+  /** The least credit it can be served with (the prompt and one output token per choice). */
+  min: bigint;
+  /** The worst case that `spareCredit` pays for, or undefined when it pays for none. */
+  shrink(spareCredit: bigint): WorstCase | undefined;
+}
+
+/** What the request in hand asks of a grant (GrantLease's request and min_credit_micros). */
+interface InHand {
+  requests: bigint;
+  credit: bigint;
+  tokens: bigint;
+  minCredit: bigint;
+}
+
+/** How long a cold request waits for its GrantLease before it is answered 503. */
+const GRANT_TIMEOUT_MS = 10_000;
+
+/**
+ * Retries of the cold path for one request before it gives up with a 503: others took each
+ * grant's room, or the grant came back after the lease's validity (a slow billing).
+ */
+const MAX_GRANTS_PER_REQUEST = 8;
+
+/** How long a closed lease's id is remembered: past any grant reply sent before it closed. */
+const FORGET_CLOSED_MS = 2 * GRANT_TIMEOUT_MS;
+
+/**
+ * The edge's admission leases (DESIGN.md §2.3), one table per edge process with its own edge id.
+ * Admission is in memory; billing is called only on the cold or short path (one GrantLease that
+ * concurrent requests of the account share), by the heartbeat (`beat`, every TTL / 2 from
+ * `start`), on a recall's ack and on `returnAll`. Every call carries the edge's next sequence.
+ */
+export class LeaseTable {
+  readonly edgeId = `edge_${randomUUID()}`;
+  readonly ttlMs: number;
+  /** Validity is cut this much short of billing's, for the time a reply spent on the way. */
+  readonly marginMs: number;
+  readonly #billing: LeaseBilling;
+  readonly #log: Logger;
+  readonly #now: () => number;
+  #sequence = 0n;
+  /** The lease each account admits on. */
+  readonly #leases = new Map<string, HeldLease>();
+  /** Leases the edge stopped using, reported final in every heartbeat until billing says closed. */
+  readonly #retired = new Map<string, HeldLease>();
+  /**
+   * Leases billing said closed, on the edge's clock: a grant reply sent before the close may still
+   * arrive (within a grant's timeout) and must not bring one back. Forgotten after FORGET_CLOSED_MS.
+   */
+  readonly #closed = new Map<string, number>();
+  /** One GrantLease in flight per account and subscription, shared by the requests waiting on it. */
+  readonly #granting = new Map<string, Promise<unknown>>();
+  /**
+   * 402/429 from billing, refused here until the next heartbeat reply sent after them, and for one
+   * TTL at most: a top-up while heartbeats fail (a busy billing) must not leave the account
+   * refused on a stale answer; past a TTL its next request asks billing again.
+   */
+  readonly #refused = new Map<string, { error: AppError; at: number; credit: bigint }>();
+  #lastBeatAt: number;
+  #beatFailures = 0;
+  #nextBeatAt = -Infinity;
+
+  constructor(options: LeaseTableOptions) {
+    this.#billing = options.billing;
+    this.ttlMs = options.ttlMs;
+    this.marginMs = Math.max(10, Math.floor(options.ttlMs / 10));
+    this.#log = options.log;
+    this.#now = options.now ?? (() => performance.now());
+    this.#lastBeatAt = this.#now();
+  }
+
+  /** The edge's next sequence number, increasing across all of its lease calls. */
+  nextSequence(): bigint {
+    this.#sequence += 1n;
+    return this.#sequence;
+  }
+
+  /** The lease the account admits on (tests and metrics). */
+  leaseOf(accountId: string): HeldLease | undefined {
+    return this.#leases.get(accountId);
+  }
+
+  /**
+   * Step one of admission: takes one request (and, on a subscription, one slot). From memory
+   * when the lease can; otherwise through GrantLease.
+   */
+  async admit(need: AdmitNeed): Promise<Ticket> {
+    const subscriptionId = need.subscriptionId ?? "";
+    const keyId = need.keyId ?? "";
+    const inHand = {
+      requests: 1n,
+      credit: need.atLeast?.credit ?? 0n,
+      tokens: need.atLeast?.tokens ?? 0n,
+      minCredit: 0n,
+    };
+    return this.#admitting(need.accountId, need.tier, { subscriptionId, keyId }, inHand, () => {
+      const lease = this.#leases.get(need.accountId);
+      return lease ? takeRequest(lease, subscriptionId, this.#now(), keyId) : { short: true };
+    });
+  }
+
+  /**
+   * Step two, once the prompt is counted: the worst case in credit (micro-USD) and tokens. With
+   * `fit` (a request without max_tokens) a smaller worst case is taken when the account cannot
+   * pay `want`: the grant then covers what the whole account has left (at least `fit.min`) and
+   * `fit.shrink` sizes the request to the lease's spare credit. A ticket whose lease was
+   * recalled meanwhile moves to the account's next lease (see below).
+   */
+  async takeWorstCase(
+    ticket: Ticket,
+    wanted: WorstCase | WorstCaseOn,
+    fit?: FitToCredit,
+    restarted = false,
+  ): Promise<Ticket> {
+    const { accountId, tier } = ticket.lease;
+    const { subscriptionId, keyId } = ticket;
+    try {
+      return await this.#takeWorstCase(ticket, wanted, fit);
+    } catch (err) {
+      if (!(err instanceof LeaseGone)) throw err;
+      if (restarted) throw unavailable(this.ttlMs, "The request's lease was recalled");
+      // A subscription's slot cannot move to another lease: the request starts again there (its
+      // first request stays counted in the old lease's final report: one extra in that minute).
+      this.release(ticket);
+      const fresh = await this.admit({ accountId, tier, subscriptionId, keyId });
+      try {
+        return await this.takeWorstCase(fresh, wanted, fit, true);
+      } catch (freshErr) {
+        this.release(fresh);
+        throw freshErr;
+      }
+    }
+  }
+
+  async #takeWorstCase(ticket: Ticket, wanted: WorstCase | WorstCaseOn, fit?: FitToCredit): Promise<Ticket> {
+    const { accountId, tier } = ticket.lease;
+    const { subscriptionId, keyId } = ticket;
+    const worstCaseOn = typeof wanted === "function" ? wanted : () => wanted;
+    const first = worstCaseOn(ticket.lease);
+    const inHand = { requests: 0n, credit: first.credit, tokens: first.tokens, minCredit: fit?.min ?? 0n };
+    let granted = false;
+    return this.#admitting(accountId, tier, { subscriptionId, keyId }, inHand, (crossing) => {
+      const current = this.#leases.get(accountId);
+      if (current !== ticket.lease) {
+        // The lease was recalled or lapsed between the two steps. Its final report counted this
+        // request; an account key's worst case is credit alone, so it moves to the account's
+        // current lease (or a new grant) and settles there. A subscription's slot cannot move.
+        if (subscriptionId) throw new LeaseGone();
+        if (!current) return { short: true };
+      }
+      const lease = current;
+      const want = worstCaseOn(lease);
+      const spare = spareCredit(lease, keyId, this.#now());
+      const sized = spare >= want.credit || !fit || !granted ? want : fit.shrink(spare);
+      const moved = lease === ticket.lease ? ticket : { ...ticket, lease };
+      const attempt = sized
+        ? takeWorstCase(moved, sized.credit, sized.tokens, this.#now(), { asked: granted, crossing })
+        : ({ short: true } as const);
+      granted = true;
+      if (!("ok" in attempt)) return attempt;
+      if (moved !== ticket) {
+        ticket.lease.inFlight -= 1;
+        lease.inFlight += 1;
+        Object.assign(ticket, moved);
+      }
+      ticket.maxOutputTokens = sized!.maxOutputTokens;
+      return { ok: ticket };
+    });
+  }
+
+  /** The request's registry call ended: its slot goes back to the lease (no call to billing). */
+  release(ticket: Ticket): void {
+    if (ticket.released) return;
+    ticket.released = true;
+    ticket.lease.inFlight -= 1;
+    if (ticket.slot) ticket.slot.admitted -= 1n;
+  }
+
+  async #admitting(
+    accountId: string,
+    tier: string,
+    on: { subscriptionId: string; keyId: string },
+    inHand: InHand,
+    /** `crossing`: this request's own last grant let it cross its included-token line. */
+    attempt: (crossing: boolean) => Attempt<Ticket>,
+  ): Promise<Ticket> {
+    // Per key: one key's spend limit refuses that key, never the account's others.
+    const key = `${accountId}/${on.subscriptionId}/${on.keyId}`;
+    let crossing = false;
+    for (let grants = 0; ;) {
+      const tried = attempt(crossing);
+      if ("ok" in tried) return tried.ok;
+      if ("waitMs" in tried) {
+        await new Promise((resolve) => setTimeout(resolve, tried.waitMs));
+        continue;
+      }
+      // A refusal cached from billing spares it a call, never room the lease still has.
+      const refusal = this.#refused.get(key);
+      if (refusal && this.#now() - refusal.at < this.ttlMs && refuses(refusal, inHand)) throw refusal.error;
+      if (grants >= MAX_GRANTS_PER_REQUEST) throw unavailable(this.ttlMs, "The account's lease is contended");
+      const pending = this.#granting.get(key);
+      if (pending) {
+        // Another request of this account is asking already: its grant is sized for the demand.
+        // Its refusal is its own (a step one refused 429 says nothing of a step two's credit):
+        // the loop looks again, and a refusal that applies to this request is cached by then.
+        await pending.catch(() => undefined);
+        continue;
+      }
+      grants += 1;
+      const call = this.#grant(accountId, tier, on, inHand).finally(() => this.#granting.delete(key));
+      this.#granting.set(key, call);
+      // Only the request the grant was made for may cross: a request that waited on another's
+      // grant (above) asks for its own when it is short.
+      crossing = (await call).includedCrossing;
+    }
+  }
+
+  /** The cold or short path: one GrantLease covering the request in hand (DESIGN.md §2.3). */
+  async #grant(
+    accountId: string,
+    tier: string,
+    on: { subscriptionId: string; keyId: string },
+    inHand: InHand,
+  ): Promise<{ includedCrossing: boolean }> {
+    const { subscriptionId, keyId } = on;
+    const key = `${accountId}/${subscriptionId}/${keyId}`;
+    // With no lease in use, a retired one billing may still hold open goes final with the grant:
+    // otherwise billing could answer with that lease again, which the edge cannot admit on.
+    const held = this.#leases.get(accountId) ?? this.#retiredOf(accountId);
+    const sequence = this.nextSequence();
+    const sentAt = this.#now();
+    const elapsed = sentAt - this.#lastBeatAt;
+    // A lease billing fenced, or one the edge retired, goes final with the grant (billing then
+    // makes a new one). One merely past its validity (a slow heartbeat) is not: the grant's reply
+    // renews it if billing still holds it open, or says it is fenced (the session lapsed).
+    // Reporting it final would close it and make a new lease per slow heartbeat, each granted
+    // afresh: under load that churn is what kept billing slow.
+    const final = held !== undefined && !held.open;
+    // A lease past its validity admits nothing until a reply: its slots are pinned to this report
+    // (at no cost), so billing may take back the ones lent beyond it when it fences the lease for
+    // a lapsed session; otherwise they would keep the subscription's next grant at its limit.
+    const pinned = held !== undefined && !final && !held.usable(sentAt);
+    if (pinned) held.pinSlots(sequence);
+    const report = held && { ...held.report(final, elapsed), slotsPinned: pinned };
+    if (held && final) this.#retire(held);
+    let state: LeaseState | undefined;
+    let includedCrossing: boolean;
+    try {
+      ({ lease: state, includedCrossing } = await this.#billing.grantLease(
+        {
+          edgeId: this.edgeId,
+          sequence,
+          accountId,
+          tier,
+          request: {
+            creditMicros: inHand.credit,
+            requests: inHand.requests,
+            tokens: inHand.tokens,
+            subscriptionId,
+            keyId,
+          },
+          demandPerSecond: demandFor(report, inHand, subscriptionId),
+          report,
+          minCreditMicros: inHand.minCredit,
+        },
+        // A grant waits on the account's lock behind other grants and a bounded recall: under
+        // load that takes longer than one TTL, and a request waiting for it is better served late
+        // than refused 503.
+        { timeoutMs: Math.max(GRANT_TIMEOUT_MS, this.ttlMs) },
+      ));
+    } catch (err) {
+      const error = AppError.fromGrpc(err);
+      if (error.httpStatus === 402 || error.httpStatus === 429) {
+        this.#refused.set(key, { error, at: sentAt, credit: creditNeeded(inHand) });
+        throw error;
+      }
+      if (error.httpStatus < 500) throw error;
+      // Billing down or failing: never a 402/429 (DESIGN.md §2.3 Crashes).
+      throw unavailable(this.ttlMs, "Billing is unavailable", error);
+    }
+    if (!state) throw unavailable(this.ttlMs, "Billing sent no lease");
+    this.#adopt(state, tier, { sequence, sentAt, receivedAt: this.#now(), marginMs: this.marginMs });
+    return { includedCrossing };
+  }
+
+  /**
+   * Applies a lease state from a grant: the account's lease or its replacement. A lease the edge
+   * has retired or seen closed never comes back, even when billing answered the grant before the
+   * edge's final report reached it: billing closes the lease on that report and holds only the
+   * worst cases it counts, so nothing admitted after it would be held (issue 18's zero-cost
+   * settlements). The caller's admission then finds no lease and asks again, with the final report.
+   */
+  #adopt(state: LeaseState, tier: string, at: Parameters<HeldLease["apply"]>[1]): void {
+    const current = this.#leases.get(state.accountId);
+    if (current?.leaseId === state.leaseId) {
+      current.apply(state, at);
+      return;
+    }
+    const retired = this.#retired.get(state.leaseId);
+    if (retired || this.#closed.has(state.leaseId)) {
+      retired?.apply(state, at);
+      return;
+    }
+    const lease = new HeldLease(state, tier, at.receivedAt);
+    lease.apply(state, at);
+    if (current) this.#retire(current);
+    this.#leases.set(state.accountId, lease);
+  }
+
+  #grantingFor(accountId: string): boolean {
+    for (const key of this.#granting.keys()) if (key.startsWith(`${accountId}/`)) return true;
+    return false;
+  }
+
+  /** A retired lease of the account billing has not said closed yet, if any. */
+  #retiredOf(accountId: string): HeldLease | undefined {
+    for (const lease of this.#retired.values()) if (lease.accountId === accountId) return lease;
+    return undefined;
+  }
+
+  #retire(lease: HeldLease): void {
+    lease.open = false;
+    if (this.#leases.get(lease.accountId) === lease) this.#leases.delete(lease.accountId);
+    this.#retired.set(lease.leaseId, lease);
+  }
+
+  /**
+   * One heartbeat (DESIGN.md §2.3): every lease's cumulative totals and demand; final for leases
+   * fenced, retired or idle (nothing admitted for 2 TTL and nothing in flight).
+   * Only replies newer than the last applied to a lease change it. Skipped during back-off.
+   */
+  async beat(): Promise<void> {
+    const now = this.#now();
+    if (now < this.#nextBeatAt) return;
+    const all = [...this.#leases.values(), ...this.#retired.values()];
+    // With no lease left a heartbeat still goes while a refusal is cached: its reply lifts it.
+    if (all.length === 0 && this.#refused.size === 0) return;
+    const elapsed = now - this.#lastBeatAt;
+    const sequence = this.nextSequence();
+    const reports: LeaseReport[] = [];
+    for (const lease of all) {
+      const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > 2 * this.ttlMs;
+      // Past its validity is not final (see #grant): the reply renews it or says it is fenced.
+      const final = !lease.open || idle || this.#retired.has(lease.leaseId);
+      if (final && !this.#retired.has(lease.leaseId)) this.#retire(lease);
+      lease.pinSlots(sequence);
+      reports.push({ ...lease.report(final, elapsed), slotsPinned: true });
+      lease.resetDemand();
+    }
+    this.#lastBeatAt = now;
+    let reply;
+    try {
+      reply = await this.#billing.heartbeat(
+        { edgeId: this.edgeId, sequence, leases: reports },
+        { timeoutMs: Math.max(100, this.ttlMs / 2) },
+      );
+    } catch (err) {
+      this.#beatFailures += 1;
+      this.#nextBeatAt = this.#now() + nextBackoffMs(this.#beatFailures, this.ttlMs);
+      this.#log.warn({ err, failures: this.#beatFailures }, "lease heartbeat failed; backing off");
+      return;
+    }
+    this.#beatFailures = 0;
+    this.#nextBeatAt = -Infinity;
+    const at = { sequence, sentAt: now, receivedAt: this.#now(), marginMs: this.marginMs };
+    for (const state of reply.leases) this.#applyBeat(state, at);
+    for (const [key, refusal] of this.#refused) if (refusal.at < now) this.#refused.delete(key);
+    for (const [id, at] of this.#closed) if (now - at > FORGET_CLOSED_MS) this.#closed.delete(id);
+  }
+
+  #applyBeat(state: LeaseState, at: Parameters<HeldLease["apply"]>[1]): void {
+    const retired = this.#retired.get(state.leaseId);
+    if (retired) {
+      if (state.status === LeaseStatus.LEASE_STATUS_CLOSED) {
+        this.#retired.delete(state.leaseId);
+        this.#closed.set(state.leaseId, at.receivedAt);
+      }
+      return;
+    }
+    const lease = this.#leases.get(state.accountId);
+    if (lease?.leaseId === state.leaseId) {
+      lease.apply(state, at);
+      // Fenced: stop admitting now; its final report goes with the next heartbeat.
+      if (!lease.open) this.#retire(lease);
+      return;
+    }
+    if (state.status !== LeaseStatus.LEASE_STATUS_CLOSED && !this.#grantingFor(state.accountId)) {
+      // A lease billing opened for this edge whose grant reply was lost: give it back. (With a
+      // grant of the account in flight, it is that grant's lease, whose reply is on its way.)
+      const orphan = new HeldLease(state, "", at.receivedAt);
+      orphan.apply(state, at);
+      this.#retire(orphan);
+    }
+  }
+
+  /**
+   * A recall (DESIGN.md §2.4): drops the lease, or one subscription's budget in it, and returns
+   * the report to ack with (final for a whole lease), or undefined when the edge holds no such lease.
+   */
+  recall(leaseId: string, subscriptionId: string): { sequence: bigint; report: LeaseReport } | undefined {
+    const lease = [...this.#leases.values()].find((l) => l.leaseId === leaseId) ?? this.#retired.get(leaseId);
+    if (!lease) return undefined;
+    // Billing changed what it would answer (a renewal, a recall for another edge's grant): a
+    // refusal cached for the account or subscription asks billing again.
+    for (const key of this.#refused.keys()) {
+      if (key.startsWith(subscriptionId ? `${lease.accountId}/${subscriptionId}/` : `${lease.accountId}/`)) {
+        this.#refused.delete(key);
+      }
+    }
+    const elapsed = this.#now() - this.#lastBeatAt;
+    if (subscriptionId) {
+      const budget = lease.budgets.get(subscriptionId);
+      const sequence = this.nextSequence();
+      if (budget) {
+        budget.open = false;
+        budget.recalledAt = sequence;
+      }
+      return { sequence, report: lease.report(false, elapsed) };
+    }
+    this.#retire(lease);
+    return { sequence: this.nextSequence(), report: lease.report(true, elapsed) };
+  }
+
+  /** Shutdown: every lease returned with its final totals in one ReturnLeases call. */
+  async returnAll(): Promise<void> {
+    const all = [...this.#leases.values(), ...this.#retired.values()];
+    if (all.length === 0) return;
+    const elapsed = this.#now() - this.#lastBeatAt;
+    const reports = all.map((lease) => lease.report(true, elapsed));
+    for (const lease of all) this.#retire(lease);
+    await this.#billing.returnLeases(
+      { edgeId: this.edgeId, sequence: this.nextSequence(), leases: reports },
+      { timeoutMs: this.ttlMs },
+    );
+    this.#retired.clear();
+  }
+}
+
+/**
+ * The demand a GrantLease sizes by: the lease's as last measured (or the request in hand when
+ * the edge has none), and for a subscription's request its budget's tokens, which billing reads
+ * when `subscription_id` names the budget it grows (so a warm subscriber gets room ahead too).
+ */
+function demandFor(report: LeaseReport | undefined, inHand: InHand, subscriptionId: string): LeaseNeed {
+  const account = report?.demandPerSecond ?? { creditMicros: inHand.credit, requests: inHand.requests, tokens: 0n };
+  if (!subscriptionId) return { ...account, tokens: 0n, subscriptionId: "", keyId: "" };
+  const budget = report?.budgetDemand.find((d) => d.subscriptionId === subscriptionId);
+  return {
+    creditMicros: account.creditMicros,
+    requests: budget?.requests ?? inHand.requests,
+    tokens: budget?.tokens ?? inHand.tokens,
+    subscriptionId,
+    keyId: "",
+  };
+}
+
+/** Credit the lease can pay now: its own spare, and no more than a spend-limited key's room has. */
+function spareCredit(lease: HeldLease, keyId: string, now: number): bigint {
+  if (!lease.credit || !lease.usable(now)) return 0n;
+  let spare = lease.spare(lease.credit);
+  const key = keyBudgetOf(lease, keyId);
+  if (key) {
+    const rooms = key.rooms.filter((r) => r.usableFrom <= now && now < r.validUntil);
+    const room = rooms.reduce((most, r) => (lease.spare(r) > most ? lease.spare(r) : most), 0n);
+    if (room < spare) spare = room;
+  }
+  return spare;
+}
+
+/** The least credit a request in hand can be served with (a request without max_tokens shrinks). */
+const creditNeeded = (inHand: InHand) => (inHand.minCredit > 0n ? inHand.minCredit : inHand.credit);
+
+/**
+ * Whether a refusal cached from billing answers this request too: a rate-limit refusal never
+ * stops step two, whose request is already counted (it asks for credit alone); a 402 for credit
+ * or a key's limit answers only requests needing at least the credit that was refused, so a large
+ * request's 402 does not refuse the small ones the balance still pays (and each refusal billing
+ * gives lowers the bar).
+ */
+function refuses(refusal: { error: AppError; credit: bigint }, inHand: InHand): boolean {
+  if (refusal.error.httpStatus === 429) return inHand.requests > 0n;
+  if (refusal.error.code === "insufficient_credits" || refusal.error.code === "key_limit_exceeded") {
+    return creditNeeded(inHand) >= refusal.credit;
+  }
+  return true;
+}
+
+/** A subscription ticket's lease is no longer the account's (takeWorstCase starts it again). */
+class LeaseGone extends Error {}
+
+/** Billing cannot be asked (down, or the lease changed underneath): retry shortly, never 402/429. */
+function unavailable(ttlMs: number, why: string, cause?: unknown): AppError {
+  return new AppError("service_unavailable", "The service is temporarily unable to admit requests; please retry.", {
+    headers: { "retry-after": String(Math.max(1, Math.ceil(ttlMs / 1000))) },
+    cause: cause ?? why,
+  });
+}

@@ -1,0 +1,130 @@
+import type { ResponsesBody } from "./responses-body.ts";
+
+type Json = Record<string, unknown>;
+
+const isObject = (value: unknown): value is Json =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+/** What every Response object of one request shares. */
+export interface ResponseContext {
+  /** `resp_<request id>`: ours, like a chat completion's id (DESIGN.md §4). */
+  id: string;
+  requestId: string;
+  createdAt: number;
+  /** The model that serves it (the route's model id, as chat completions name it). */
+  model: string;
+  request: ResponsesBody;
+}
+
+export function responseContext(requestId: string, model: string, request: ResponsesBody): ResponseContext {
+  return { id: `resp_${requestId}`, requestId, createdAt: Math.floor(Date.now() / 1000), model, request };
+}
+
+/** Output item ids, unique within the response (by the item's place in `output`; calls by their order). */
+export const messageItemId = (ctx: ResponseContext, outputIndex: number) => `msg_${ctx.requestId}_${outputIndex}`;
+export const functionCallItemId = (ctx: ResponseContext, index: number) => `fc_${ctx.requestId}_${index}`;
+
+export type ResponseStatus = "in_progress" | "completed" | "incomplete" | "failed";
+
+/**
+ * The Response object around `output`, echoing the request's settings as OpenAI does. `store` is
+ * false whatever was asked: nothing is stored (request-translation.ts).
+ */
+export function responseObject(
+  ctx: ResponseContext,
+  fields: { status: ResponseStatus; output: Json[]; usage?: Json | null; incompleteReason?: string; error?: Json },
+): Json {
+  const { request } = ctx;
+  return {
+    id: ctx.id,
+    object: "response",
+    created_at: ctx.createdAt,
+    status: fields.status,
+    background: false,
+    error: fields.error ?? null,
+    incomplete_details: fields.incompleteReason ? { reason: fields.incompleteReason } : null,
+    instructions: request.instructions ?? null,
+    max_output_tokens: request.max_output_tokens ?? null,
+    metadata: request.metadata ?? {},
+    model: ctx.model,
+    output: fields.output,
+    parallel_tool_calls: request.parallel_tool_calls ?? true,
+    previous_response_id: null,
+    reasoning: { effort: null, summary: null },
+    store: false,
+    temperature: request.temperature ?? 1,
+    text: { format: request.text?.format ?? { type: "text" } },
+    tool_choice: request.tool_choice ?? "auto",
+    tools: request.tools ?? [],
+    top_p: request.top_p ?? 1,
+    truncation: "disabled",
+    usage: fields.usage ?? null,
+    user: request.user ?? null,
+  };
+}
+
+/** Responses usage from a chat usage object (`cost`, where billing adds it, passes on). */
+export function responseUsage(chatUsage: unknown): Json | null {
+  if (!isObject(chatUsage)) return null;
+  const input = Number(chatUsage.prompt_tokens ?? 0);
+  const output = Number(chatUsage.completion_tokens ?? 0);
+  const usage: Json = {
+    input_tokens: input,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: output,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: input + output,
+  };
+  if (chatUsage.cost !== undefined) usage.cost = chatUsage.cost;
+  return usage;
+}
+
+/** The response's status for a chat finish_reason: cut by the cap or a filter is `incomplete`. */
+export function statusOf(finishReason: unknown): { status: ResponseStatus; incompleteReason?: string } {
+  if (finishReason === "length") return { status: "incomplete", incompleteReason: "max_output_tokens" };
+  if (finishReason === "content_filter") return { status: "incomplete", incompleteReason: "content_filter" };
+  return { status: "completed" };
+}
+
+export function messageItem(id: string, status: string, content: Json[]): Json {
+  return { type: "message", id, status, role: "assistant", content };
+}
+
+export const outputTextPart = (text: string): Json => ({ type: "output_text", text, annotations: [], logprobs: [] });
+export const refusalPart = (refusal: string): Json => ({ type: "refusal", refusal });
+
+export function functionCallItem(
+  id: string,
+  status: string,
+  call: { callId: string; name: string; arguments: string },
+): Json {
+  return { type: "function_call", id, call_id: call.callId, name: call.name, arguments: call.arguments, status };
+}
+
+/** The Response object of a non-streamed answer, from the registry's chat.completion. */
+export function responseFromCompletion(ctx: ResponseContext, completionBytes: Uint8Array): Json {
+  const completion = JSON.parse(Buffer.from(completionBytes).toString("utf8")) as Json;
+  const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
+  const message = isObject(choice.message) ? choice.message : {};
+  const { status, incompleteReason } = statusOf(choice.finish_reason);
+  const itemStatus = status === "incomplete" ? "incomplete" : "completed";
+  const output: Json[] = [];
+  const calls = Array.isArray(message.tool_calls) ? message.tool_calls.filter(isObject) : [];
+  const content: Json[] = [];
+  if (typeof message.content === "string" && (message.content !== "" || calls.length === 0)) {
+    content.push(outputTextPart(message.content));
+  }
+  if (typeof message.refusal === "string" && message.refusal !== "") content.push(refusalPart(message.refusal));
+  if (content.length > 0) output.push(messageItem(messageItemId(ctx, 0), itemStatus, content));
+  calls.forEach((call, i) => {
+    const fn = isObject(call.function) ? call.function : {};
+    output.push(
+      functionCallItem(functionCallItemId(ctx, i), itemStatus, {
+        callId: String(call.id ?? ""),
+        name: String(fn.name ?? ""),
+        arguments: String(fn.arguments ?? ""),
+      }),
+    );
+  });
+  return responseObject(ctx, { status, output, usage: responseUsage(completion.usage), incompleteReason });
+}

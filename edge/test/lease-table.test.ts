@@ -1,0 +1,370 @@
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { InterceptingCall, type Interceptor } from "@grpc/grpc-js";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
+import type { ServiceTls } from "@mkt/runtime/service-tls";
+import { testCertificates } from "@mkt/testkit/test-certificates";
+import { AppError } from "@mkt/runtime/errors";
+import { createLogger } from "@mkt/runtime/logger";
+import { eventNames } from "@mkt/runtime/nats";
+import { TEST_NATS_URL } from "@mkt/testkit/env";
+import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
+import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
+import { startTestBilling, type TestBilling } from "../../services/billing/test/billing-harness.ts";
+import { LeaseTable } from "../src/leases/lease-table.ts";
+import { followLeaseRecalls } from "../src/leases/lease-recall.ts";
+import type { Ticket } from "../src/leases/lease-admission.ts";
+
+const TTL = 1_000;
+// Billing's clock is fixed 10 s into a UTC minute (no window boundary mid-test); the edges'
+// validity runs on their real monotonic clocks.
+const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
+const log = createLogger("lease-table-test", "silent");
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A real billing client whose calls are counted by method (an interceptor, not a mock). */
+function countedBilling(port: number) {
+  const calls: string[] = [];
+  const counter: Interceptor = (options, nextCall) => {
+    calls.push(options.method_definition.path.split("/").pop()!);
+    return new InterceptingCall(nextCall(options));
+  };
+  const client = createClient(BillingServiceClient, `127.0.0.1:${port}`, edgeTls, { interceptors: [counter] });
+  return { calls, client, billing: promiseClient(client) };
+}
+
+/**
+ * A real billing client whose GrantLease replies can be held back at the client (billing has
+ * answered; the edge has not seen it yet): how a slow reply races a heartbeat in production.
+ */
+function heldBackBilling(port: number) {
+  let hold: { until: Promise<void>; arrived: () => void } | undefined;
+  const holder: Interceptor = (options, nextCall) => {
+    const held = options.method_definition.path.endsWith("/GrantLease") ? hold : undefined;
+    return new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        if (!held) return next(metadata, listener);
+        let delivered = Promise.resolve();
+        next(metadata, {
+          onReceiveMetadata: (md, nextMd) => nextMd(md),
+          onReceiveMessage: (message, nextMessage) => {
+            held.arrived();
+            delivered = held.until.then(() => nextMessage(message));
+          },
+          onReceiveStatus: (status, nextStatus) => void held.until.then(() => delivered).then(() => nextStatus(status)),
+        });
+      },
+    });
+  };
+  const client = createClient(BillingServiceClient, `127.0.0.1:${port}`, edgeTls, { interceptors: [holder] });
+  clients.push(client);
+  return {
+    billing: promiseClient(client),
+    /** Holds the next GrantLease replies until `release`; `arrived` resolves once one is held. */
+    holdGrants() {
+      let release!: () => void;
+      let arrived!: () => void;
+      const until = new Promise<void>((resolve) => (release = resolve));
+      const seen = new Promise<void>((resolve) => (arrived = resolve));
+      hold = { until, arrived };
+      return { arrived: seen, release: () => ((hold = undefined), release()) };
+    },
+  };
+}
+
+let t: TestBilling;
+let edgeTls: ServiceTls;
+let nc: NatsConnection;
+const clients: Array<{ close(): void }> = [];
+
+function edge(billing: TestBilling = t, now?: () => number) {
+  const counted = countedBilling(billing.billing.port);
+  clients.push(counted.client);
+  return { ...counted, table: new LeaseTable({ billing: counted.billing, ttlMs: TTL, log, now }) };
+}
+
+beforeAll(async () => {
+  edgeTls = (await testCertificates()).tls("edge");
+  t = await startTestBilling(
+    {
+      LEASE_TTL_MS: String(TTL),
+      MAX_REQUEST_MS: "60000",
+      STARTING_CREDIT_USD: "0.01",
+      TIERS: JSON.stringify({
+        free: { limit_per_minute: 10, limit_per_day: 1000 },
+        big: { limit_per_minute: 100_000, limit_per_day: 1_000_000 },
+      }),
+    },
+    { clock: () => new Date(BASE) },
+  );
+  nc = await connect({ servers: TEST_NATS_URL });
+});
+afterAll(async () => {
+  for (const client of clients) client.close();
+  await nc?.drain();
+  await t?.close();
+});
+
+/** Admits one request end to end (request, then worst case); true when admitted. */
+async function admitOne(table: LeaseTable, accountId: string, tier: string, credit: bigint): Promise<Ticket | null> {
+  try {
+    const ticket = await table.admit({ accountId, tier, atLeast: { credit, tokens: 100n } });
+    return await table.takeWorstCase(ticket, { credit, tokens: 100n, maxOutputTokens: 1n });
+  } catch (err) {
+    if (err instanceof AppError && (err.httpStatus === 402 || err.httpStatus === 429)) return null;
+    throw err;
+  }
+}
+
+/** An active subscription (inserted as billing's own tests do: its key is never issued). */
+async function subscription(concurrent: number) {
+  const accountId = randomUUID();
+  const id = randomUUID();
+  await t.query(
+    `insert into subscriptions (id, account_id, idempotency_key, product_id, status, hoster_id, pricing_model,
+       included_tokens, rpm_limit, tpm_limit, max_concurrent, max_output_tokens, max_context_tokens,
+       period_index, period_start, period_end, activated_at, created_at)
+     values ($1, $2, 'k', $3, 'active', $4, 'free', 0, 60, 100000, $5, 4096, 8192, 0, $6, $7, $6, $6)`,
+    [
+      id,
+      accountId,
+      randomUUID(),
+      randomUUID(),
+      concurrent,
+      new Date(BASE - 86_400_000),
+      new Date(BASE + 20 * 86_400_000),
+    ],
+  );
+  return { accountId, id };
+}
+
+describe("the edge's lease table against a real billing", () => {
+  it("grants a lease on a cold admit, then admits warm requests without calling billing", async () => {
+    const { table, calls } = edge();
+    const accountId = randomUUID();
+    expect(await admitOne(table, accountId, "big", 100n)).not.toBeNull();
+    expect(calls).toEqual(["GrantLease"]);
+    const lease = table.leaseOf(accountId)!;
+    expect(lease.credit!.granted).toBeGreaterThanOrEqual(100n);
+
+    // A heartbeat carrying demand grows the lease; then the warm requests need no call at all.
+    await table.beat();
+    const before = calls.length;
+    const granted = lease.credit!.granted;
+    const n = Number((granted - lease.credit!.admitted) / 100n);
+    for (let i = 0; i < Math.min(n, 5); i++) expect(await admitOne(table, accountId, "big", 100n)).not.toBeNull();
+    expect(calls.length).toBe(before);
+  });
+
+  it("never admits more than rpm in a minute over two edges sharing one billing", async () => {
+    const a = edge();
+    const b = edge();
+    const accountId = randomUUID();
+    const attempts = Array.from({ length: 20 }, (_, i) => admitOne((i % 2 ? a : b).table, accountId, "free", 10n));
+    const admitted = (await Promise.all(attempts)).filter((x) => x !== null);
+    expect(admitted.length).toBe(10);
+    const [row] = await t.query<{ count: string }>(
+      `select count from rate_counters where account_id = $1 and "window" = 'minute'`,
+      [accountId],
+    );
+    expect(BigInt(row!.count)).toBeLessThanOrEqual(10n);
+  });
+
+  it("never admits more than a 0.01 USD balance over two edges", async () => {
+    const a = edge();
+    const b = edge();
+    const accountId = randomUUID();
+    // 3,000 µ$ worst case each: at most three fit in 10,000 µ$.
+    const attempts = Array.from({ length: 12 }, (_, i) => admitOne((i % 2 ? a : b).table, accountId, "big", 3_000n));
+    const admitted = (await Promise.all(attempts)).filter((x) => x !== null);
+    expect(admitted.length).toBe(3);
+    const held = (table: LeaseTable) => table.leaseOf(accountId)?.credit?.admitted ?? 0n;
+    expect(held(a.table) + held(b.table)).toBe(9_000n);
+    const balance = await t.client.getBalance({ accountId });
+    expect(balance.creditBalanceMicros).toBeGreaterThanOrEqual(0n);
+  });
+
+  it("keeps a cached 402 one TTL at most: a top-up serves the account with no heartbeat reply", async () => {
+    let clock = 0;
+    const { table, calls } = edge(t, () => clock);
+    const accountId = randomUUID();
+    // 0.01 USD: three requests of 3,000 µ$ fit, the fourth is refused by billing and then here.
+    for (let i = 0; i < 3; i++) expect(await admitOne(table, accountId, "big", 3_000n)).not.toBeNull();
+    expect(await admitOne(table, accountId, "big", 3_000n)).toBeNull();
+    const calling = calls.length;
+    expect(await admitOne(table, accountId, "big", 3_000n)).toBeNull();
+    expect(calls.length).toBe(calling);
+    // A top-up while no heartbeat gets through (a busy billing): within the TTL the edge still
+    // answers from its cache, past it the next request asks billing and is served.
+    await t.client.addCredits({ accountId, amountMicros: 10_000n, idempotencyKey: randomUUID() });
+    clock += TTL - 1;
+    expect(await admitOne(table, accountId, "big", 3_000n)).toBeNull();
+    clock += 2;
+    expect(await admitOne(table, accountId, "big", 3_000n)).not.toBeNull();
+    expect(calls.slice(calling)).toContain("GrantLease");
+  });
+
+  it("takes a subscription's slot first and gives it back on release", async () => {
+    const { table, calls } = edge();
+    const sub = await subscription(1);
+    const first = await table.admit({ accountId: sub.accountId, tier: "big", subscriptionId: sub.id });
+    expect(first.slot).toBeDefined();
+    // max_concurrent 1: a second request is refused while the first runs ...
+    await expect(table.admit({ accountId: sub.accountId, tier: "big", subscriptionId: sub.id })).rejects.toMatchObject({
+      code: "concurrency_limit_exceeded",
+    });
+    // ... and, refused once, is refused here (no billing call) until the next heartbeat reply.
+    const calling = calls.length;
+    await expect(table.admit({ accountId: sub.accountId, tier: "big", subscriptionId: sub.id })).rejects.toMatchObject({
+      code: "concurrency_limit_exceeded",
+    });
+    expect(calls.length).toBe(calling);
+    // A heartbeat reply applied while the request runs keeps the slot's room the same object, so
+    // the release reaches the room the next request takes from.
+    await table.beat();
+    table.release(first);
+    const slots = table
+      .leaseOf(sub.accountId)!
+      .budgets.get(sub.id)!
+      .rooms.find((r) => r.allowanceId === first.slot!.allowanceId)!;
+    expect(slots.admitted).toBe(0n);
+    await table.beat();
+    const second = await table.admit({ accountId: sub.accountId, tier: "big", subscriptionId: sub.id });
+    expect(second.slot).toBeDefined();
+  });
+
+  it("drops a recalled lease and acks with its final totals", async () => {
+    const { table, calls } = edge();
+    const stop = followLeaseRecalls(nc, eventNames(t.config.EVENTS_PREFIX).leaseRecall(table.edgeId), table, log);
+    await nc.flush();
+    try {
+      const accountId = randomUUID();
+      await admitOne(table, accountId, "big", 700n);
+      const lease = table.leaseOf(accountId)!;
+      const reply = await nc.request(
+        eventNames(t.config.EVENTS_PREFIX).leaseRecall(table.edgeId),
+        LeaseRecall.encode({ leaseId: lease.leaseId, subscriptionId: "" }).finish(),
+        { timeout: 2_000 },
+      );
+      const ack = LeaseRecallAck.decode(reply.data);
+      expect(ack).toMatchObject({ edgeId: table.edgeId, known: true });
+      expect(ack.report!.final).toBe(true);
+      expect(ack.report!.admitted).toContainEqual({ allowanceId: lease.credit!.allowanceId, admitted: 700n });
+      expect(table.leaseOf(accountId)).toBeUndefined();
+      // The next request is cold again: a new lease beside the recalled one.
+      const grants = calls.filter((c) => c === "GrantLease").length;
+      await admitOne(table, accountId, "big", 700n);
+      expect(calls.filter((c) => c === "GrantLease").length).toBe(grants + 1);
+    } finally {
+      stop();
+    }
+  });
+
+  it("moves a request whose lease is recalled between its two steps to the account's next lease", async () => {
+    const { table } = edge();
+    const accountId = randomUUID();
+    const ticket = await table.admit({ accountId, tier: "big" });
+    const first = ticket.lease;
+    // A recall as the listener runs it; its final report reaches billing (here in the heartbeat).
+    table.recall(first.leaseId, "");
+    await table.beat();
+    const taken = await table.takeWorstCase(ticket, { credit: 500n, tokens: 100n, maxOutputTokens: 1n });
+    const next = table.leaseOf(accountId)!;
+    expect(next.leaseId).not.toBe(first.leaseId);
+    expect(taken.lease).toBe(next);
+    expect(next.credit!.admitted).toBe(500n);
+    expect([first.inFlight, next.inFlight]).toEqual([0, 1]);
+    // The request itself stays counted once: on the recalled lease, whose final report had it.
+    const requests = (lease: typeof first) => lease.rooms.reduce((sum, r) => sum + r.admitted, 0n);
+    expect(requests(next)).toBe(0n);
+    expect(requests(first)).toBeGreaterThan(0n);
+    table.release(taken);
+    expect(next.inFlight).toBe(0);
+  });
+
+  it("starts a subscription's request again on the next lease when its lease is recalled between the steps", async () => {
+    const { table } = edge();
+    const sub = await subscription(2);
+    const ticket = await table.admit({ accountId: sub.accountId, tier: "big", subscriptionId: sub.id });
+    const first = ticket.lease;
+    table.recall(first.leaseId, "");
+    await table.beat();
+    const taken = await table.takeWorstCase(ticket, { credit: 0n, tokens: 50n, maxOutputTokens: 10n });
+    expect(taken).not.toBe(ticket);
+    expect(ticket.released).toBe(true);
+    expect(taken.lease).toBe(table.leaseOf(sub.accountId));
+    expect(taken.lease.leaseId).not.toBe(first.leaseId);
+    expect(taken.slot!.admitted).toBe(1n);
+    table.release(taken);
+    expect(taken.slot!.admitted).toBe(0n);
+  });
+
+  it("never admits again on a lease it reported final, whatever an older grant reply says", async () => {
+    // A grant billing answers before the edge's final report of the same lease, whose reply
+    // reaches the edge after that report went: billing closes the lease on the report and holds
+    // only what it counted, so a request admitted on it afterwards would be held by nothing.
+    const { billing, holdGrants } = heldBackBilling(t.billing.port);
+    const table = new LeaseTable({ billing, ttlMs: TTL, log });
+    const accountId = randomUUID();
+    table.release((await admitOne(table, accountId, "big", 100n))!);
+    const first = table.leaseOf(accountId)!;
+    const ticket = await table.admit({ accountId, tier: "big" });
+    const held = holdGrants();
+    const spare = first.spare(first.credit!);
+    const taking = table.takeWorstCase(ticket, { credit: spare + 100n, tokens: 100n, maxOutputTokens: 1n });
+    await held.arrived;
+    table.recall(first.leaseId, "");
+    await table.beat(); // the final report reaches billing, which closes the lease
+    held.release();
+    const taken = await taking;
+    expect(taken.lease.leaseId).not.toBe(first.leaseId);
+    const statusOf = async (id: string) =>
+      (await t.query<{ status: string }>(`select status from leases where id = $1`, [id]))[0]!.status;
+    expect(await statusOf(first.leaseId)).toBe("closed");
+    expect(await statusOf(taken.lease.leaseId)).toBe("open");
+    table.release(taken);
+  });
+
+  it("heartbeats keep a lease valid past one TTL, and returnAll closes it", async () => {
+    const { table, calls } = edge();
+    const accountId = randomUUID();
+    await admitOne(table, accountId, "big", 100n);
+    for (let i = 0; i < 4; i++) {
+      await sleep(TTL / 2);
+      await admitOne(table, accountId, "big", 100n); // keeps it busy (not idle)
+      await table.beat();
+    }
+    expect(calls.filter((c) => c === "GrantLease").length).toBe(1);
+    expect(table.leaseOf(accountId)!.usable(performance.now())).toBe(true);
+    await table.returnAll();
+    const [row] = await t.query<{ status: string }>(`select status from leases where edge_id = $1`, [table.edgeId]);
+    expect(row!.status).toBe("closed");
+  });
+
+  it("with billing stopped admits until the lease lapses, then answers 503 with retry-after", async () => {
+    const down = await startTestBilling(
+      { LEASE_TTL_MS: String(TTL), TIERS: JSON.stringify({ free: { limit_per_minute: 100_000, limit_per_day: 1e6 } }) },
+      { clock: () => new Date(BASE) },
+    );
+    // The edge's clock stands still while billing shuts down (which takes real time), so the
+    // test sees exactly where validity ends: send time + TTL − TTL/10.
+    let clock = 0;
+    const { table } = edge(down, () => clock);
+    const accountId = randomUUID();
+    try {
+      await admitOne(table, accountId, "big", 10n);
+      await down.billing.close();
+      clock = TTL / 2;
+      await table.beat(); // fails and backs off; the lease stays valid until its own deadline
+      expect(await admitOne(table, accountId, "big", 10n)).not.toBeNull();
+      clock = TTL - table.marginMs;
+      const refused = await table.admit({ accountId, tier: "big" }).catch((err: unknown) => err);
+      expect(refused).toBeInstanceOf(AppError);
+      expect((refused as AppError).httpStatus).toBe(503);
+      expect((refused as AppError).headers["retry-after"]).toBe("1");
+    } finally {
+      await down.close().catch(() => undefined);
+    }
+  });
+});

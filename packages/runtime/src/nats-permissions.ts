@@ -1,0 +1,80 @@
+import { eventNames, natsInboxPrefix } from "./nats.ts";
+
+/**
+ * The NATS users, one per service (issue 20 §1). Every replica of a service connects as its
+ * service's user: the server cannot tell an edge from another edge, only an edge from billing.
+ */
+export const NATS_USERS = ["edge", "accounts", "billing", "registry"] as const;
+export type NatsUser = (typeof NATS_USERS)[number];
+
+/** What one user may do; anything not listed is refused by the server. */
+export interface NatsUserPermissions {
+  /** Subjects the user may publish to (requests included). Empty: none. */
+  publish: string[];
+  /** Subjects the user may subscribe to. */
+  subscribe: string[];
+  /**
+   * May answer a request it received, once, on that request's reply subject only (nats-server's
+   * `allow_responses`): how an edge acks a recall without any right to publish elsewhere.
+   */
+  allowResponses: boolean;
+}
+
+/**
+ * The one table of who may publish and subscribe to what, for subjects under `prefix`
+ * (EVENTS_PREFIX). The nats-server configuration (nats-server-config.ts) is rendered from it, and
+ * the tests start their servers with that rendering. A subject the code starts using must be
+ * added here, or the server refuses it: that is the point.
+ */
+export function natsPermissions(prefix: string): Record<NatsUser, NatsUserPermissions> {
+  const names = eventNames(prefix);
+  const stream = names.usageStream;
+  const consumer = names.settlerConsumer;
+  const inbox = (user: NatsUser) => `${natsInboxPrefix(user)}.>`;
+  // Registry and billing each make sure the usage stream exists at start (ensureUsageStream):
+  // whichever starts first creates it. Nothing else of JetStream's API is theirs to call.
+  const usageStreamApi = [
+    "$JS.API.INFO",
+    `$JS.API.STREAM.INFO.${stream}`,
+    `$JS.API.STREAM.CREATE.${stream}`,
+    `$JS.API.STREAM.UPDATE.${stream}`,
+  ];
+  return {
+    // Publishes usage (a JetStream request, acked on its inbox) and catalog changes; hears other
+    // replicas' catalog changes.
+    registry: {
+      publish: [names.usageCompleted, names.catalogChanged, ...usageStreamApi],
+      subscribe: [names.catalogChanged, inbox("registry")],
+      allowResponses: false,
+    },
+    // The only consumer of usage: its durable consumer's API (create, update, info, pull) and
+    // acks; the only sender of lease recalls (requests, answered on its inbox).
+    billing: {
+      publish: [
+        names.leaseRecall("*"),
+        ...usageStreamApi,
+        `$JS.API.CONSUMER.INFO.${stream}.${consumer}`,
+        `$JS.API.CONSUMER.CREATE.${stream}.${consumer}`,
+        `$JS.API.CONSUMER.CREATE.${stream}.${consumer}.>`,
+        `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.${consumer}`,
+        `$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`,
+        `$JS.ACK.${stream}.${consumer}.>`,
+      ],
+      subscribe: [inbox("billing")],
+      allowResponses: false,
+    },
+    // The only publisher of key revocations.
+    accounts: {
+      publish: [names.keysRevoked],
+      subscribe: [inbox("accounts")],
+      allowResponses: false,
+    },
+    // Publishes nothing: it listens for revocations, catalog changes and its recalls (every
+    // edge's, as all edges are one user), and answers recalls on their reply subjects only.
+    edge: {
+      publish: [],
+      subscribe: [names.keysRevoked, names.catalogChanged, names.leaseRecall("*"), inbox("edge")],
+      allowResponses: true,
+    },
+  };
+}

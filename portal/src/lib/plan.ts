@@ -1,0 +1,39 @@
+import { count, usd } from "./format.ts";
+
+/** A plan as GET /v1/hosters and GET /hosters/products show it. */
+export interface Plan {
+  product_id: string;
+  name: string;
+  description?: string;
+  pricing_model: "free" | "payg" | "subscription" | "subscription_overage";
+  monthly_price_usd: number;
+  included_tokens: number;
+  input_price_per_1m_usd: number;
+  output_price_per_1m_usd: number;
+  overage_price_per_1m_usd: number;
+  rpm_limit: number;
+  tpm_limit: number;
+  max_concurrent: number;
+  max_output_tokens: number;
+  max_context_tokens: number;
+  status?: string;
+}
+
+/** The plan's price in one line, as its pricing model charges it. */
+export function priceLine(plan: Plan): string {
+  const perToken = `${usd(plan.input_price_per_1m_usd)} in / ${usd(plan.output_price_per_1m_usd)} out per 1M tokens`;
+  switch (plan.pricing_model) {
+    case "free":
+      return "Free";
+    case "payg":
+      return `Pay as you go: ${perToken}`;
+    case "subscription":
+      return `${usd(plan.monthly_price_usd)} a month, ${count(plan.included_tokens)} tokens included`;
+    case "subscription_overage":
+      return `${usd(plan.monthly_price_usd)} a month, ${count(plan.included_tokens)} tokens included, then ${usd(plan.overage_price_per_1m_usd)} per 1M tokens`;
+  }
+}
+
+export function limitsLine(plan: Plan): string {
+  return `${count(plan.rpm_limit)} requests/min · ${count(plan.tpm_limit)} tokens/min · ${plan.max_concurrent} at once · ${count(plan.max_output_tokens)} output tokens per answer`;
+}

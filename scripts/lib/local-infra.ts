@@ -1,0 +1,131 @@
+import { accessSync, constants, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
+import { userInfo } from "node:os";
+import { delimiter, dirname, join } from "node:path";
+import { randomBytes } from "node:crypto";
+import type { SupervisedSpec } from "./supervisor.ts";
+
+/** The addresses DESIGN.md §6 makes the defaults; `npm start` runs its own only when nothing answers there. */
+export const DEFAULT_POSTGRES = { host: "127.0.0.1", port: 5432 };
+export const DEFAULT_NATS = { host: "127.0.0.1", port: 4222 };
+
+/** What `npm start` uses for one dependency: a URL, and the process to run for it, if any. */
+export interface Dependency {
+  url: string;
+  /** Set when `npm start` runs it itself (embedded); the supervisor starts it first, stops it last. */
+  spec?: SupervisedSpec;
+  /** One line for the console: where it comes from. */
+  origin: string;
+}
+
+/** True when something accepts a TCP connection at host:port within `timeoutMs`. */
+export function answers(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host, port, timeout: timeoutMs });
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.once("connect", () => done(true));
+    socket.once("timeout", () => done(false));
+    socket.once("error", () => done(false));
+  });
+}
+
+/**
+ * PostgreSQL: DATABASE_URL when set; else the default address when something answers there;
+ * else an embedded cluster (scripts/embedded-postgres.ts) on that port, its data in
+ * `<dataDir>/postgres` and its password beside it, both kept across restarts.
+ */
+export async function postgresFor(env: NodeJS.ProcessEnv, dataDir: string): Promise<Dependency> {
+  if (env.DATABASE_URL) return { url: env.DATABASE_URL, origin: "from DATABASE_URL" };
+  const { host, port } = DEFAULT_POSTGRES;
+  if (await answers(host, port))
+    return { url: `postgres://postgres@${host}:${port}/marketplace`, origin: `${host}:${port} (already running)` };
+  const home = join(dataDir, "postgres");
+  mkdirSync(home, { recursive: true, mode: 0o755 });
+  if (userInfo().uid === 0) assertReachableByOthers(home);
+  // The password lives with the cluster it was set in: deleting the folder resets both.
+  const passwordPath = join(home, "password");
+  if (!existsSync(passwordPath)) writeFileSync(passwordPath, randomBytes(18).toString("hex"), { mode: 0o600 });
+  const password = readFileSync(passwordPath, "utf8").trim();
+  return {
+    url: `postgres://postgres:${password}@${host}:${port}/marketplace`,
+    origin: `embedded, ${host}:${port} (data in ${join(home, "data")})`,
+    spec: {
+      name: "postgres",
+      command: process.execPath,
+      args: ["scripts/embedded-postgres.ts"],
+      env: {
+        EMBEDDED_POSTGRES_DIR: join(home, "data"),
+        EMBEDDED_POSTGRES_PORT: String(port),
+        EMBEDDED_POSTGRES_PASSWORD: password,
+      },
+      stopTimeoutMs: 30_000,
+    },
+  };
+}
+
+/**
+ * As root, the embedded server runs as the `postgres` system user, which must be able to walk
+ * down to its data: a checkout under /root (mode 700) would fail deep inside initdb instead.
+ */
+function assertReachableByOthers(dir: string): void {
+  for (let path = dir; ; path = dirname(path)) {
+    if ((statSync(path).mode & 0o001) === 0) {
+      throw new Error(
+        `PostgreSQL is not running at 127.0.0.1:5432, and the embedded one would run as the postgres ` +
+          `user, who cannot enter ${path}: allow it (chmod o+x ${path}), start PostgreSQL, or set DATABASE_URL.`,
+      );
+    }
+    if (path === dirname(path)) return;
+  }
+}
+
+/** Where Debian and others install nats-server: sbin, which a non-root user's PATH often lacks. */
+const SBIN = ["/usr/sbin", "/usr/local/sbin"];
+
+/** The nats-server executable on PATH (or in sbin), if any. */
+export function findNatsServer(path = process.env.PATH ?? "", sbin = SBIN): string | undefined {
+  for (const dir of [...path.split(delimiter).filter(Boolean), ...sbin]) {
+    const candidate = join(dir, "nats-server");
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not there
+    }
+  }
+  return undefined;
+}
+
+export const NATS_HINT =
+  "NATS is not running at 127.0.0.1:4222 and nats-server is not installed: install it " +
+  "(Debian/Ubuntu: apt-get install nats-server; macOS: brew install nats-server) or run " +
+  "`docker compose --profile dev up -d nats-dev`, or set NATS_URL.";
+
+/**
+ * NATS: NATS_URL when set; else the default address when something answers there; else a
+ * nats-server with JetStream on that port, its store in `<dataDir>/nats`; else an error whose
+ * message is one line saying how to get one.
+ */
+export async function natsFor(
+  env: NodeJS.ProcessEnv,
+  dataDir: string,
+  // Tests only: an address where nothing listens, and no sbin fallback, to see the hint.
+  { address = DEFAULT_NATS, sbin = SBIN } = {},
+): Promise<Dependency> {
+  if (env.NATS_URL) return { url: env.NATS_URL, origin: "from NATS_URL" };
+  const { host, port } = address;
+  const url = `nats://${host}:${port}`;
+  if (await answers(host, port)) return { url, origin: `${host}:${port} (already running)` };
+  const server = findNatsServer(env.PATH, sbin);
+  if (!server) throw new Error(NATS_HINT);
+  const store = join(dataDir, "nats");
+  mkdirSync(store, { recursive: true });
+  return {
+    url,
+    origin: `${server}, ${host}:${port} (JetStream store in ${store})`,
+    spec: { name: "nats", command: server, args: ["-a", host, "-p", String(port), "-js", "-sd", store], env: {} },
+  };
+}

@@ -1,0 +1,30 @@
+import type { CallerTable } from "@mkt/runtime/caller-policy";
+import type { BillingServiceServer } from "@mkt/proto/billing/v1/billing";
+
+/**
+ * Who may call each BillingService RPC (enforced with mTLS on: packages/runtime/src/caller-policy.ts).
+ * The edge serves every public route and admits requests on leases; no other service calls
+ * billing (registry's usage reaches it over NATS). Money moves (AddCredits) are the edge's alone.
+ */
+export const BILLING_CALLERS = {
+  grantLease: ["edge"],
+  heartbeat: ["edge"],
+  returnLeases: ["edge"],
+  getUsageSummary: ["edge"],
+  getUsageTokens: ["edge"],
+  getUsageBreakdown: ["edge"],
+  exportUsage: ["edge"],
+  getGeneration: ["edge"],
+  getBalance: ["edge"],
+  addCredits: ["edge"],
+  setKeyLimit: ["edge"],
+  listKeyLimits: ["edge"],
+  createSubscription: ["edge"],
+  listSubscriptions: ["edge"],
+  cancelSubscription: ["edge"],
+  pauseSubscription: ["edge"],
+  resumeSubscription: ["edge"],
+  getHosterEarnings: ["edge"],
+  getHosterEarningsByModel: ["edge"],
+  listHosterSubscribers: ["edge"],
+} as const satisfies CallerTable<BillingServiceServer>;

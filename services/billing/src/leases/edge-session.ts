@@ -1,0 +1,71 @@
+import type { Em } from "../context.ts";
+
+/**
+ * Renews the edge's session: its deadline, which every open lease of the edge shares, becomes
+ * now + TTL on billing's clock (one row write extends them all). Returns the previous deadline
+ * when it had already passed: the edge stopped admitting on those leases by its own clock, so
+ * the caller must fence them (fenceLapsed) before anything extends them. Locks the session row,
+ * which serializes one edge's calls (the common case, a session that has not lapsed,
+ * is extended by extendLiveSession before the transaction instead).
+ */
+export async function renewSession(
+  em: Em,
+  edgeId: string,
+  sequence: bigint,
+  now: Date,
+  ttlMs: number,
+): Promise<Date | undefined> {
+  await em.execute(
+    `insert into edge_sessions (edge_id, sequence, deadline) values (?, 0, ?) on conflict (edge_id) do nothing`,
+    [edgeId, now],
+  );
+  const [row] = await em.execute(`select deadline from edge_sessions where edge_id = ? for update`, [edgeId]);
+  const previous = new Date(row!.deadline as string);
+  // greatest(): a delayed call never shortens what an earlier one promised.
+  await em.execute(
+    `update edge_sessions set sequence = greatest(sequence, ?), deadline = greatest(deadline, ?) where edge_id = ?`,
+    [sequence, new Date(now.getTime() + ttlMs), edgeId],
+  );
+  return previous < now ? previous : undefined;
+}
+
+/**
+ * renewSession's common case, in a statement of its own committed before the caller's
+ * transaction: extends a session that has not lapsed (deadline ≥ now). Inside the transaction the
+ * session row stayed locked until commit, so every grant and heartbeat of one edge queued behind
+ * the others' whole transactions (1,000 streams starting on 200 accounts waited seconds for it).
+ * Committing it first is safe: it only extends billing's deadline for the edge's open leases (the
+ * edge extends a lease's validity only from a reply, sent after this), and a fence or the closer
+ * reads a deadline that is the same or later. Returns false when the session is missing or has
+ * lapsed: the caller then calls renewSession in its transaction, which fences what lapsed.
+ */
+export async function extendLiveSession(
+  em: Em,
+  edgeId: string,
+  sequence: bigint,
+  now: Date,
+  ttlMs: number,
+): Promise<boolean> {
+  const rows = await em.execute(
+    `update edge_sessions set sequence = greatest(sequence, ?), deadline = greatest(deadline, ?)
+     where edge_id = ? and deadline >= ? returning edge_id`,
+    [sequence, new Date(now.getTime() + ttlMs), edgeId, now],
+  );
+  return rows.length > 0;
+}
+
+/** Accounts of the edge's open leases (whose wallets a lapsed session's fence must lock). */
+export async function openLeaseAccounts(em: Em, edgeId: string): Promise<string[]> {
+  const rows = await em.execute(`select distinct account_id from leases where edge_id = ? and status = 'open'`, [
+    edgeId,
+  ]);
+  return rows.map((row) => row.account_id as string);
+}
+
+/** Fences the open leases of a lapsed session at the deadline they had (wallets locked first). */
+export async function fenceLapsed(em: Em, edgeId: string, deadline: Date): Promise<void> {
+  await em.execute(`update leases set status = 'fenced', deadline = ? where edge_id = ? and status = 'open'`, [
+    deadline,
+    edgeId,
+  ]);
+}

@@ -1,0 +1,165 @@
+import { AppError } from "@mkt/runtime/errors";
+import { isUuid, newId } from "@mkt/runtime/ids";
+import type { GrantLeaseRequest, GrantLeaseResponse } from "@mkt/proto/billing/v1/leases";
+import type { BillingContext, Em } from "../context.ts";
+import { withDeadlockRetry } from "./deadlock-retry.ts";
+import { openWallet } from "../wallets/ledger.ts";
+import { extendLiveSession, fenceLapsed, openLeaseAccounts, renewSession } from "./edge-session.ts";
+import { growLease } from "./lease-growth.ts";
+import { leaseState } from "./lease-state.ts";
+import { accountKeyLimits, applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
+import { growKeyRoom } from "./key-room.ts";
+import { amountsOf, budgetAmountsOf, validateEdgeCall, validateNeed, validateReports } from "./lease-validation.ts";
+import { refuseUnlessActive } from "../subscriptions/subscription-gate.ts";
+import { growBudget, returnIdleSlots } from "./budget-growth.ts";
+import { recallForGrant } from "./grant-recall.ts";
+import { recallBudgetsForGrant } from "./budget-recall.ts";
+import { lockSubscriptions, openBudget } from "./lease-budgets.ts";
+
+/**
+ * The cold or short path (DESIGN.md §2.3): opens the edge's lease on the account, or grows its
+ * open one, so that it covers at least the request in hand, in one transaction. A refusal
+ * (insufficient_credits, rate_limit_exceeded) rolls everything back. A fenced lease is never
+ * reopened: a new one is made beside it. A request on a subscription's key also opens (or, once
+ * the subscription is active again, reopens) that subscription's budget in the lease and grows it
+ * to cover the request, or refuses it (paused 403, past due 402, cancelled 401, plan rpm/tpm
+ * 429, included tokens, max_concurrent).
+ */
+export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): Promise<GrantLeaseResponse> {
+  validateEdgeCall(req.edgeId, req.sequence);
+  if (!isUuid(req.accountId)) {
+    throw new AppError("invalid_request", "account_id must be a UUID", { param: "account_id" });
+  }
+  validateNeed(req.request, "request");
+  validateNeed(req.demandPerSecond, "demand_per_second");
+  if (req.minCreditMicros < 0n || req.minCreditMicros > (req.request?.creditMicros ?? 0n)) {
+    throw new AppError("invalid_request", "min_credit_micros must be from 0 to request.credit_micros", {
+      param: "min_credit_micros",
+    });
+  }
+  if (req.report) validateReports([req.report]);
+  if (!ctx.openWallets.has(req.accountId)) {
+    await ctx.orm.em.fork().transactional((em) => openWallet(em, req.accountId, ctx.config.STARTING_CREDIT_USD));
+    ctx.openWallets.add(req.accountId);
+  }
+  const grant = () =>
+    withDeadlockRetry(async () => {
+      const renewed = await extendLiveSession(
+        ctx.orm.em.fork(),
+        req.edgeId,
+        req.sequence,
+        ctx.clock(),
+        ctx.config.LEASE_TTL_MS,
+      );
+      return ctx.orm.em.fork().transactional((em) => grantIn(ctx, em, req, renewed));
+    });
+  try {
+    return await grant();
+  } catch (err) {
+    // Before a 402/429, other edges' unreported room is recalled if it could cover the request
+    // (DESIGN.md §2.3); the grant is then tried once more with whatever came back.
+    // The account's own credit and request windows, and a spend-limited key's room; a scoped
+    // key's plan limits (slots, the plan's minute, included tokens) may sit in other edges' budgets.
+    if (!(err instanceof AppError)) throw err;
+    const accountRoom = ["insufficient_credits", "rate_limit_exceeded", "key_limit_exceeded"].includes(err.code);
+    const recalled =
+      (accountRoom && (await recallForGrant(ctx, req))) || (await recallBudgetsForGrant(ctx, req, err.code));
+    if (!recalled) throw err;
+    return grant();
+  }
+}
+
+async function grantIn(
+  ctx: BillingContext,
+  em: Em,
+  req: GrantLeaseRequest,
+  /** The session was extended just before (extendLiveSession): it had not lapsed. */
+  renewed: boolean,
+): Promise<GrantLeaseResponse> {
+  const now = ctx.clock();
+  const subscriptionId = req.request?.subscriptionId ?? "";
+  // The subscription before any wallet (the order its cancel, pause and renewal lock in); its
+  // state is checked under that lock, so a budget is never opened for one already fenced.
+  const subscriptions = await lockSubscriptions(em, subscriptionId ? [subscriptionId] : []);
+  const subscription = subscriptions.get(subscriptionId);
+  if (subscriptionId && subscription?.account_id !== req.accountId) refuseUnlessActive(undefined);
+  if (subscription) refuseUnlessActive(subscription.status as string);
+  const lapsed = renewed ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ctx.config.LEASE_TTL_MS);
+  const accounts = [req.accountId, ...(lapsed ? await openLeaseAccounts(em, req.edgeId) : [])];
+  const wallets = await lockWallets(em, accounts);
+  if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);
+  const wallet = wallets.get(req.accountId)!;
+  const leases = await loadLeases(em, `l.edge_id = ? and l.account_id = ? and l.status <> 'closed'`, [
+    req.edgeId,
+    req.accountId,
+  ]);
+  const reported = req.report ? leases.find((l) => l.id === req.report!.leaseId) : undefined;
+  const applied = reported !== undefined && (await applyReport(em, reported, req.report!, req.sequence, now));
+  if (applied && req.report!.final) {
+    await closeReported(em, reported, wallet, now, ctx.config.MAX_REQUEST_MS);
+  } else if (applied && reported.status === "fenced" && req.report!.slotsPinned) {
+    // The edge pinned the lease's slots to this report (it had lapsed there) and the lease is
+    // fenced (here, when its session lapsed: billing restarted, say): the slots lent beyond its
+    // requests in flight go back now, as a heartbeat's would, not when a heartbeat gets through.
+    for (const budget of reported.budgets) await returnIdleSlots(em, reported, budget.subscriptionId);
+  }
+  let lease = leases.find((l) => l.status === "open");
+  if (lease && lease !== reported) {
+    // No totals with the call: the grant still answers this sequence.
+    await applyReport(
+      em,
+      lease,
+      { leaseId: lease.id, admitted: [], final: false, budgetDemand: [], slotsPinned: false },
+      req.sequence,
+      now,
+    );
+  }
+  lease ??= await openLease(em, req, now);
+  const inHand = { ...amountsOf(req.request), minCredit: req.minCreditMicros };
+  const demandPerSecond = amountsOf(req.demandPerSecond);
+  // A spend-limited key's room first: it may shrink a request without max_tokens to what the key
+  // has left, and the account's credit then covers that (or less).
+  const key = lease.keyLimits.find((k) => k.keyId === req.request?.keyId);
+  if (key && inHand.credit > 0n) {
+    const need = { credit: inHand.credit, minCredit: inHand.minCredit, demandPerSecond: demandPerSecond.credit };
+    inHand.credit = await growKeyRoom(ctx, em, lease, key, need, now);
+  }
+  await growLease(ctx, em, lease, wallet, { inHand, demandPerSecond }, now);
+  let includedCrossing = false;
+  if (subscription) {
+    await openBudget(em, lease, subscription);
+    const demand = req.demandPerSecond?.subscriptionId === subscriptionId ? req.demandPerSecond : undefined;
+    ({ includedCrossing } = await growBudget(
+      ctx,
+      em,
+      lease,
+      subscription,
+      { inHand: budgetAmountsOf(req.request), demandPerSecond: budgetAmountsOf(demand), returnIdleSlots: false },
+      now,
+    ));
+  }
+  return { lease: leaseState(lease, now, ctx.config), includedCrossing };
+}
+
+async function openLease(em: Em, req: GrantLeaseRequest, now: Date): Promise<LeaseRow> {
+  const lease: LeaseRow = {
+    id: newId(),
+    edgeId: req.edgeId,
+    accountId: req.accountId,
+    tier: req.tier,
+    status: "open",
+    appliedSequence: req.sequence,
+    heldMicros: 0n,
+    settledMicros: 0n,
+    releasedAt: null,
+    allowances: [],
+    budgets: [],
+    keyLimits: await accountKeyLimits(em, req.accountId),
+  };
+  await em.execute(
+    `insert into leases (id, edge_id, account_id, tier, status, applied_sequence, last_used_at, created_at)
+     values (?, ?, ?, ?, 'open', ?, ?, ?)`,
+    [lease.id, lease.edgeId, lease.accountId, lease.tier, lease.appliedSequence, now, now],
+  );
+  return lease;
+}

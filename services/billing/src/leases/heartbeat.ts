@@ -1,0 +1,163 @@
+import type { HeartbeatRequest, HeartbeatResponse, LeaseReport, LeaseState } from "@mkt/proto/billing/v1/leases";
+import type { BillingContext, Em } from "../context.ts";
+import { withDeadlockRetry } from "./deadlock-retry.ts";
+import { extendLiveSession, fenceLapsed, renewSession } from "./edge-session.ts";
+import { growLease } from "./lease-growth.ts";
+import { leaseState, unknownLease } from "./lease-state.ts";
+import { applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
+import { amountsOf, budgetAmountsOf, validateEdgeCall, validateReports } from "./lease-validation.ts";
+import { growBudget, returnIdleSlots } from "./budget-growth.ts";
+import { budgetSubscriptions, fenceBudget, lockSubscriptions } from "./lease-budgets.ts";
+import { isUuid } from "@mkt/runtime/ids";
+
+const NOTHING = { credit: 0n, requests: 0n };
+
+/**
+ * Extends the open lease's budgets: one whose subscription is no longer active (a path that did
+ * not fence it) is fenced now; the others give back idle slots and grow with their demand.
+ */
+async function growBudgets(
+  ctx: BillingContext,
+  em: Em,
+  lease: LeaseRow,
+  subscriptions: Map<string, Record<string, unknown>>,
+  report: LeaseReport,
+  now: Date,
+): Promise<void> {
+  for (const budget of lease.budgets) {
+    const subscription = subscriptions.get(budget.subscriptionId);
+    if (budget.status !== "open" || !subscription) {
+      // A fenced budget (a recall its edge has not acked yet) still gives back idle slots.
+      await returnIdleSlots(em, lease, budget.subscriptionId);
+      continue;
+    }
+    if (subscription.status !== "active") {
+      await fenceBudget(em, lease, budget, subscription.status as string, now);
+      continue;
+    }
+    const demand = report.budgetDemand.find((d) => d.subscriptionId === budget.subscriptionId);
+    await growBudget(
+      ctx,
+      em,
+      lease,
+      subscription,
+      { inHand: { requests: 0n, tokens: 0n }, demandPerSecond: budgetAmountsOf(demand), returnIdleSlots: true },
+      now,
+    );
+  }
+}
+
+/** Accounts whose leases one transaction of a heartbeat applies (their wallets stay locked until it commits). */
+const ACCOUNTS_PER_TRANSACTION = 16;
+/** Transactions of one heartbeat run at once (of the billing pool's connections, which grants share). */
+const PARALLEL_TRANSACTIONS = 3;
+
+/**
+ * One edge's heartbeat (DESIGN.md §2.3): renews its session, which extends every open lease of
+ * the edge; applies each reported lease's cumulative totals (unless billing has passed their
+ * sequence); closes those reported final; grows open ones whose demand needs it; and answers
+ * every lease of the edge, fences included. A session that had lapsed is fenced first: the edge
+ * stopped admitting on it by its own clock, so nothing revives it.
+ *
+ * A live session is extended first (extendLiveSession); the leases are then applied in
+ * transactions of ACCOUNTS_PER_TRANSACTION accounts each. One transaction for all of them held
+ * every wallet of the edge locked for its whole length (1.5 s for 200 accounts), so every grant
+ * on those accounts waited for it, and the heartbeat itself outlived the edge's timeout. Each
+ * account's leases are still applied under its wallet lock, after its subscriptions' (the order
+ * every lease transaction takes), so a fence commits wholly before or after them. A lapsed or new
+ * session takes the one transaction over all of the edge's leases that fences what lapsed.
+ */
+export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Promise<HeartbeatResponse> {
+  validateEdgeCall(req.edgeId, req.sequence);
+  validateReports(req.leases);
+  const ttlMs = ctx.config.LEASE_TTL_MS;
+  const reports = new Map<string, LeaseReport>(req.leases.filter((r) => isUuid(r.leaseId)).map((r) => [r.leaseId, r]));
+  const renewed = await extendLiveSession(ctx.orm.em.fork(), req.edgeId, req.sequence, ctx.clock(), ttlMs);
+  let states: LeaseState[];
+  if (!renewed) {
+    states = await withDeadlockRetry(() =>
+      ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, reports, undefined)),
+    );
+  } else {
+    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports);
+    const chunks: string[][] = [];
+    for (let i = 0; i < accounts.length; i += ACCOUNTS_PER_TRANSACTION) {
+      chunks.push(accounts.slice(i, i + ACCOUNTS_PER_TRANSACTION));
+    }
+    const results: LeaseState[][] = new Array(chunks.length);
+    let next = 0;
+    const worker = async () => {
+      for (let i = next++; i < chunks.length; i = next++) {
+        const chunk = chunks[i]!;
+        results[i] = await withDeadlockRetry(() =>
+          ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, reports, chunk)),
+        );
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(PARALLEL_TRANSACTIONS, chunks.length) }, worker));
+    states = results.flat();
+  }
+  const known = new Set(states.map((l) => l.leaseId));
+  return {
+    leases: [...states, ...req.leases.filter((r) => !known.has(r.leaseId)).map((r) => unknownLease(r.leaseId))],
+    validForMs: BigInt(ttlMs),
+  };
+}
+
+/** Accounts of the edge's leases not closed, and of the leases reported (ascending). */
+async function accountsOf(em: Em, edgeId: string, reports: Map<string, LeaseReport>): Promise<string[]> {
+  const rows = await em.execute(
+    `select distinct account_id from leases where edge_id = ? and (status <> 'closed' or id in (${[...reports.keys(), null].map(() => "?").join(", ")}))
+     order by account_id`,
+    [edgeId, ...reports.keys(), null],
+  );
+  return rows.map((row) => row.account_id as string);
+}
+
+/**
+ * Applies the heartbeat to the leases of `only` (accounts, the session already extended), or,
+ * with `only` undefined, renews the session and applies it to every lease of the edge, fencing
+ * them first when the session had lapsed. Returns the state of each lease it read.
+ */
+async function heartbeatIn(
+  ctx: BillingContext,
+  em: Em,
+  req: HeartbeatRequest,
+  reports: Map<string, LeaseReport>,
+  only: string[] | undefined,
+): Promise<LeaseState[]> {
+  const now = ctx.clock();
+  const ttlMs = ctx.config.LEASE_TTL_MS;
+  // Subscriptions first (FOR SHARE), then wallets: a cancel, pause or past due that updates one
+  // commits wholly before this heartbeat reads its budget (fenced) or wholly after (and fences).
+  const subscriptions = await lockSubscriptions(em, await budgetSubscriptions(em, req.edgeId, only));
+  const lapsed = only ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ttlMs);
+  const accounts = only ?? (await accountsOf(em, req.edgeId, reports));
+  const wallets = await lockWallets(em, accounts);
+  if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);
+  const ofAccounts = only ? ` and l.account_id in (${[...only, null].map(() => "?").join(", ")})` : "";
+  const leases = await loadLeases(
+    em,
+    `l.edge_id = ? and (l.status <> 'closed' or l.id in (${[...reports.keys(), null].map(() => "?").join(", ")}))${ofAccounts}`,
+    [req.edgeId, ...reports.keys(), null, ...(only ? [...only, null] : [])],
+  );
+  for (const lease of leases) {
+    const report = reports.get(lease.id);
+    if (!report) continue;
+    const wallet = wallets.get(lease.accountId)!;
+    const applied = await applyReport(em, lease, report, req.sequence, now);
+    if (applied && report.final) await closeReported(em, lease, wallet, now, ctx.config.MAX_REQUEST_MS);
+    else if (applied && lease.status === "open") {
+      await growLease(
+        ctx,
+        em,
+        lease,
+        wallet,
+        { inHand: NOTHING, demandPerSecond: amountsOf(report.demandPerSecond) },
+        now,
+      );
+      await growBudgets(ctx, em, lease, subscriptions, report, now);
+    }
+  }
+  return leases.map((lease) => leaseState(lease, now, ctx.config));
+}

@@ -1,0 +1,81 @@
+import { AppError } from "@mkt/runtime/errors";
+import type { Micros } from "@mkt/runtime/money";
+import type { BillingContext, Em } from "../context.ts";
+import { int8 } from "../context.ts";
+import { keyWindow, neverResets, utcOffsetTime, type KeyWindow } from "../key-limits/key-windows.ts";
+import { formatUsd } from "../wallets/ledger.ts";
+import { addRoom, edgesUsing, sameTime, unspent } from "./lease-growth.ts";
+import { growthFor } from "./lease-sizing.ts";
+import type { KeyLimitRow, LeaseRow } from "./lease-store.ts";
+
+const max0 = (n: bigint) => (n < 0n ? 0n : n);
+const day = (at: Date) => at.toISOString().slice(0, 10);
+
+/** The 402 of a key whose limit its window cannot cover: names the limit and when it resets. */
+export function keyLimitExceeded(key: KeyLimitRow, window: KeyWindow): AppError {
+  const per = key.reset === "daily" ? " per day" : key.reset === "weekly" ? " per week" : key.reset ? " per month" : "";
+  const when = neverResets(window)
+    ? "it does not reset (raise it with PATCH /v1/keys/{key_id})"
+    : `it resets at ${utcOffsetTime(window.end)}`;
+  return new AppError(
+    "key_limit_exceeded",
+    `This API key's spend limit of ${formatUsd(key.limitMicros)}${per} is reached for this request; ${when}.`,
+  );
+}
+
+/**
+ * Grows the lease's room for a spend-limited key (its budget nested in the lease, DESIGN.md
+ * §2.3) by the sizing rule, `left` being the key's limit less its settled spend in the window and
+ * what every lease holds of that window (granted − settled while open or fenced, admitted −
+ * settled once closed, nothing once released). Wallet locked by the caller, and every grant and
+ * settlement of the account's keys takes that lock, so the sum over all leases never passes the
+ * limit. Returns the credit the request in hand may take: all of it, or (a request without
+ * max_tokens, `minCredit` > 0) what the key has left when that covers the least request; else
+ * refuses key_limit_exceeded and the caller's transaction rolls back.
+ */
+export async function growKeyRoom(
+  ctx: BillingContext,
+  em: Em,
+  lease: LeaseRow,
+  key: KeyLimitRow,
+  need: { credit: Micros; minCredit: Micros; demandPerSecond: Micros },
+  now: Date,
+): Promise<Micros> {
+  const window = keyWindow(key.reset, now);
+  const mine = lease.allowances.find(
+    (a) => a.scope === key.keyId && a.resource === "key_credit" && sameTime(a.windowStart, window.start),
+  );
+  const left = await keyRoomLeft(em, key, window);
+  const coverable = max0(left + unspent(mine));
+  let credit = need.credit;
+  if (credit > coverable) {
+    if (need.minCredit === 0n || need.minCredit > coverable) throw keyLimitExceeded(key, window);
+    credit = coverable;
+  }
+  const ttlMs = ctx.config.LEASE_TTL_MS;
+  const edges = await edgesUsing(em, lease, now, ttlMs);
+  const add = growthFor({ left, edges, demandPerSecond: need.demandPerSecond, inHand: credit, ttlMs }, unspent(mine));
+  if (add > 0n) await addRoom(em, lease, { scope: key.keyId, resource: "key_credit", span: window, add });
+  return credit;
+}
+
+/** What the key's limit leaves in the window: less settled spend and every lease's unsettled room. */
+export async function keyRoomLeft(em: Em, key: KeyLimitRow, window: KeyWindow): Promise<bigint> {
+  const [row] = await em.execute(
+    `select coalesce(sum(greatest(0, case when l.status = 'closed' then a.admitted else a.granted end - a.settled)), 0)
+       as leased
+     from lease_allowances a join leases l on l.id = a.lease_id
+     where a.scope = ? and a.resource = 'key_credit' and a.window_start = ? and l.released_at is null`,
+    [key.keyId, window.start],
+  );
+  return max0(key.limitMicros - (await spentInWindow(em, key.keyId, window)) - int8(row?.leased));
+}
+
+/** Settled spend of the key in the window (the sum of its days). */
+export async function spentInWindow(em: Em, keyId: string, window: KeyWindow): Promise<bigint> {
+  const [row] = await em.execute(
+    `select coalesce(sum(spent_micros), 0) as spent from key_daily_spend where key_id = ? and day >= ?::date and day < ?::date`,
+    [keyId, day(window.start), day(window.end)],
+  );
+  return int8(row?.spent);
+}

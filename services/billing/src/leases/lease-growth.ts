@@ -1,0 +1,236 @@
+import { AppError } from "@mkt/runtime/errors";
+import { newId } from "@mkt/runtime/ids";
+import type { Micros } from "@mkt/runtime/money";
+import type { BillingContext, Em } from "../context.ts";
+import { int8 } from "../context.ts";
+import { rateLimitRefusal, tierLimits } from "../rate-limits/rate-limiter.ts";
+import { formatUsd } from "../wallets/ledger.ts";
+import { growthFor } from "./lease-sizing.ts";
+import { REQUEST_WINDOWS, windowsOf, type WindowSpan } from "./lease-windows.ts";
+import { shiftHold, type AllowanceRow, type LeaseRow, type WalletRow } from "./lease-store.ts";
+
+/** Account-level amounts in each resource's unit. */
+export interface Amounts {
+  credit: bigint;
+  requests: bigint;
+  /**
+   * The request in hand takes less credit if the account has less (GrantLease's
+   * min_credit_micros, a request without max_tokens): at least this. 0: `credit` or nothing.
+   */
+  minCredit?: bigint;
+}
+
+export interface Growth {
+  /** The request in hand: covered, or the grant is refused (GrantLease). Zero for a heartbeat. */
+  inHand: Amounts;
+  demandPerSecond: Amounts;
+}
+
+export interface Step {
+  resource: string;
+  /** '' for the account's rooms, the subscription id for a budget's. */
+  scope?: string;
+  counter?: "minute" | "day";
+  span?: WindowSpan;
+  add: bigint;
+}
+
+/** The 402 of a request the account cannot pay: its balance and what the request needs. */
+export function insufficientCredits(available: Micros, needed: Micros, maxTokensGiven: boolean): AppError {
+  return new AppError(
+    "insufficient_credits",
+    `Insufficient credits: your balance is ${formatUsd(available)} and this request needs ${formatUsd(needed)}` +
+      (maxTokensGiven ? " (prompt plus max_tokens)." : " (prompt plus at least one output token)."),
+  );
+}
+
+/**
+ * Grows an open lease by the sizing rule in every account resource, or refuses the request in
+ * hand (nothing written) when the account cannot cover it: credit from posted − held, request
+ * room from the tier's limit less what its window has counted (admitted requests and room
+ * granted to every lease). Room granted is counted in `rate_counters` at once, so the sum over
+ * all leases never passes a window's limit. Wallet locked by the caller.
+ */
+export async function growLease(
+  ctx: BillingContext,
+  em: Em,
+  lease: LeaseRow,
+  wallet: WalletRow,
+  growth: Growth,
+  now: Date,
+): Promise<void> {
+  const ttlMs = ctx.config.LEASE_TTL_MS;
+  const limits = tierLimits(ctx.config.TIERS, lease.tier);
+  const demand = growth.demandPerSecond.requests;
+  // The windows read below: the current one of each, and the next one only with demand.
+  const spans = REQUEST_WINDOWS.map((window) => {
+    const { current, next } = windowsOf(window, now, ttlMs);
+    return { window, current, next: demand > 0n ? next : undefined };
+  });
+  const { edges, counts } = await sizingReads(
+    em,
+    lease,
+    spans.flatMap(({ window, current, next }) => [
+      { counter: window.counter, start: current.start },
+      ...(next ? [{ counter: window.counter, start: next.start }] : []),
+    ]),
+    new Date(now.getTime() - 2 * ttlMs),
+  );
+  const countOf = (counter: string, start: Date) => counts.get(`${counter} ${start.getTime()}`) ?? 0n;
+  const size = (left: bigint, allowance: AllowanceRow | undefined, demand: bigint, inHand: bigint) =>
+    growthFor({ left, edges, demandPerSecond: demand, inHand, ttlMs }, unspent(allowance));
+  const steps: Step[] = [];
+
+  const credit = lease.allowances.find((a) => a.resource === "credit");
+  const creditLeft = wallet.posted - wallet.held;
+  const coverable = max0(creditLeft + unspent(credit));
+  const { minCredit = 0n } = growth.inHand;
+  let creditInHand = growth.inHand.credit;
+  if (creditInHand > coverable) {
+    // Without max_tokens the cap shrinks to what the whole account pays (the edge sizes it from
+    // the lease's credit), so the grant takes all there is when that covers the least request.
+    if (minCredit === 0n || minCredit > coverable) {
+      throw insufficientCredits(coverable, minCredit || creditInHand, minCredit === 0n);
+    }
+    creditInHand = coverable;
+  }
+  steps.push({
+    resource: "credit",
+    add: size(creditLeft, credit, growth.demandPerSecond.credit, creditInHand),
+  });
+
+  for (const { window, current, next } of spans) {
+    const limit = window.counter === "minute" ? limits.limitPerMinute : limits.limitPerDay;
+    const mine = lease.allowances.find(
+      (a) => a.scope === "" && a.resource === window.resource && sameTime(a.windowStart, current.start),
+    );
+    const left = limit - countOf(window.counter, current.start);
+    if (growth.inHand.requests > left + unspent(mine)) {
+      const resetSeconds = Math.max(1, Math.ceil((current.end.getTime() - now.getTime()) / 1000));
+      throw rateLimitRefusal(window.counter, limit, resetSeconds);
+    }
+    steps.push({ ...window, span: current, add: size(left, mine, demand, growth.inHand.requests) });
+    // The next window's room comes only with demand: an idle lease lapses with its window.
+    if (next) {
+      const ahead = lease.allowances.find(
+        (a) => a.scope === "" && a.resource === window.resource && sameTime(a.windowStart, next.start),
+      );
+      const nextLeft = limit - countOf(window.counter, next.start);
+      steps.push({ ...window, span: next, add: size(nextLeft, ahead, demand, 0n) });
+    }
+  }
+
+  for (const step of steps) {
+    if (step.add <= 0n) continue;
+    if (step.resource === "credit") {
+      await addRoom(em, lease, step);
+      await shiftHold(em, lease, wallet, step.add);
+    } else {
+      // The window's counter in the same statement as the room (one round trip, not two).
+      await addRoom(em, lease, step, {
+        sql: `insert into rate_counters (account_id, "window", window_start, count) values (?, ?, ?, ?)
+          on conflict (account_id, "window", window_start) do update set count = rate_counters.count + excluded.count`,
+        params: [lease.accountId, step.counter!, step.span!.start, step.add],
+      });
+    }
+  }
+}
+
+/**
+ * Edges other than the lease's that used the account's leases since a time (parameters: account,
+ * this edge, since): the `n` of the sizing rule, read alone (edgesUsing) or with the counters.
+ */
+const OTHER_EDGES_SQL = `select count(distinct edge_id) from leases where account_id = ? and edge_id <> ? and last_used_at >= ?`;
+
+/**
+ * What growLease sizes by, in one statement: edges that used the account since `since` (this one
+ * included, as edgesUsing) and the account's counters of the windows given (absent: 0).
+ */
+async function sizingReads(
+  em: Em,
+  lease: LeaseRow,
+  windows: Array<{ counter: string; start: Date }>,
+  since: Date,
+): Promise<{ edges: number; counts: Map<string, bigint> }> {
+  const rows = await em.execute(
+    `select null as "window", null::timestamptz as window_start,
+       (${OTHER_EDGES_SQL}) as n
+     union all
+     select "window", window_start, count from rate_counters
+     where account_id = ? and ("window", window_start) in (${windows.map(() => "(?, ?::timestamptz)").join(", ")})`,
+    [lease.accountId, lease.edgeId, since, lease.accountId, ...windows.flatMap((w) => [w.counter, w.start])],
+  );
+  let edges = 1;
+  const counts = new Map<string, bigint>();
+  for (const row of rows) {
+    if (row.window === null) edges = Number(int8(row.n)) + 1;
+    else counts.set(`${row.window as string} ${new Date(row.window_start as string).getTime()}`, int8(row.n));
+  }
+  return { edges, counts };
+}
+
+const max0 = (n: bigint) => (n < 0n ? 0n : n);
+export const unspent = (a: AllowanceRow | undefined) => (a ? a.granted - a.admitted : 0n);
+export const sameTime = (a: Date | null, b: Date) => a !== null && a.getTime() === b.getTime();
+
+/** Edges that used the account in the last 2 TTL, this one included. */
+export async function edgesUsing(em: Em, lease: LeaseRow, now: Date, ttlMs: number): Promise<number> {
+  const [row] = await em.execute(`select (${OTHER_EDGES_SQL}) as n`, [
+    lease.accountId,
+    lease.edgeId,
+    new Date(now.getTime() - 2 * ttlMs),
+  ]);
+  return Number(int8(row?.n)) + 1;
+}
+
+/** Requests counted in the account's window (admitted, and room granted to every lease). */
+export async function counted(em: Em, accountId: string, window: string, start: Date): Promise<bigint> {
+  const [row] = await em.execute(
+    `select count from rate_counters where account_id = ? and "window" = ? and window_start = ?`,
+    [accountId, window, start],
+  );
+  return int8(row?.count);
+}
+
+/**
+ * Adds room to the lease's allowance for the step's resource and window, creating it if new.
+ * `also`: a statement run with it, in the same round trip (a data-modifying CTE).
+ */
+export async function addRoom(
+  em: Em,
+  lease: LeaseRow,
+  step: Step,
+  also?: { sql: string; params: unknown[] },
+): Promise<void> {
+  const run = (sql: string, params: unknown[]) =>
+    also ? em.execute(`with room as (${sql}) ${also.sql}`, [...params, ...also.params]) : em.execute(sql, params);
+  const start = step.span?.start ?? null;
+  const scope = step.scope ?? "";
+  const existing = lease.allowances.find(
+    (a) =>
+      a.scope === scope &&
+      a.resource === step.resource &&
+      (start === null ? a.windowStart === null : sameTime(a.windowStart, start)),
+  );
+  if (existing) {
+    existing.granted += step.add;
+    await run(`update lease_allowances set granted = granted + ? where id = ?`, [step.add, existing.id]);
+    return;
+  }
+  const allowance: AllowanceRow = {
+    id: newId(),
+    scope,
+    resource: step.resource,
+    windowStart: start,
+    windowEnd: step.span?.end ?? null,
+    granted: step.add,
+    admitted: 0n,
+    settled: 0n,
+  };
+  lease.allowances.push(allowance);
+  await run(
+    `insert into lease_allowances (id, lease_id, scope, resource, window_start, window_end, granted, admitted)
+     values (?, ?, ?, ?, ?, ?, ?, 0)`,
+    [allowance.id, lease.id, scope, allowance.resource, allowance.windowStart, allowance.windowEnd, allowance.granted],
+  );
+}

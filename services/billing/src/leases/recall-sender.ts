@@ -1,0 +1,85 @@
+import { performance } from "node:perf_hooks";
+import type { NatsConnection } from "@mkt/runtime/nats";
+import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
+import type { BillingContext } from "../context.ts";
+import type { FencedLease } from "./fence-leases.ts";
+import { applyRecallAck } from "./recall-ack.ts";
+
+/**
+ * Sends one recall per fenced lease to its edge and applies each ack, resolving when every holder
+ * has acked or `untilMs` (on `performance.now`) has come. Never rejects: a missing ack is covered
+ * by the wait, because a fenced lease or budget is never extended again and the edge's own
+ * validity for it ends within one TTL of the fence (DESIGN.md §2.4).
+ */
+export type RecallLeases = (holders: FencedLease[], subscriptionId: string, untilMs: number) => Promise<void>;
+
+/**
+ * How long after a fence its owner waits at most for acks: one TTL, in which every edge's
+ * validity for a fenced lease ends, plus the edge's own margin (TTL / 10, as the edge computes
+ * it) for the time its last heartbeat reply spent on the way. ≈ 2.2 s with the default TTL.
+ */
+export function recallWaitMs(ttlMs: number): number {
+  return ttlMs + Math.max(10, Math.floor(ttlMs / 10));
+}
+
+/** While an edge has no subscriber on its subject (reconnecting), how often to ask again. */
+const NO_RESPONDER_RETRY_MS = 100;
+
+export function recallSender(ctx: () => BillingContext, nc: NatsConnection, subjectOf: (edgeId: string) => string) {
+  const recallLeases: RecallLeases = async (holders, subscriptionId, untilMs) => {
+    const unique = [...new Map(holders.map((h) => [h.leaseId, h])).values()];
+    await Promise.all(
+      unique.map((holder) => recallOne(ctx(), nc, subjectOf(holder.edgeId), holder, subscriptionId, untilMs)),
+    );
+  };
+  return recallLeases;
+}
+
+async function recallOne(
+  ctx: BillingContext,
+  nc: NatsConnection,
+  subject: string,
+  holder: FencedLease,
+  subscriptionId: string,
+  untilMs: number,
+): Promise<void> {
+  const data = LeaseRecall.encode({ leaseId: holder.leaseId, subscriptionId }).finish();
+  for (;;) {
+    const left = Math.floor(untilMs - performance.now());
+    if (left <= 0) {
+      ctx.log.warn(
+        { leaseId: holder.leaseId, edgeId: holder.edgeId },
+        "lease recall not acked in time; the fence covers it",
+      );
+      ctx.metrics.leaseRecalls.inc({ result: "timed_out" });
+      return;
+    }
+    let ack: LeaseRecallAck;
+    try {
+      const reply = await nc.request(subject, data, { timeout: left });
+      ack = LeaseRecallAck.decode(reply.data);
+    } catch {
+      // No responder (the edge is reconnecting or gone) or a timeout: ask again while there is
+      // time; a timeout has used it all, so the loop ends.
+      await sleep(Math.min(NO_RESPONDER_RETRY_MS, Math.max(0, untilMs - performance.now())));
+      continue;
+    }
+    if (ack.edgeId !== holder.edgeId) {
+      ctx.log.warn(
+        { leaseId: holder.leaseId, edgeId: holder.edgeId, from: ack.edgeId },
+        "lease recall acked by another edge",
+      );
+      // Neither acked (the holder never answered) nor timed out: a misrouted reply, logged only.
+      return;
+    }
+    ctx.metrics.leaseRecalls.inc({ result: "acked" });
+    // The edge has dropped the lease or budget once it answered: the ack counts even if its
+    // totals cannot be applied now (its next heartbeat carries them again).
+    await applyRecallAck(ctx, holder, subscriptionId, ack).catch((err: unknown) => {
+      ctx.log.warn({ err, leaseId: holder.leaseId }, "lease recall ack not applied");
+    });
+    return;
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,273 @@
+import { isUuid } from "@mkt/runtime/ids";
+import type { Micros } from "@mkt/runtime/money";
+import { planPricing, requestCharge } from "@mkt/runtime/request-cost";
+import type { Logger } from "@mkt/runtime/logger";
+import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { int8, type Em } from "../context.ts";
+import { creditOf, type AllowanceRow, type LeaseRow, type WalletRow } from "../leases/lease-store.ts";
+import { countPeriodUsage } from "../subscriptions/period-usage.ts";
+import type { PricingModel } from "../subscriptions/plan-pricing.ts";
+import { answerOf } from "../usage/usage-records.ts";
+import { ledgerAccounts } from "../wallets/ledger.ts";
+import type { SettlementWrites } from "./settlement-writes.ts";
+import { settleKeySpend } from "./key-spend.ts";
+import { usageCharge } from "./usage-charge.ts";
+import { clampTokens, recordWithoutCharge, startedAt, type SettleOutcome } from "./usage-without-charge.ts";
+
+const min = (a: bigint, b: bigint) => (a < b ? a : b);
+const max0 = (n: bigint) => (n < 0n ? 0n : n);
+
+/** The account a lease event charges: the lease's, whatever the event says. */
+export async function leaseAccounts(em: Em, leaseIds: readonly string[]): Promise<Map<string, string>> {
+  const ids = [...new Set(leaseIds.filter(isUuid))];
+  if (ids.length === 0) return new Map();
+  const rows = await em.execute(
+    `select id, account_id from leases where id in (${ids.map(() => "?").join(", ")})`,
+    ids,
+  );
+  return new Map(rows.map((r) => [r.id as string, r.account_id as string]));
+}
+
+/**
+ * What a batch of events is settled against (settle-batch.ts): its leases and their accounts'
+ * wallets, read once after the wallets are locked and changed in memory as each event settles;
+ * the requests that already have a usage record; and the writes, made once at the end.
+ */
+export interface SettlementBatch {
+  leases: Map<string, LeaseRow>;
+  wallets: Map<string, WalletRow>;
+  recorded: Set<string>;
+  writes: SettlementWrites;
+  /** Write-offs, counted in the metrics by the caller once the transaction commits. */
+  writtenOff: Micros[];
+}
+
+/**
+ * Settles one usage.completed admitted on a lease (DESIGN.md §2.3, §2.6), inside the caller's
+ * transaction, keyed on request_id: a request that already has a usage record changes nothing.
+ *
+ * The lease's hold is `granted − settled` while open or fenced and `admitted − settled` once
+ * closed (lease-store.ts). Growing `settled_micros` by the worst case released, and shrinking the
+ * hold by the same amount, keeps that identity for every state: the request's worst case was part
+ * of `granted` (open) and of `admitted` (closed), so once it settles it is no longer held, and the
+ * difference between its worst case and its cost is free again at once. Growing `settled` by the
+ * charge instead would leave worst case − charge held until the lease itself is released.
+ *
+ * The charge is the one cost function, clamped to the admitted worst case, and never more than
+ * the wallet has once the hold is released: when the hold was already released (the lease closed
+ * and released by the closer, or the event came late) whatever cannot be paid is written off
+ * (`write_off`, platform:write_offs), so a balance never goes below zero.
+ *
+ * Only registry may publish usage events (NATS permissions, docs/deploy.md), and still an event
+ * is checked against its lease, in case one is forged or garbled: one naming an unknown lease,
+ * another account's lease, or a worst case beyond all the credit its lease was ever granted is
+ * refused (recorded at no cost, a warning, its own outcome in the settlement metric); one whose
+ * charge exceeds what its lease still holds for unsettled requests (granted − settled while open,
+ * admitted − settled once closed) is charged that much at most (`clamped`).
+ */
+export async function settleLeaseUsage(
+  em: Em,
+  event: UsageCompleted,
+  log: Logger,
+  now: Date,
+  batch: SettlementBatch,
+): Promise<SettleOutcome> {
+  const lease = batch.leases.get(event.leaseId);
+  if (!lease) return recordWithoutCharge(em, event, log, now, "unknown_lease");
+  const { accountId } = lease;
+  // Registry passes on the account the edge admitted the request for, which is its lease's.
+  if (event.accountId && event.accountId !== accountId) {
+    return recordWithoutCharge(em, event, log, now, "foreign_lease");
+  }
+  if (batch.recorded.has(event.requestId)) return "duplicate";
+  const wallet = batch.wallets.get(accountId)!;
+  const worstCase = clampTokens(event.worstCaseMicros);
+  // The edge takes a request's worst case from its lease's credit, which billing granted: no
+  // genuine request's worst case exceeds all the credit its lease ever had.
+  if (worstCase > (creditOf(lease)?.granted ?? 0n)) {
+    return recordWithoutCharge(em, event, log, now, "over_lease_credit");
+  }
+  batch.recorded.add(event.requestId);
+
+  const inputTokens = clampTokens(event.inputTokens);
+  const outputTokens = clampTokens(event.outputTokens);
+  const budget = event.subscriptionId ? await budgetOf(em, event.leaseId, event.subscriptionId) : undefined;
+  if (event.subscriptionId && !budget) {
+    log.warn({ requestId: event.requestId }, "usage event names a subscription its lease has no budget for");
+  }
+  // The included tokens it took at admission (never more than its worst case in tokens).
+  const included = min(clampTokens(event.includedTokens), clampTokens(event.worstCaseTokens));
+  const priced = await priceOf(em, event, budget, { inputTokens, outputTokens }, included, worstCase);
+  // Until it is released, the lease holds the worst case of every request admitted on it and not
+  // yet settled: a genuine charge fits in that hold. (Once released, the write-off rule below
+  // keeps the wallet from going below zero.)
+  const released = lease.releasedAt !== null;
+  const clamped = !released && priced > lease.heldMicros;
+  const cost = clamped ? lease.heldMicros : priced;
+  if (clamped) {
+    log.warn(
+      { requestId: event.requestId, leaseId: event.leaseId, costMicros: priced, heldMicros: lease.heldMicros },
+      "usage event's charge exceeds what its lease still holds; charged the hold",
+    );
+  }
+
+  // Released: nothing is held for it any more; the closer gave it back.
+  if (!released) batch.writes.release(lease, wallet, min(worstCase, lease.heldMicros));
+  // With its hold released in full the wallet always covers the charge (posted ≥ held before, and
+  // cost ≤ worst case); short only when the hold was gone, and then never below zero.
+  const charged = min(cost, max0(wallet.posted - wallet.held));
+  const shortfall = cost - charged;
+  const provider = event.provider;
+  const hosterId = budget?.hosterId || event.hosterId;
+  const { platformFee, hosterEarned, entry } = usageCharge({
+    requestId: event.requestId,
+    accountId,
+    provider,
+    hosterId,
+    cost,
+  });
+  if (entry) batch.writes.post(entry);
+  if (shortfall > 0n) {
+    // The platform absorbs what the customer cannot pay: the hoster keeps its share of the cost.
+    batch.writes.post({
+      kind: "write_off",
+      reference: event.requestId,
+      legs: [
+        [ledgerAccounts.customer(accountId), shortfall],
+        [ledgerAccounts.writeOffs, -shortfall],
+      ],
+    });
+    log.warn(
+      { requestId: event.requestId, leaseId: event.leaseId, costMicros: cost, writtenOffMicros: shortfall },
+      "usage settled after its lease hold was released; shortfall written off",
+    );
+    batch.writtenOff.push(shortfall);
+  }
+  batch.writes.charge(accountId, wallet, charged);
+  settleKeySpend(batch.writes, lease, event, worstCase, charged, startedAt(event.startedAt) ?? now);
+  if (!released && budget) await giveBackTokens(em, lease, event, inputTokens + outputTokens, included, now);
+
+  batch.writes.record({
+    requestId: event.requestId,
+    accountId,
+    keyId: event.keyId,
+    modelId: event.modelId,
+    provider,
+    hosterId,
+    subscriptionId: budget ? event.subscriptionId : "",
+    inputTokens,
+    outputTokens,
+    costMicros: cost,
+    platformFeeMicros: platformFee,
+    hosterEarnedMicros: hosterEarned,
+    latencyMs: clampTokens(event.latencyMs),
+    success: event.success,
+    errorCode: event.success ? "" : event.errorCode,
+    at: startedAt(event.startedAt) ?? now,
+    answer: answerOf(event),
+  });
+  if (shortfall > 0n) return "late_settled";
+  return clamped ? "clamped" : "settled";
+}
+
+interface BudgetTerms {
+  hosterId: string;
+  periodIndex: number;
+  pricingModel: PricingModel;
+  inputPricePer1m: Micros;
+  outputPricePer1m: Micros;
+  overagePricePer1m: Micros;
+}
+
+async function budgetOf(em: Em, leaseId: string, subscriptionId: string): Promise<BudgetTerms | undefined> {
+  if (!isUuid(subscriptionId)) return undefined;
+  const [row] = await em.execute(`select * from lease_budgets where lease_id = ? and subscription_id = ?`, [
+    leaseId,
+    subscriptionId,
+  ]);
+  if (!row) return undefined;
+  return {
+    hosterId: (row.hoster_id as string | null) ?? "",
+    periodIndex: Number(row.period_index),
+    pricingModel: row.pricing_model as PricingModel,
+    inputPricePer1m: int8(row.input_price_per_1m_micros),
+    outputPricePer1m: int8(row.output_price_per_1m_micros),
+    overagePricePer1m: int8(row.overage_price_per_1m_micros),
+  };
+}
+
+/**
+ * The request's cost by the one cost function (requestCharge, which also puts it in the answer's
+ * `usage.cost`), at most its worst case: the route's prices for the account's own requests; a
+ * subscription's by its budget's terms snapshot and the included tokens it took at admission
+ * (an overage plan's other tokens are overage). A subscription's request counts in its period's
+ * use, with the overage tokens it paid for.
+ */
+async function priceOf(
+  em: Em,
+  event: UsageCompleted,
+  budget: BudgetTerms | undefined,
+  tokens: { inputTokens: bigint; outputTokens: bigint },
+  included: bigint,
+  worstCase: Micros,
+): Promise<Micros> {
+  if (!budget) {
+    const route = { inputPricePer1m: event.inputPricePer1mMicros, outputPricePer1m: event.outputPricePer1mMicros };
+    return requestCharge(tokens, route, worstCase).cost;
+  }
+  const { cost, overageTokens } = requestCharge(tokens, planPricing(budget.pricingModel, budget, included), worstCase);
+  await countPeriodUsage(em, [
+    {
+      subscriptionId: event.subscriptionId,
+      periodIndex: budget.periodIndex,
+      tokens: tokens.inputTokens + tokens.outputTokens,
+      overageTokens,
+    },
+  ]);
+  return cost;
+}
+
+/**
+ * Gives a subscription request's unused worst-case tokens back (DESIGN.md §2.3): to the minute's
+ * tpm counter while that minute is current (a later window's count no longer matters), and to the
+ * period's included tokens by settling what it took of them (`included`) out of the lease's hold
+ * (`lease_allowances.settled`), while `subscription_usage` now counts what it really used.
+ */
+async function giveBackTokens(
+  em: Em,
+  lease: LeaseRow,
+  event: UsageCompleted,
+  used: bigint,
+  included: bigint,
+  now: Date,
+) {
+  const worstTokens = clampTokens(event.worstCaseTokens);
+  const at = startedAt(event.startedAt) ?? now;
+  const mine = (resource: string) =>
+    lease.allowances.find(
+      (a) => a.scope === event.subscriptionId && a.resource === resource && within(a, at) && a.windowEnd! > now,
+    );
+  const tpm = mine("sub_tokens_minute");
+  const unused = max0(worstTokens - used);
+  if (tpm && unused > 0n) {
+    await em.execute(
+      `update subscription_rate_counters set tokens = greatest(0, tokens - ?) where subscription_id = ? and window_start = ?`,
+      [unused, event.subscriptionId, tpm.windowStart],
+    );
+  }
+  const room = mine("included_tokens");
+  if (room) {
+    // What it took (an overage request's worst case may have taken only part of its tokens from
+    // the included room), never more than the lease still holds of it.
+    const holds = (lease.status === "closed" ? room.admitted : room.granted) - room.settled;
+    const settle = min(included, max0(holds));
+    if (settle > 0n) {
+      // The batch's later events on this lease read the row in memory.
+      room.settled += settle;
+      await em.execute(`update lease_allowances set settled = settled + ? where id = ?`, [settle, room.id]);
+    }
+  }
+}
+
+const within = (a: AllowanceRow, at: Date) =>
+  !!a.windowStart && !!a.windowEnd && a.windowStart <= at && at < a.windowEnd;

@@ -1,0 +1,403 @@
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openDatabase } from "@mkt/runtime/db";
+import { createLogger } from "@mkt/runtime/logger";
+import { LeaseStatus, type LeaseNeed, type LeaseState } from "@mkt/proto/billing/v1/leases";
+import { entities } from "../src/entities.ts";
+import { migrations } from "../migrations/index.ts";
+import { fenceLeases } from "../src/leases/fence-leases.ts";
+import { startTestBilling, type TestBilling } from "./billing-harness.ts";
+
+const TTL = 2_000;
+const MAX_REQUEST = 60_000;
+// A fixed clock 10 s into a UTC minute: no window boundary unless a test moves the clock there.
+const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
+let offsetMs = 0;
+let t: TestBilling;
+let orm: Awaited<ReturnType<typeof openDatabase>>;
+
+beforeAll(async () => {
+  t = await startTestBilling(
+    {
+      LEASE_TTL_MS: String(TTL),
+      MAX_REQUEST_MS: String(MAX_REQUEST),
+      STARTING_CREDIT_USD: "0.01",
+      TIERS: JSON.stringify({ free: { limit_per_minute: 10, limit_per_day: 1000 } }),
+    },
+    { clock: () => new Date(BASE + offsetMs) },
+  );
+  orm = await openDatabase({
+    url: t.config.DATABASE_URL,
+    schema: "billing",
+    entities,
+    migrations,
+    migrate: false,
+    log: createLogger("lease-test", "silent"),
+  });
+});
+afterAll(async () => {
+  await orm?.close();
+  await t?.close();
+});
+
+const need = (credit: bigint, requests = 1n): LeaseNeed => ({
+  creditMicros: credit,
+  requests,
+  tokens: 0n,
+  subscriptionId: "",
+  keyId: "",
+});
+const edge = () => `edge_${randomUUID()}`;
+const minuteRoom = (lease: LeaseState) => lease.rooms.find((r) => r.resource === 1 && r.startsInMs === 0n)!;
+
+async function wallet(accountId: string) {
+  const [row] = await t.query<{ posted: string; held: string }>(
+    `select posted_micros as posted, held_micros as held from wallets where account_id = $1`,
+    [accountId],
+  );
+  return { posted: BigInt(row!.posted), held: BigInt(row!.held) };
+}
+
+async function minuteCount(accountId: string) {
+  const [row] = await t.query<{ count: string }>(
+    `select count from rate_counters where account_id = $1 and "window" = 'minute' and window_start = $2`,
+    [accountId, new Date(Math.floor((BASE + offsetMs) / 60_000) * 60_000)],
+  );
+  return BigInt(row?.count ?? "0");
+}
+
+/** Conservation: every wallet holds exactly its leases' holds. */
+async function conservation() {
+  const rows = await t.query(
+    `select w.account_id from wallets w
+     where w.held_micros <> coalesce((select sum(held_micros) from leases l where l.account_id = w.account_id), 0)`,
+  );
+  const leaseHolds = await t.query(
+    `select l.id from leases l join lease_allowances a on a.lease_id = l.id and a.resource = 'credit'
+     where l.released_at is null and l.held_micros <> case when l.status = 'closed'
+       then a.admitted - l.settled_micros else a.granted - l.settled_micros end`,
+  );
+  return { wallets: rows.length, leases: leaseHolds.length };
+}
+
+/** Credit free in the wallet (posted − held): what a grant may still take. */
+async function free(accountId: string): Promise<bigint> {
+  const [row] = await t.query<{ free: string }>(
+    `select (posted_micros - held_micros)::text as free from wallets where account_id = $1`,
+    [accountId],
+  );
+  return BigInt(row!.free);
+}
+
+describe("admission leases", () => {
+  it("grants a lease covering the request in hand and a heartbeat extends and grows it", async () => {
+    const accountId = randomUUID();
+    const edgeId = edge();
+    const { lease } = await t.client.grantLease({
+      edgeId,
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(1_000n),
+    });
+    expect(lease!.status).toBe(LeaseStatus.LEASE_STATUS_OPEN);
+    expect(lease!.validForMs).toBe(BigInt(TTL));
+    expect(lease!.credit!.granted).toBe(1_000n);
+    expect(minuteRoom(lease!).granted).toBe(1n);
+    expect(await free(accountId)).toBe(9_000n);
+    // What the account is shown leaves the lease's unspent room out: nothing was admitted yet.
+    expect((await t.client.getBalance({ accountId })).creditBalanceMicros).toBe(10_000n);
+
+    offsetMs += TTL - 100;
+    const beat = await t.client.heartbeat({
+      edgeId,
+      sequence: 2n,
+      leases: [
+        {
+          leaseId: lease!.leaseId,
+          admitted: [
+            { allowanceId: lease!.credit!.allowanceId, admitted: 1_000n },
+            { allowanceId: minuteRoom(lease!).allowanceId, admitted: 1n },
+          ],
+          final: false,
+          budgetDemand: [],
+          slotsPinned: true,
+          demandPerSecond: need(500n, 1n),
+        },
+      ],
+    });
+    const state = beat.leases[0]!;
+    expect(state.status).toBe(LeaseStatus.LEASE_STATUS_OPEN);
+    expect(state.appliedSequence).toBe(2n);
+    // 1 request/s × 2 × 2 s = 4 more requests; 500 µ$/s × 4 s = 2,000 µ$ of credit.
+    expect(minuteRoom(state).granted).toBe(5n);
+    expect(state.credit!.granted).toBe(3_000n);
+    expect(await minuteCount(accountId)).toBe(5n);
+    const [session] = await t.query<{ deadline: Date }>(`select deadline from edge_sessions where edge_id = $1`, [
+      edgeId,
+    ]);
+    expect(session!.deadline.getTime()).toBe(BASE + offsetMs + TTL);
+    expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
+  });
+
+  it("ignores a report whose sequence billing has passed, and a lost reply is corrected by the next", async () => {
+    const accountId = randomUUID();
+    const edgeId = edge();
+    const { lease } = await t.client.grantLease({
+      edgeId,
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(100n),
+    });
+    const report = (admitted: bigint, final = false) => ({
+      leaseId: lease!.leaseId,
+      admitted: [{ allowanceId: lease!.credit!.allowanceId, admitted }],
+      final,
+      budgetDemand: [],
+      slotsPinned: true,
+      demandPerSecond: need(1_000n, 0n),
+    });
+    // The reply to sequence 3 is lost: the grant it carried stands, and is not made twice.
+    const lost = await t.client.heartbeat({ edgeId, sequence: 3n, leases: [report(100n)] });
+    const grown = lost.leases[0]!.credit!.granted;
+    expect(grown).toBeGreaterThan(100n);
+    const heldAfterLost = (await wallet(accountId)).held;
+    // A delayed sequence 2, final and with smaller totals, changes nothing.
+    const stale = await t.client.heartbeat({ edgeId, sequence: 2n, leases: [report(50n, true)] });
+    expect(stale.leases[0]!.status).toBe(LeaseStatus.LEASE_STATUS_OPEN);
+    expect(stale.leases[0]!.appliedSequence).toBe(3n);
+    const next = await t.client.heartbeat({ edgeId, sequence: 4n, leases: [report(100n)] });
+    expect(next.leases[0]!.credit!.granted).toBe(grown);
+    expect(next.leases[0]!.appliedSequence).toBe(4n);
+    expect((await wallet(accountId)).held).toBe(heldAfterLost);
+    const [row] = await t.query<{ admitted: string }>(`select admitted from lease_allowances where id = $1`, [
+      lease!.credit!.allowanceId,
+    ]);
+    expect(row!.admitted).toBe("100");
+  });
+
+  it("return closes the lease: holds exactly what was admitted until MAX_REQUEST_MS, then releases it", async () => {
+    const accountId = randomUUID();
+    const edgeId = edge();
+    const { lease } = await t.client.grantLease({
+      edgeId,
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(700n),
+      demandPerSecond: need(500n, 1n),
+    });
+    expect(lease!.credit!.granted).toBe(2_000n);
+    expect(minuteRoom(lease!).granted).toBe(4n);
+    const returned = await t.client.returnLeases({
+      edgeId,
+      sequence: 2n,
+      leases: [
+        {
+          leaseId: lease!.leaseId,
+          admitted: [
+            { allowanceId: lease!.credit!.allowanceId, admitted: 700n },
+            { allowanceId: minuteRoom(lease!).allowanceId, admitted: 1n },
+          ],
+          final: true,
+          budgetDemand: [],
+          slotsPinned: true,
+        },
+      ],
+    });
+    expect(returned.leases[0]!.status).toBe(LeaseStatus.LEASE_STATUS_CLOSED);
+    expect(await wallet(accountId)).toEqual({ posted: 10_000n, held: 700n });
+    // The three requests not admitted go back to the minute.
+    expect(await minuteCount(accountId)).toBe(1n);
+    expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
+
+    offsetMs += MAX_REQUEST - 1;
+    await t.billing.closeDueLeases();
+    expect((await wallet(accountId)).held).toBe(700n);
+    offsetMs += 1;
+    await t.billing.closeDueLeases();
+    expect((await wallet(accountId)).held).toBe(0n);
+    expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
+  });
+
+  it("an edge that stops heartbeating keeps its room used and held until deadline + MAX_REQUEST_MS", async () => {
+    const accountId = randomUUID();
+    const edgeId = edge();
+    const { lease } = await t.client.grantLease({
+      edgeId,
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(1_000n),
+      demandPerSecond: need(0n, 1n),
+    });
+    const deadline = BASE + offsetMs + TTL;
+    expect(minuteRoom(lease!).granted).toBe(4n);
+    offsetMs = deadline - BASE + MAX_REQUEST - 1;
+    await t.billing.closeDueLeases();
+    expect((await wallet(accountId)).held).toBe(1_000n);
+    offsetMs += 1;
+    expect((await t.billing.closeDueLeases()).closed).toBeGreaterThanOrEqual(1);
+    expect((await wallet(accountId)).held).toBe(0n);
+    const [row] = await t.query<{ status: string }>(`select status from leases where id = $1`, [lease!.leaseId]);
+    expect(row!.status).toBe("closed");
+    // Never reported: its room stays used in its window.
+    const [counter] = await t.query<{ count: string }>(
+      `select count from rate_counters where account_id = $1 and "window" = 'minute'`,
+      [accountId],
+    );
+    expect(counter!.count).toBe("4");
+    // A late final report changes nothing; the edge is told to drop the lease.
+    const late = await t.client.heartbeat({
+      edgeId,
+      sequence: 2n,
+      leases: [{ leaseId: lease!.leaseId, admitted: [], final: true, budgetDemand: [], slotsPinned: true }],
+    });
+    expect(late.leases[0]!.status).toBe(LeaseStatus.LEASE_STATUS_CLOSED);
+    expect((await wallet(accountId)).held).toBe(0n);
+    expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
+  });
+
+  it("two edges on one account share its room and never get more than the limit or the balance", async () => {
+    const accountId = randomUUID();
+    const a = edge();
+    const b = edge();
+    const first = await t.client.grantLease({
+      edgeId: a,
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(1_000n),
+    });
+    const second = await t.client.grantLease({
+      edgeId: b,
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(1_000n),
+    });
+    const demand = need(100_000n, 100n);
+    const report = (lease: LeaseState) => ({
+      leaseId: lease.leaseId,
+      admitted: [],
+      final: false,
+      budgetDemand: [],
+      slotsPinned: true,
+      demandPerSecond: demand,
+    });
+    const ga = (await t.client.heartbeat({ edgeId: a, sequence: 2n, leases: [report(first.lease!)] })).leases[0]!;
+    const gb = (await t.client.heartbeat({ edgeId: b, sequence: 2n, leases: [report(second.lease!)] })).leases[0]!;
+    // Two edges use the account: A's lease may hold half of what is free plus its own unspent
+    // room ((8 + 1) / 2 = 4 requests, (8,000 + 1,000) / 2 = 4,500 µ$), then B half of the rest.
+    expect(minuteRoom(ga).granted).toBe(4n);
+    expect(minuteRoom(gb).granted).toBe(3n);
+    expect(ga.credit!.granted).toBe(4_500n);
+    expect(gb.credit!.granted).toBe(2_750n);
+    expect(await minuteCount(accountId)).toBe(7n);
+    // Never more granted than the limit in the window, or the balance, summed over the leases.
+    const [sums] = await t.query<{ requests: string; credit: string }>(
+      `select sum(a.granted) filter (where a.resource = 'requests_minute')::text as requests,
+         sum(a.granted) filter (where a.resource = 'credit')::text as credit
+       from lease_allowances a join leases l on l.id = a.lease_id where l.account_id = $1`,
+      [accountId],
+    );
+    expect(BigInt(sums!.requests)).toBeLessThanOrEqual(10n);
+    expect(BigInt(sums!.credit)).toBeLessThanOrEqual(10_000n);
+    expect(await free(accountId)).toBe(10_000n - 7_250n);
+    // A request worth more than what is free is refused, whatever another edge could give back.
+    await expect(
+      t.client.grantLease({
+        edgeId: edge(),
+        sequence: 1n,
+        accountId,
+        tier: "free",
+        minCreditMicros: 0n,
+        request: need(3_000n),
+      }),
+    ).rejects.toMatchObject({ message: expect.stringContaining("Insufficient credits") });
+    expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
+  });
+
+  it("refuses a request the minute cannot hold with a 429 and retry-after", async () => {
+    const accountId = randomUUID();
+    await t.client.grantLease({
+      edgeId: edge(),
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(0n),
+      demandPerSecond: need(0n, 100n),
+    });
+    await expect(
+      t.client.grantLease({
+        edgeId: edge(),
+        sequence: 1n,
+        accountId,
+        tier: "free",
+        minCreditMicros: 0n,
+        request: need(0n),
+      }),
+    ).rejects.toMatchObject({ message: expect.stringContaining("Rate limit reached: 10 requests per minute") });
+  });
+
+  it("a heartbeat racing a fence never revives the lease", async () => {
+    const accountId = randomUUID();
+    const edgeId = edge();
+    const { lease } = await t.client.grantLease({
+      edgeId,
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(100n),
+    });
+    const report = {
+      leaseId: lease!.leaseId,
+      admitted: [],
+      final: false,
+      budgetDemand: [],
+      slotsPinned: true,
+      demandPerSecond: need(1_000n, 1n),
+    };
+    let racing: ReturnType<typeof t.client.heartbeat> | undefined;
+    const fenced = await orm.em.fork().transactional(async (em) => {
+      const result = await fenceLeases(em, accountId);
+      // The heartbeat waits on the wallet lock the fence holds until it commits.
+      racing = t.client.heartbeat({ edgeId, sequence: 2n, leases: [report] });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      return result;
+    });
+    expect(fenced).toEqual([{ leaseId: lease!.leaseId, edgeId }]);
+    const raced = (await racing!).leases[0]!;
+    expect(raced.status).toBe(LeaseStatus.LEASE_STATUS_FENCED);
+    expect(raced.validForMs).toBe(0n);
+    expect(raced.credit!.granted).toBe(100n);
+    offsetMs += TTL / 2;
+    const later = (await t.client.heartbeat({ edgeId, sequence: 3n, leases: [report] })).leases[0]!;
+    expect(later.status).toBe(LeaseStatus.LEASE_STATUS_FENCED);
+    const [row] = await t.query<{ deadline: Date; session: Date }>(
+      `select l.deadline, s.deadline as session from leases l join edge_sessions s using (edge_id) where l.id = $1`,
+      [lease!.leaseId],
+    );
+    expect(row!.deadline.getTime()).toBeLessThan(row!.session.getTime());
+    // Only GrantLease makes a lease again: a new one beside the fenced one.
+    const fresh = await t.client.grantLease({
+      edgeId,
+      sequence: 4n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(100n),
+    });
+    expect(fresh.lease!.leaseId).not.toBe(lease!.leaseId);
+    expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
+  });
+});

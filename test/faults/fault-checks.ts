@@ -1,0 +1,157 @@
+import { expect } from "vitest";
+import { ledgerInvariants } from "../../services/billing/test/billing-harness.ts";
+import { openBillingDb } from "../e2e/billing-db.ts";
+import type { RunningSystem } from "../e2e/system.ts";
+import { tally, type Outcome } from "./traffic.ts";
+
+/**
+ * What a client may see while a dependency fails: an answer, or a 503 in the OpenAI error shape
+ * with `retry-after`. Never a 500, another 5xx, or a dropped connection.
+ */
+export function expectOnlySuccessOr503(outcomes: Outcome[]): void {
+  const wrong = outcomes.filter(
+    (o) => o.status !== 200 && !(o.status === 503 && o.retryAfter !== null && o.errorCode !== undefined),
+  );
+  expect(wrong.map((o) => `${o.what} ${o.status} ${o.errorCode ?? ""} retry-after=${o.retryAfter}`)).toEqual([]);
+  expect(Object.keys(tally(outcomes)).length).toBeGreaterThan(0);
+}
+
+/**
+ * Milliseconds from `since` until the service took requests of `kinds` again: the send time of
+ * the first one sent after `since` that succeeded. Send times, not answer times: on a loaded
+ * 2-core runner an answer can take a second or more, which is not downtime.
+ */
+export function recoveryMs(outcomes: Outcome[], since: number, kinds: Outcome["what"][]): number {
+  const first = outcomes
+    .filter((o) => kinds.includes(o.what) && o.sentAt >= since && o.status === 200 && o.whole !== false)
+    .sort((a, b) => a.sentAt - b.sentAt)[0];
+  return first ? first.sentAt - since : Infinity;
+}
+
+/** Samples each service's `/readyz` every 100 ms until stopped: when each was unready. */
+export function watchReadiness(urls: Record<string, string>) {
+  const samples: Array<{ at: number; service: string; ready: boolean }> = [];
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      await Promise.all(
+        Object.entries(urls).map(async ([service, url]) => {
+          const ready = await fetch(url, { signal: AbortSignal.timeout(2_000) }).then(
+            (res) => res.status === 200,
+            () => false,
+          );
+          samples.push({ at: Date.now(), service, ready });
+        }),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  })();
+  return {
+    samples,
+    /** Whether every service was seen unready between `from` and `to`. */
+    allUnreadyBetween(from: number, to: number): Record<string, boolean> {
+      return Object.fromEntries(
+        Object.keys(urls).map((service) => [
+          service,
+          samples.some((s) => s.service === service && s.at >= from && s.at <= to && !s.ready),
+        ]),
+      );
+    },
+    /** Milliseconds from `since` until every service answered ready again (Infinity if not yet). */
+    readyAgainMs(since: number): number {
+      let latest = since;
+      for (const service of Object.keys(urls)) {
+        const after = samples.filter((s) => s.service === service && s.at >= since);
+        const lastUnready = after.filter((s) => !s.ready).at(-1);
+        const firstReady = after.find((s) => s.ready && (!lastUnready || s.at > lastUnready.at));
+        if (!firstReady) return Infinity;
+        latest = Math.max(latest, firstReady.at);
+      }
+      return latest - since;
+    },
+    async stop() {
+      running = false;
+      await loop;
+    },
+  };
+}
+
+/**
+ * Once quiet, money is conserved exactly: every answer a client received whole is a successful
+ * usage record and no other request is, every ledger entry balances, and the starting grants
+ * minus the charges are the posted balances.
+ */
+export async function expectConservation(system: RunningSystem, outcomes: Outcome[]): Promise<void> {
+  const db = await openBillingDb(system.databaseUrl);
+  try {
+    const completed = outcomes
+      .filter((o) => (o.what === "chat" || o.what === "stream") && o.status === 200 && o.whole !== false)
+      .map((o) => o.requestId!)
+      .sort();
+    const successes = async () =>
+      (await db.query<{ request_id: string }>(`select request_id from usage_records where success`))
+        .map((r) => r.request_id)
+        .sort();
+    await expect.poll(successes, { timeout: 20_000, interval: 250 }).toEqual(completed);
+    expect(await ledgerInvariants(db)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
+    const granted = await db.figure(
+      `select sum(p.amount_micros)::text as v from ledger_postings p join journal_entries e on e.id = p.entry_id
+       where e.kind = 'grant' and p.ledger_account like 'customer:%'`,
+    );
+    const charged = await db.figure(`select sum(cost_micros)::text as v from usage_records`);
+    const balances = await db.figure(`select sum(posted_micros)::text as v from wallets`);
+    expect(granted - charged).toBe(balances);
+  } finally {
+    await db.close();
+  }
+}
+
+/**
+ * No hold and no slot outlives its deadline (issue 20, §2): billing releases every lease — its
+ * credit hold and the slots it counts — by its deadline + MAX_REQUEST_MS (the edge session's
+ * deadline while open, the lease's own once fenced or closed) or by its `release_at` when its
+ * edge reported it earlier, give or take `slackMs` (one pass of the lease closer). A lease that
+ * fell due while billing was down is due at `billingBackAt` at the earliest. Checks the leases
+ * released so far and those still unreleased now; returns how late the latest release was.
+ */
+export async function expectNothingPastDeadline(
+  databaseUrl: string,
+  options: { maxRequestMs: number; slackMs: number; billingBackAt?: number },
+): Promise<{ leases: number; unreleased: number; latestReleaseMs: number }> {
+  const db = await openBillingDb(databaseUrl);
+  try {
+    const rows = await db.query<{
+      id: string;
+      status: string;
+      held: string;
+      slots: string;
+      due: Date;
+      released_at: Date | null;
+      now: Date;
+    }>(
+      `select l.id, l.status, l.held_micros::text as held, l.released_at, clock_timestamp() as now,
+         coalesce((select sum(a.admitted) from lease_allowances a where a.lease_id = l.id and a.resource = 'slots'), 0)::text
+           as slots,
+         least(l.release_at, coalesce(l.deadline, s.deadline) + $1 * interval '1 millisecond') as due
+       from leases l join edge_sessions s on s.edge_id = l.edge_id`,
+      [options.maxRequestMs],
+    );
+    const late: string[] = [];
+    let latestReleaseMs = -Infinity;
+    for (const row of rows) {
+      const due = Math.max(row.due.getTime(), options.billingBackAt ?? -Infinity);
+      const at = row.released_at?.getTime() ?? row.now.getTime();
+      if (row.released_at) latestReleaseMs = Math.max(latestReleaseMs, at - due);
+      if (at > due + options.slackMs) {
+        late.push(
+          `lease ${row.id} (${row.status}, held ${row.held} micro-USD, ${row.slots} slots) ` +
+            `${row.released_at ? "released" : "still unreleased"} ${at - due} ms past its deadline`,
+        );
+      }
+    }
+    expect(late).toEqual([]);
+    return { leases: rows.length, unreleased: rows.filter((r) => !r.released_at).length, latestReleaseMs };
+  } finally {
+    await db.close();
+  }
+}
