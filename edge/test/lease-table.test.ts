@@ -118,10 +118,10 @@ async function admitOne(table: LeaseTable, accountId: string, tier: string, cred
 }
 
 /** An active subscription (inserted as billing's own tests do: its key is never issued). */
-async function subscription(concurrent: number) {
+async function subscription(concurrent: number, billing: TestBilling = t) {
   const accountId = randomUUID();
   const id = randomUUID();
-  await t.query(
+  await billing.query(
     `insert into subscriptions (id, account_id, idempotency_key, product_id, status, hoster_id, pricing_model,
        included_tokens, rpm_limit, tpm_limit, max_concurrent, max_output_tokens, max_context_tokens,
        period_index, period_start, period_end, activated_at, created_at)
@@ -340,6 +340,55 @@ describe("the edge's lease table against a real billing", () => {
     await table.returnAll();
     const [row] = await t.query<{ status: string }>(`select status from leases where edge_id = $1`, [table.edgeId]);
     expect(row!.status).toBe("closed");
+  });
+
+  it("admits a request arriving between two minutes' rooms on the next minute's, after one grant, cold or warm", async () => {
+    // A 10 s TTL makes the margin 1 s, so the gap between the rooms is plain: the current
+    // minute's room ends 1 s before billing's boundary on the edge, the next one's starts 1 s after.
+    const ttlMs = 10_000;
+    const boundary = Date.UTC(2030, 0, 7, 12, 1, 0);
+    let billingNow = boundary - 50;
+    const gap = await startTestBilling(
+      { LEASE_TTL_MS: String(ttlMs), TIERS: JSON.stringify({ free: { limit_per_minute: 100, limit_per_day: 1e6 } }) },
+      { clock: () => new Date(billingNow) },
+    );
+    let skew = 0;
+    const counted = countedBilling(gap.billing.port);
+    clients.push(counted.client);
+    const table = new LeaseTable({ billing: counted.billing, ttlMs, log, now: () => performance.now() + skew });
+    const grants = () => counted.calls.filter((c) => c === "GrantLease").length;
+    try {
+      // Cold: the grant's current room is already past its validity on the edge.
+      const startedAt = performance.now();
+      expect(await admitOne(table, randomUUID(), "free", 10n)).not.toBeNull();
+      expect(performance.now() - startedAt).toBeGreaterThanOrEqual(900);
+      expect(grants()).toBe(1);
+
+      // Warm, with no demand since the last heartbeat: the grant still brings the next room.
+      const accountId = randomUUID();
+      billingNow = boundary + 10_000;
+      expect(await admitOne(table, accountId, "free", 10n)).not.toBeNull();
+      await table.beat();
+      billingNow = boundary + 60_000 - 50;
+      skew += ttlMs; // the lease lapsed on the edge: the next request must ask billing
+      const before = grants();
+      expect(await admitOne(table, accountId, "free", 10n)).not.toBeNull();
+      expect(grants() - before).toBe(1);
+
+      // A subscription's budget the same way: its own minute's room comes with the request.
+      const sub = await subscription(5, gap);
+      const onSub = { accountId: sub.accountId, tier: "free", subscriptionId: sub.id };
+      billingNow = boundary + 120_000 + 10_000;
+      table.release(await table.admit(onSub));
+      await table.beat();
+      billingNow = boundary + 180_000 - 50;
+      skew += ttlMs;
+      const subBefore = grants();
+      table.release(await table.admit(onSub));
+      expect(grants() - subBefore).toBe(1);
+    } finally {
+      await gap.close();
+    }
   });
 
   it("with billing stopped admits until the lease lapses, then answers 503 with retry-after", async () => {

@@ -29,14 +29,22 @@ export interface Ticket {
 export type Attempt<T> = { ok: T } | { waitMs: number } | { short: true };
 
 /**
- * A request arriving in the few milliseconds between the end of a window's room and the start of
- * the next one's waits for it (it does not go to billing): at most this long.
+ * A request whose window's room is used up waits this long at most for the next window's room
+ * (it does not go to billing); longer, billing is asked to grow the current one.
  */
 export const WINDOW_GAP_MS = 250;
 
 /**
  * The room of `resource` usable now with `n` to spare, the wait until the next window's room
  * that will have it, or undefined when neither.
+ *
+ * Between windows no room of the resource is valid at all: the current window's ends a margin
+ * before billing's boundary and the next one's starts a margin (plus the reply's round trip)
+ * after it, a gap of twice the margin (DESIGN.md §2.3 Windows and clocks; with a 2 s TTL about
+ * 0.4 s). A request arriving in it waits for the next window's room however long the gap is:
+ * billing cannot admit it sooner (it sends the next window's room only within one TTL of the
+ * boundary, so the wait is bounded by that), and sending it to billing instead only brings the
+ * same rooms back, until the request gives up with a 503 at every boundary.
  */
 function pick(
   lease: HeldLease,
@@ -45,12 +53,13 @@ function pick(
   n: bigint,
   now: number,
 ): { room: Room } | { waitMs: number } | undefined {
+  const between = !rooms.some((r) => r.resource === resource && r.usableFrom <= now && now < r.validUntil);
   let wait: number | undefined;
   for (const room of rooms) {
     if (room.resource !== resource || lease.spare(room) < n || now >= room.validUntil) continue;
     if (room.usableFrom <= now) return { room };
     const ms = room.usableFrom - now;
-    if (ms <= WINDOW_GAP_MS && (wait === undefined || ms < wait)) wait = ms;
+    if ((between || ms <= WINDOW_GAP_MS) && (wait === undefined || ms < wait)) wait = ms;
   }
   return wait === undefined ? undefined : { waitMs: wait };
 }

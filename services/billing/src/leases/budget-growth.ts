@@ -59,13 +59,16 @@ export async function growBudget(
   const steps: Step[] = [];
   let includedCrossing = false;
 
-  // rpm and tpm: the current minute, and the next one's room only with demand (as the account's).
+  // rpm and tpm: the current minute, and the next one's room only with demand or a request in
+  // hand (as the account's: near the boundary the edge can only admit the request on it).
   const { current, next } = windowsOf(MINUTE, now, ttlMs);
   const resetSeconds = Math.max(1, Math.ceil((current.end.getTime() - now.getTime()) / 1000));
-  for (const span of next && demand.requests > 0n ? [current, next] : [current]) {
+  const ahead = next && (demand.requests > 0n || inHand.requests > 0n || inHand.tokens > 0n);
+  for (const span of ahead ? [current, next] : [current]) {
     const used = await minuteCounts(em, scope, span.start);
     const rpm = mine("sub_requests_minute", span.start);
     const tpm = mine("sub_tokens_minute", span.start);
+    // The request in hand is refused only by the current minute; the next one's room is sized for it.
     const w = span === current ? inHand : { requests: 0n, tokens: 0n };
     const rpmLeft = plan.rpmLimit - used.requests;
     if (w.requests > 0n && w.requests > rpmLeft + unspent(rpm)) throw requestRateRefusal(plan.rpmLimit, resetSeconds);
@@ -74,8 +77,8 @@ export async function growBudget(
       throw tokenRateRefusal(plan.tpmLimit, tpmLeft + unspent(tpm), w.tokens, resetSeconds);
     }
     const base = { scope, span };
-    steps.push({ ...base, resource: "sub_requests_minute", add: size(rpmLeft, rpm, demand.requests, w.requests) });
-    steps.push({ ...base, resource: "sub_tokens_minute", add: size(tpmLeft, tpm, demand.tokens, w.tokens) });
+    steps.push({ ...base, resource: "sub_requests_minute", add: size(rpmLeft, rpm, demand.requests, inHand.requests) });
+    steps.push({ ...base, resource: "sub_tokens_minute", add: size(tpmLeft, tpm, demand.tokens, inHand.tokens) });
   }
 
   if (plan.pricingModel === "subscription" || plan.pricingModel === "subscription_overage") {

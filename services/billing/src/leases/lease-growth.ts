@@ -62,10 +62,14 @@ export async function growLease(
   const ttlMs = ctx.config.LEASE_TTL_MS;
   const limits = tierLimits(ctx.config.TIERS, lease.tier);
   const demand = growth.demandPerSecond.requests;
-  // The windows read below: the current one of each, and the next one only with demand.
+  // The windows read below: the current one of each, and the next one only with demand, the
+  // request in hand's included: one arriving within a margin of the boundary cannot use the
+  // current window's room on the edge (its validity ends a margin early), so without the next
+  // one's it would come back here until the boundary passed.
+  const wanted = demand > growth.inHand.requests ? demand : growth.inHand.requests;
   const spans = REQUEST_WINDOWS.map((window) => {
     const { current, next } = windowsOf(window, now, ttlMs);
-    return { window, current, next: demand > 0n ? next : undefined };
+    return { window, current, next: wanted > 0n ? next : undefined };
   });
   const { edges, counts } = await sizingReads(
     em,
@@ -116,7 +120,7 @@ export async function growLease(
         (a) => a.scope === "" && a.resource === window.resource && sameTime(a.windowStart, next.start),
       );
       const nextLeft = limit - countOf(window.counter, next.start);
-      steps.push({ ...window, span: next, add: size(nextLeft, ahead, demand, 0n) });
+      steps.push({ ...window, span: next, add: size(nextLeft, ahead, demand, growth.inHand.requests) });
     }
   }
 
