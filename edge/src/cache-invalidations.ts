@@ -22,7 +22,8 @@ export function followInvalidations(
   nc: NatsConnection,
   subject: string,
   cache: InvalidatedCache,
-  handlers: { apply(data: Uint8Array): void; applyUnreadable(): void },
+  /** `apply` may return an answer, sent when the message was published with a reply subject. */
+  handlers: { apply(data: Uint8Array): Uint8Array | void; applyUnreadable(): void },
   log: Logger,
 ): () => void {
   const subscription = nc.subscribe(subject, {
@@ -33,7 +34,8 @@ export function followInvalidations(
         return;
       }
       try {
-        handlers.apply(msg.data);
+        const answer = handlers.apply(msg.data);
+        if (answer && msg.reply) msg.respond(answer);
       } catch (decodeErr) {
         log.warn({ err: decodeErr, subject }, "unreadable invalidation message; trusting nothing cached");
         handlers.applyUnreadable();

@@ -1,12 +1,12 @@
 import type { Logger } from "@mkt/runtime/logger";
 import type { NatsConnection } from "@mkt/runtime/nats";
-import { KeyRevoked } from "@mkt/proto/events/v1/events";
+import { KeyRevoked, KeyRevokedAck } from "@mkt/proto/events/v1/events";
 import { followInvalidations } from "./cache-invalidations.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
 
 /**
- * Keeps the principal cache honest: drops a key on `keys.revoked` (everything when the message
- * cannot be read: we cannot tell which key it meant), and tells it when NATS goes down (it then
+ * Keeps the principal cache honest: drops a key on `keys.revoked` and acks it with this edge's id
+ * (everything when the message cannot be read: we cannot tell which key it meant; no ack), and tells it when NATS goes down (it then
  * serves from memory for one TTL at most) and comes back (it starts empty).
  */
 export function followKeyRevocations(
@@ -19,7 +19,14 @@ export function followKeyRevocations(
     nc,
     subject,
     cache,
-    { apply: (data) => cache.revoke(KeyRevoked.decode(data).keyId), applyUnreadable: () => cache.clear() },
+    {
+      apply: (data) => {
+        cache.revoke(KeyRevoked.decode(data).keyId);
+        // Dropped before the ack goes: once accounts has it, this edge admits nothing on the key.
+        return KeyRevokedAck.encode({ edgeId: cache.edgeId }).finish();
+      },
+      applyUnreadable: () => cache.clear(),
+    },
     log,
   );
 }

@@ -15,6 +15,11 @@ interface Entry {
 export interface PrincipalCacheOptions {
   /** LEASE_TTL_MS: how long one successful check lets a principal be used. */
   ttlMs: number;
+  /**
+   * The edge process's id, sent with every check: accounts records this edge as holding the key,
+   * and a revocation waits for its ack (DESIGN.md §2.4). '' records nothing.
+   */
+  edgeId?: string;
   /** The edge's monotonic clock in ms (performance.now by default; tests may move it). */
   now?: () => number;
   maxEntries?: number;
@@ -30,6 +35,7 @@ export interface PrincipalCacheOptions {
  */
 export class PrincipalCache {
   readonly ttlMs: number;
+  readonly edgeId: string;
   /** Like the lease table's: room for the check's reply to have been delayed on the way. */
   readonly marginMs: number;
   readonly #now: () => number;
@@ -44,6 +50,7 @@ export class PrincipalCache {
 
   constructor(options: PrincipalCacheOptions) {
     this.ttlMs = options.ttlMs;
+    this.edgeId = options.edgeId ?? "";
     this.marginMs = Math.max(10, Math.floor(options.ttlMs / 10));
     this.#now = options.now ?? (() => performance.now());
     this.#maxEntries = options.maxEntries ?? 100_000;

@@ -17,9 +17,12 @@ export function startPrincipalRevalidation(
 ): () => Promise<void> {
   const check = async (keyIds: string[]) => {
     // A reply later than this could no longer extend anything.
-    const { principals } = await accounts.revalidateKeys(RevalidateKeysRequest.fromPartial({ keyIds }), {
-      timeoutMs: cache.ttlMs - cache.marginMs,
-    });
+    const { principals } = await accounts.revalidateKeys(
+      RevalidateKeysRequest.fromPartial({ keyIds, edgeId: cache.edgeId }),
+      {
+        timeoutMs: cache.ttlMs - cache.marginMs,
+      },
+    );
     return principals;
   };
   return repeatEvery(

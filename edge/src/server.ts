@@ -13,6 +13,7 @@ import { LeaseTable } from "./leases/lease-table.ts";
 import { PrincipalCache } from "./principal-cache.ts";
 import { startPrincipalRevalidation } from "./principal-revalidation.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
+import { newEdgeId } from "./edge-id.ts";
 
 /** After the grace period, how long answers get to send their final error event before their sockets are cut. */
 const FINAL_EVENT_MS = 1_000;
@@ -36,12 +37,13 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     backends.close();
     throw err;
   });
-  const principals = new PrincipalCache({ ttlMs: config.LEASE_TTL_MS });
+  const edgeId = newEdgeId();
+  const principals = new PrincipalCache({ ttlMs: config.LEASE_TTL_MS, edgeId });
   const names = eventNames(config.EVENTS_PREFIX);
   const stopRevocations = followKeyRevocations(nc, names.keysRevoked, principals, log);
   const routes = new RouteCache(config.ROUTE_CACHE_TTL_MS);
   const stopCatalogChanges = followCatalogChanges(nc, names.catalogChanged, routes, log);
-  const leases = new LeaseTable({ billing: backends.billing, ttlMs: config.LEASE_TTL_MS, log });
+  const leases = new LeaseTable({ billing: backends.billing, ttlMs: config.LEASE_TTL_MS, log, edgeId });
   const stopRecalls = followLeaseRecalls(nc, names.leaseRecall(leases.edgeId), leases, log);
   // The subscriptions are live at the server before any key or route is cached, or lease granted.
   await nc.flush();

@@ -15,7 +15,7 @@ import { followLeaseRecalls } from "../src/leases/lease-recall.ts";
 
 // Billing's recall sender (DESIGN.md §2.4) against real edge lease tables as the holders.
 const TTL = 1_000;
-const WAIT = TTL + TTL / 10; // recallWaitMs(TTL)
+const WAIT = TTL + TTL / 10; // fenceWaitMs(TTL)
 const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
 const log = createLogger("lease-recall-test", "silent");
 

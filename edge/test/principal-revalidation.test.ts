@@ -34,7 +34,7 @@ afterAll(async () => {
 });
 
 /** The edge's side: a principal cache following keys.revoked over `natsUrl`, revalidating with accounts. */
-async function edgeCache(natsUrl = TEST_NATS_URL) {
+async function edgeCache(natsUrl = TEST_NATS_URL, edgeId = "") {
   const calls: string[] = [];
   const revalidated: string[][] = [];
   const counter: Interceptor = (options, nextCall) => {
@@ -53,7 +53,7 @@ async function edgeCache(natsUrl = TEST_NATS_URL) {
   });
   const accounts = promiseClient(client);
   const nc: NatsConnection = await connect({ servers: natsUrl, reconnectTimeWait: 50, maxReconnectAttempts: -1 });
-  const cache = new PrincipalCache({ ttlMs: TTL });
+  const cache = new PrincipalCache({ ttlMs: TTL, edgeId });
   const stopFollowing = followKeyRevocations(nc, t.names.keysRevoked, cache, log);
   await nc.flush();
   const stopRevalidating = startPrincipalRevalidation(cache, accounts, log);
@@ -66,13 +66,13 @@ async function edgeCache(natsUrl = TEST_NATS_URL) {
   const count = (method: string) => calls.filter((m) => m === method).length;
   /** One request's authentication, as the API-key hook does it. */
   const use = (apiKey: string) =>
-    cache.get(apiKey, async () => (await accounts.authenticate({ apiKey }, { timeoutMs: 5_000 })).principal!);
+    cache.get(apiKey, async () => (await accounts.authenticate({ edgeId, apiKey }, { timeoutMs: 5_000 })).principal!);
   return { cache, nc, revalidated, count, use };
 }
 
 async function keys(n: number) {
   const signUps = await Promise.all(Array.from({ length: n }, () => t.signUp()));
-  return signUps.map((s) => ({ apiKey: s.apiKey, keyId: s.key!.keyId }));
+  return signUps.map((s) => ({ apiKey: s.apiKey, keyId: s.key!.keyId, accountId: s.account!.accountId }));
 }
 
 /** Uses `apiKey` until it is refused; the ms that took. */
@@ -118,6 +118,19 @@ describe("revalidating cached principals with accounts", () => {
     const lookups = e.count("Authenticate");
     await Promise.all(others.map((k) => e.use(k.apiKey)));
     expect(e.count("Authenticate")).toBe(lookups);
+  });
+
+  it("acks keys.revoked once the key is dropped, so the revocation answers without waiting out a TTL", async () => {
+    const e = await edgeCache(TEST_NATS_URL, "edge_acking");
+    const [k] = await keys(1);
+    await e.use(k!.apiKey); // Authenticate records this edge as holding the key
+    const start = performance.now();
+    await t.client.revokeApiKey({ accountId: k!.accountId, keyId: k!.keyId });
+    // Accounts' TTL is its default (2 s): without this edge's ack it would wait 2.2 s.
+    expect(performance.now() - start).toBeLessThan(1_000);
+    const lookups = e.count("Authenticate");
+    await expect(e.use(k!.apiKey)).rejects.toMatchObject({ code: "invalid_api_key" });
+    expect(e.count("Authenticate")).toBe(lookups + 1); // dropped before the ack: asked again, refused
   });
 
   it("drops a key no longer in use instead of revalidating it", async () => {

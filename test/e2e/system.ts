@@ -90,6 +90,7 @@ export async function startSystem(
       ...database("accounts"),
       ...certs.env("accounts"),
       METRICS_PORT: "0",
+      LEASE_TTL_MS: TEST_LEASE_TTL_MS,
       ...overrides.accounts,
     }),
     log,

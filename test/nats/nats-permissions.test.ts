@@ -3,18 +3,20 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { createLogger } from "@mkt/runtime/logger";
-import { connectNats, ensureUsageStream, eventNames, type NatsConnection } from "@mkt/runtime/nats";
+import { connectNats, ensureUsageStream, eventNames, userInbox, type NatsConnection } from "@mkt/runtime/nats";
 import { NATS_USERS, type NatsUser } from "@mkt/runtime/nats-permissions";
 import { natsPasswordVariable, renderNatsServerConfig } from "@mkt/runtime/nats-server-config";
 import { freshEventsPrefix } from "@mkt/testkit/env";
 import { startPrivateNatsServer, type PrivateNatsServer } from "@mkt/testkit/nats-server";
 import { testCertificates } from "@mkt/testkit/test-certificates";
 import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
-import { CatalogChanged, KeyRevoked, UsageCompleted } from "@mkt/proto/events/v1/events";
+import { CatalogChanged, KeyRevoked, KeyRevokedAck, UsageCompleted } from "@mkt/proto/events/v1/events";
 import { startTestBilling, type TestBilling } from "../../services/billing/test/billing-harness.ts";
 import { UsageStream } from "../../services/registry/src/usage/usage-stream.ts";
 import { LeaseTable } from "../../edge/src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../../edge/src/leases/lease-recall.ts";
+import { followKeyRevocations } from "../../edge/src/key-revocations.ts";
+import { PrincipalCache } from "../../edge/src/principal-cache.ts";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 
@@ -199,6 +201,24 @@ describe("NATS users", () => {
         });
       });
       expect(forged, `keys.revoked from ${user}`).toEqual([]);
+    }
+  });
+
+  it("an edge acks accounts' keys.revoked on accounts' inbox (how a revocation knows it may answer)", async () => {
+    const cache = new PrincipalCache({ ttlMs: 2_000, edgeId: "edge_permitted" });
+    const stop = followKeyRevocations(as.edge, names.keysRevoked, cache, log);
+    await as.edge.flush();
+    try {
+      // Exactly what accounts sends (services/accounts/src/keys/revoke-api-key.ts).
+      const inbox = userInbox("accounts");
+      const acks = await received(as.accounts, inbox, async () => {
+        const revoked = KeyRevoked.encode({ keyId: randomUUID(), accountId: randomUUID() }).finish();
+        as.accounts.publish(names.keysRevoked, revoked, { reply: inbox });
+        await as.accounts.flush();
+      });
+      expect(acks.map((data) => KeyRevokedAck.decode(data))).toEqual([{ edgeId: "edge_permitted" }]);
+    } finally {
+      stop();
     }
   });
 

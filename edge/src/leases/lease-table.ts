@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import type { PromiseClient } from "@mkt/runtime/grpc-client";
 import { AppError } from "@mkt/runtime/errors";
@@ -8,6 +7,7 @@ import type { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { HeldLease } from "./held-lease.ts";
 import { keyBudgetOf, takeRequest, takeWorstCase, type Attempt, type Ticket } from "./lease-admission.ts";
 import { nextBackoffMs } from "./heartbeat-backoff.ts";
+import { newEdgeId } from "../edge-id.ts";
 
 export type LeaseBilling = Pick<PromiseClient<BillingServiceClient>, "grantLease" | "heartbeat" | "returnLeases">;
 
@@ -16,6 +16,8 @@ export interface LeaseTableOptions {
   /** Billing's LEASE_TTL_MS (the edge's config must match it). */
   ttlMs: number;
   log: Logger;
+  /** The edge process's id, shared with its principal cache (a fresh `edge_<uuid>` by default). */
+  edgeId?: string;
   /** The edge's monotonic clock in ms (performance.now by default; tests may move it). */
   now?: () => number;
 }
@@ -84,7 +86,7 @@ const FORGET_CLOSED_MS = 2 * GRANT_TIMEOUT_MS;
  * `start`), on a recall's ack and on `returnAll`. Every call carries the edge's next sequence.
  */
 export class LeaseTable {
-  readonly edgeId = `edge_${randomUUID()}`;
+  readonly edgeId: string;
   readonly ttlMs: number;
   /** Validity is cut this much short of billing's, for the time a reply spent on the way. */
   readonly marginMs: number;
@@ -115,6 +117,7 @@ export class LeaseTable {
 
   constructor(options: LeaseTableOptions) {
     this.#billing = options.billing;
+    this.edgeId = options.edgeId ?? newEdgeId();
     this.ttlMs = options.ttlMs;
     this.marginMs = Math.max(10, Math.floor(options.ttlMs / 10));
     this.#log = options.log;

@@ -59,9 +59,12 @@ export function apiKeyAuth(backends: Backends, cache: PrincipalCache) {
       }
       const apiKey = match[1]!;
       const principal = await cache.get(apiKey, async () => {
-        const { principal } = await backends.accounts.authenticate(AuthenticateRequest.fromPartial({ apiKey }), {
-          timeoutMs: 5_000,
-        });
+        const { principal } = await backends.accounts.authenticate(
+          AuthenticateRequest.fromPartial({ apiKey, edgeId: cache.edgeId }),
+          {
+            timeoutMs: 5_000,
+          },
+        );
         if (!principal) throw new AppError("invalid_api_key", "Invalid API key.");
         return principal;
       });

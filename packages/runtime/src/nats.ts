@@ -1,4 +1,4 @@
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { connect, createInbox, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { Logger } from "./logger.ts";
 
@@ -28,6 +28,14 @@ export type EventNames = ReturnType<typeof eventNames>;
  */
 export function natsInboxPrefix(user: string): string {
   return `_INBOX_${user}`;
+}
+
+/**
+ * A fresh reply subject under the user's own inbox prefix, for a subscription of the service's
+ * own (replies to a publish it expects several answers to, which `request` does not collect).
+ */
+export function userInbox(user: string): string {
+  return createInbox(natsInboxPrefix(user));
 }
 
 /** A service's NATS user (nats-permissions.ts); the password is a secret, never logged. */

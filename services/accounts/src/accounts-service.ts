@@ -20,9 +20,11 @@ export function accountsService(ctx: AccountsContext): AccountsServiceServer {
   const log = ctx.log;
   return {
     createAccount: unary(log, "CreateAccount", (req) => createAccount(ctx, attempts, req)),
-    authenticate: unary(log, "Authenticate", async (req) => ({ principal: await authenticate(ctx, req.apiKey) })),
+    authenticate: unary(log, "Authenticate", async (req) => ({
+      principal: await authenticate(ctx, req.apiKey, req.edgeId),
+    })),
     revalidateKeys: unary(log, "RevalidateKeys", async (req) => ({
-      principals: await revalidateKeys(ctx, req.keyIds),
+      principals: await revalidateKeys(ctx, req.keyIds, req.edgeId),
     })),
     createApiKey: unary(log, "CreateApiKey", (req) => createApiKey(ctx, req)),
     listApiKeys: unary(log, "ListApiKeys", (req) => listApiKeys(ctx, req.accountId)),

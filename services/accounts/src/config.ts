@@ -19,6 +19,12 @@ export function loadAccountsConfig(env: NodeJS.ProcessEnv = process.env) {
       INVITE_FAILURES_PER_IP_PER_HOUR: intBetween(0, 1_000_000)({ default: 10 }),
       /** Failed logins allowed per client IP per UTC hour; 0 turns the limit off. */
       LOGIN_FAILURES_PER_IP_PER_HOUR: intBetween(0, 1_000_000)({ default: 20 }),
+      /**
+       * Must equal the edges' LEASE_TTL_MS: an edge uses a cached key at most this long after
+       * its last check, so a revocation waits at most this long for the acks of the edges that
+       * checked the key (DESIGN.md §2.4).
+       */
+      LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
       /** How long a login session lasts. */
       SESSION_TTL_HOURS: intBetween(1, 24 * 90)({ default: 24 * 7 }),
     },

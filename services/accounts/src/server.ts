@@ -2,6 +2,7 @@ import { openDatabase } from "@mkt/runtime/db";
 import { startGrpcServer } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
 import { startMetricsServer } from "@mkt/runtime/metrics-server";
+import { repeatEvery } from "@mkt/runtime/periodic";
 import { connectNats, eventNames, natsCredentials } from "@mkt/runtime/nats";
 import { dependencyReadiness } from "@mkt/runtime/readiness";
 import { readServiceTls } from "@mkt/runtime/service-tls";
@@ -13,6 +14,7 @@ import type { AccountsContext } from "./context.ts";
 import { entities } from "./entities.ts";
 import { accountsService } from "./accounts-service.ts";
 import { ACCOUNTS_CALLERS } from "./accounts-callers.ts";
+import { KEY_HOLDER_PRUNE_INTERVAL_MS, pruneKeyHolders } from "./keys/key-holders.ts";
 
 export interface AccountsOptions {
   /** The clock of the per-IP sign-up windows; tests set it. */
@@ -83,6 +85,12 @@ export async function startAccounts(
     await orm.close();
     throw err;
   });
+  const stopPrune = repeatEvery(
+    KEY_HOLDER_PRUNE_INTERVAL_MS,
+    () => pruneKeyHolders(orm.em.fork()),
+    log,
+    "key holder prune",
+  );
   log.info({ port: grpc.port, metricsPort: metricsServer.port, tls: tls !== null }, "accounts listening");
 
   return {
@@ -90,6 +98,7 @@ export async function startAccounts(
     metricsPort: metricsServer.port,
     async close() {
       closing = true;
+      await stopPrune();
       await grpc.close();
       await metricsServer.close();
       await nc.drain();

@@ -27,7 +27,7 @@ describe("API keys", () => {
     const listed = JSON.stringify(keys);
     for (const secret of [firstSecret, ci.apiKey, unnamed.apiKey]) expect(listed).not.toContain(secret);
 
-    const { principal } = await t.client.authenticate({ apiKey: ci.apiKey });
+    const { principal } = await t.client.authenticate({ edgeId: "", apiKey: ci.apiKey });
     expect(principal).toMatchObject({ accountId, keyId: ci.key!.keyId, tier: "free" });
   });
 
@@ -84,7 +84,7 @@ describe("API keys", () => {
       [keyId, account!.accountId, scoped.prefix, scoped.hash],
     );
     const scope = { subscriptionId: "sub_1", productId: "prod_1", hosterId: "hst_1" };
-    const { principal } = await t.client.authenticate({ apiKey: scoped.secret });
+    const { principal } = await t.client.authenticate({ edgeId: "", apiKey: scoped.secret });
     expect(principal).toMatchObject({ accountId: account!.accountId, keyId, scope });
     const { keys } = await t.client.listApiKeys({ accountId: account!.accountId });
     expect(keys.find((k) => k.keyId === keyId)?.scope).toEqual(scope);
@@ -101,7 +101,7 @@ describe("authentication", () => {
     ["with quotes", `mk_${"a".repeat(30)}' or '1'='1`],
     ["well-formed but never issued", `mk_${"a".repeat(43)}`],
   ])("refuses a key that is %s", async (_, apiKey) => {
-    const err = await rejection(t.client.authenticate({ apiKey }));
+    const err = await rejection(t.client.authenticate({ edgeId: "", apiKey }));
     expect(err).toBeInstanceOf(AppError);
     expect(err).toMatchObject({ code: "invalid_api_key", message: "Invalid API key." });
     expect((err as AppError).httpStatus).toBe(401);
@@ -116,8 +116,10 @@ describe("revocation", () => {
 
     const { key } = await t.client.revokeApiKey({ accountId, keyId: doomed.key!.keyId });
     expect(key).toEqual({ ...doomed.key, revokedAt: expect.stringMatching(/^\d{4}-.*Z$/) });
-    await expect(t.client.authenticate({ apiKey: doomed.apiKey })).rejects.toMatchObject({ code: "invalid_api_key" });
-    await t.client.authenticate({ apiKey: kept });
+    await expect(t.client.authenticate({ edgeId: "", apiKey: doomed.apiKey })).rejects.toMatchObject({
+      code: "invalid_api_key",
+    });
+    await t.client.authenticate({ edgeId: "", apiKey: kept });
 
     const again = await t.client.revokeApiKey({ accountId, keyId: doomed.key!.keyId });
     expect(again.key).toEqual(key);
@@ -159,6 +161,6 @@ describe("revocation", () => {
       const err = await rejection(t.client.revokeApiKey(req));
       expect(err).toMatchObject({ code: "not_found", message: "No such API key." });
     }
-    await t.client.authenticate({ apiKey: owner.apiKey });
+    await t.client.authenticate({ edgeId: "", apiKey: owner.apiKey });
   });
 });

@@ -36,7 +36,7 @@ describe("sign-up", () => {
       sessionKey: false,
     });
 
-    const { principal } = await t.client.authenticate({ apiKey: res.apiKey });
+    const { principal } = await t.client.authenticate({ edgeId: "", apiKey: res.apiKey });
     expect(principal).toEqual({
       accountId: res.account!.accountId,
       email: email.trim(),

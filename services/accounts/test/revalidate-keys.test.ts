@@ -20,6 +20,7 @@ describe("RevalidateKeys", () => {
     await t.query(`update api_keys set expires_at = now() - interval '1 second' where id = $1`, [expired.key!.keyId]);
 
     const { principals } = await t.client.revalidateKeys({
+      edgeId: "",
       keyIds: [
         live!.keyId,
         live!.keyId.toUpperCase(),
@@ -38,12 +39,12 @@ describe("RevalidateKeys", () => {
   it("answers many keys in one call, and refuses more than 10000 ids", async () => {
     const signUps = await Promise.all(Array.from({ length: 20 }, () => t.signUp()));
     const keyIds = signUps.map((s) => s.key!.keyId);
-    const { principals } = await t.client.revalidateKeys({ keyIds });
+    const { principals } = await t.client.revalidateKeys({ edgeId: "", keyIds });
     expect(principals.map((p) => p.keyId).sort()).toEqual([...keyIds].sort());
 
-    expect(await t.client.revalidateKeys({ keyIds: [] })).toEqual({ principals: [] });
+    expect(await t.client.revalidateKeys({ edgeId: "", keyIds: [] })).toEqual({ principals: [] });
     await expect(
-      t.client.revalidateKeys({ keyIds: Array.from({ length: 10_001 }, () => randomUUID()) }),
+      t.client.revalidateKeys({ edgeId: "", keyIds: Array.from({ length: 10_001 }, () => randomUUID()) }),
     ).rejects.toMatchObject({ code: "invalid_request", param: "key_ids" });
   });
 });

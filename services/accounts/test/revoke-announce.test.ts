@@ -31,6 +31,8 @@ function fakeNats(flush: () => Promise<void>) {
   const nc = {
     publish: (subject: string, data: Uint8Array) => published.push({ subject, event: KeyRevoked.decode(data) }),
     flush,
+    // No edge holds these keys: nothing acks, nothing is waited for.
+    subscribe: () => ({ unsubscribe: () => undefined }),
   } as unknown as NatsConnection;
   return { nc, published };
 }

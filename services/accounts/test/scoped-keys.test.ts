@@ -29,7 +29,7 @@ describe("scoped keys", () => {
     expect(again.key).toEqual(first.key);
     expect(first.key).toMatchObject({ name: "Pro plan", prefix: apiKey.slice(0, 10), revokedAt: "", scope });
 
-    const { principal } = await t.client.authenticate({ apiKey });
+    const { principal } = await t.client.authenticate({ edgeId: "", apiKey });
     expect(principal).toMatchObject({ accountId, keyId: first.key!.keyId, scope });
     // Only the hash is stored.
     const rows = await t.query(`select * from api_keys where subscription_id = $1`, [scope.subscriptionId]);
@@ -65,7 +65,7 @@ describe("scoped keys", () => {
     expect(revoked.key).toMatchObject({ keyId: key!.keyId, scope });
     expect(revoked.key!.revokedAt).not.toBe("");
     for await (const msg of sub) expect(KeyRevoked.decode(msg.data)).toEqual({ keyId: key!.keyId, accountId });
-    await expect(t.client.authenticate({ apiKey })).rejects.toMatchObject({ code: "invalid_api_key" });
+    await expect(t.client.authenticate({ edgeId: "", apiKey })).rejects.toMatchObject({ code: "invalid_api_key" });
 
     // Idempotent: the first revocation time stays.
     const again = await t.client.revokeScopedKey({ accountId, subscriptionId: scope.subscriptionId, apiKey: "" });
@@ -82,7 +82,7 @@ describe("scoped keys", () => {
     const late = await t.client.issueScopedKey({ accountId, scope, apiKey, name: "" });
     expect(late.key!.keyId).toBe(revoked.key!.keyId);
     expect(late.key!.revokedAt).not.toBe("");
-    await expect(t.client.authenticate({ apiKey })).rejects.toMatchObject({ code: "invalid_api_key" });
+    await expect(t.client.authenticate({ edgeId: "", apiKey })).rejects.toMatchObject({ code: "invalid_api_key" });
 
     // Nothing to revoke and no secret given: an empty answer, not an error.
     expect(await t.client.revokeScopedKey({ accountId, subscriptionId: randomUUID(), apiKey: "" })).toEqual({});

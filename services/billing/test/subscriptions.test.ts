@@ -96,7 +96,7 @@ describe("CreateSubscription", () => {
     expect(await ledgerInvariants(t)).toMatchObject({ unbalancedEntries: 0, mismatchedWallets: 0 });
 
     // The key is the subscription's: accounts knows its scope.
-    const { principal } = await accounts.client.authenticate({ apiKey: res.apiKey });
+    const { principal } = await accounts.client.authenticate({ edgeId: "", apiKey: res.apiKey });
     expect(principal?.scope).toEqual({
       subscriptionId: sub.subscriptionId,
       productId: plan.productId,
@@ -269,7 +269,7 @@ describe("CancelSubscription", () => {
     const { subscription } = await t.client.cancelSubscription({ accountId, subscriptionId });
     expect(subscription).toMatchObject({ status: "cancelled", cancelledAt: now.toISOString() });
     // Revoked and announced before the answer.
-    await expect(accounts.client.authenticate({ apiKey: created.apiKey })).rejects.toMatchObject({
+    await expect(accounts.client.authenticate({ edgeId: "", apiKey: created.apiKey })).rejects.toMatchObject({
       code: "invalid_api_key",
     });
     for await (const msg of revocations) expect(KeyRevoked.decode(msg.data).accountId).toBe(accountId);
@@ -337,7 +337,9 @@ describe("the subscription janitor", () => {
       name: "",
     });
     expect(late.key!.revokedAt).not.toBe("");
-    await expect(accounts.client.authenticate({ apiKey: secret })).rejects.toMatchObject({ code: "invalid_api_key" });
+    await expect(accounts.client.authenticate({ edgeId: "", apiKey: secret })).rejects.toMatchObject({
+      code: "invalid_api_key",
+    });
 
     expect((await subscribe(accountId, plan.productId)).subscription!.status).toBe("active");
   });

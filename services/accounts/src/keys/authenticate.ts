@@ -2,17 +2,19 @@ import { AppError } from "@mkt/runtime/errors";
 import type { Principal } from "@mkt/proto/accounts/v1/accounts";
 import type { AccountsContext } from "../context.ts";
 import { hashKey, looksLikeKey } from "./key-secret.ts";
-import { livePrincipals } from "./principal-rows.ts";
+import { checkedEdgeId, livePrincipals } from "./principal-rows.ts";
 
 /**
  * Resolves a bearer key to its principal (DESIGN.md §2, step 1): one indexed lookup by the key's
- * hash. Every failure is the same error, and the key itself is never logged or echoed.
+ * hash, which records `edgeId` (the caching edge) as a holder of the key. Every failure is the
+ * same error, and the key itself is never logged or echoed.
  */
-export async function authenticate(ctx: AccountsContext, apiKey: string): Promise<Principal> {
+export async function authenticate(ctx: AccountsContext, apiKey: string, edgeId = ""): Promise<Principal> {
   const invalid = () => new AppError("invalid_api_key", "Invalid API key.");
   // Garbage (other vendors' keys, empty headers) costs no query.
   if (!looksLikeKey(apiKey)) throw invalid();
-  const [principal] = await livePrincipals(ctx.orm.em.fork(), ctx.clock(), "k.key_hash = ?", [hashKey(apiKey)]);
+  const holder = { edgeId: checkedEdgeId(edgeId), ttlMs: ctx.config.LEASE_TTL_MS, lock: true };
+  const [principal] = await livePrincipals(ctx.orm.em.fork(), ctx.clock(), "k.key_hash = ?", [hashKey(apiKey)], holder);
   if (!principal) throw invalid();
   return principal;
 }

@@ -1,3 +1,4 @@
+import { AppError } from "@mkt/runtime/errors";
 import type { Principal } from "@mkt/proto/accounts/v1/accounts";
 import type { Em } from "../context.ts";
 
@@ -7,11 +8,55 @@ const LIVE_KEYS = `select k.id as key_id, k.subscription_id, k.product_id, k.hos
   where k.revoked_at is null and (k.expires_at is null or k.expires_at > ?)`;
 
 /**
- * The principals of the live keys `where` selects (a condition on `k`, e.g. `k.key_hash = ?`),
- * as of `now`: revoked and expired keys are left out.
+ * The edge that will cache what is read (DESIGN.md §2.4): recorded as a holder of each key until
+ * now + 2 × TTL, in the statement that reads it. A check every TTL / 2 while the key is in use
+ * keeps the row ahead of the edge's own use (last check + TTL); it is rewritten only once less
+ * than one TTL is left, so an edge's checks do not write every row every time.
  */
-export async function livePrincipals(em: Em, now: Date, where: string, params: unknown[]): Promise<Principal[]> {
-  const rows = await em.execute(`${LIVE_KEYS} and ${where}`, [now, ...params]);
+export interface Holder {
+  edgeId: string;
+  ttlMs: number;
+  /**
+   * Lock the key rows read (FOR SHARE) until the holder row commits, so a revocation committing
+   * meanwhile waits for it and then sees this edge among the holders. Authenticate takes it (a new
+   * holder has no row yet); a revalidation does not need it (its edge's row is already there).
+   */
+  lock: boolean;
+}
+
+/** An edge id as edges make them (`edge_<uuid>`); '' (a caller that caches nothing) is allowed. */
+export function checkedEdgeId(edgeId: string): string {
+  if (edgeId === "" || /^[A-Za-z0-9_.-]{1,100}$/.test(edgeId)) return edgeId;
+  throw new AppError("invalid_request", "edge_id must be 1 to 100 letters, digits, '_', '.' or '-'.", {
+    param: "edge_id",
+  });
+}
+
+/**
+ * The principals of the live keys `where` selects (a condition on `k`, e.g. `k.key_hash = ?`),
+ * as of `now`: revoked and expired keys are left out. With `holder`, its edge is recorded as
+ * holding each key returned.
+ */
+export async function livePrincipals(
+  em: Em,
+  now: Date,
+  where: string,
+  params: unknown[],
+  holder?: Holder,
+): Promise<Principal[]> {
+  const rows = holder?.edgeId
+    ? await em.execute(
+        `with live as (${LIVE_KEYS} and ${where}${holder.lock ? " for share of k" : ""}),
+         held as (
+           insert into key_holders (key_id, edge_id, holds_until)
+           select key_id, ?, now() + 2 * ? * interval '1 millisecond' from live
+           on conflict (key_id, edge_id) do update set holds_until = excluded.holds_until
+           where key_holders.holds_until < now() + ? * interval '1 millisecond'
+         )
+         select * from live`,
+        [now, ...params, holder.edgeId, holder.ttlMs, holder.ttlMs],
+      )
+    : await em.execute(`${LIVE_KEYS} and ${where}`, [now, ...params]);
   return (rows as Array<Record<string, string | null>>).map((row) => ({
     accountId: row.account_id!,
     email: row.email!,

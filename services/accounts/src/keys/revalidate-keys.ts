@@ -2,7 +2,7 @@ import { AppError } from "@mkt/runtime/errors";
 import { isUuid } from "@mkt/runtime/ids";
 import type { Principal } from "@mkt/proto/accounts/v1/accounts";
 import type { AccountsContext } from "../context.ts";
-import { livePrincipals } from "./principal-rows.ts";
+import { checkedEdgeId, livePrincipals } from "./principal-rows.ts";
 
 /** The most key ids one RevalidateKeys call takes (an edge with more cached splits them). */
 export const MAX_KEYS_PER_REVALIDATION = 10_000;
@@ -10,9 +10,10 @@ export const MAX_KEYS_PER_REVALIDATION = 10_000;
 /**
  * The current principals of those of `keyIds` still live (DESIGN.md §2.1): an edge re-checks
  * every principal it has in use with this, once per LEASE_TTL_MS, in one call and one query by
- * primary key. Revoked, expired, unknown and malformed ids are left out of the answer.
+ * primary key, which keeps `edgeId` recorded as their holder. Revoked, expired, unknown and
+ * malformed ids are left out of the answer.
  */
-export async function revalidateKeys(ctx: AccountsContext, keyIds: string[]): Promise<Principal[]> {
+export async function revalidateKeys(ctx: AccountsContext, keyIds: string[], edgeId = ""): Promise<Principal[]> {
   if (keyIds.length > MAX_KEYS_PER_REVALIDATION) {
     throw new AppError("invalid_request", `At most ${MAX_KEYS_PER_REVALIDATION} key ids per call.`, {
       param: "key_ids",
@@ -20,5 +21,6 @@ export async function revalidateKeys(ctx: AccountsContext, keyIds: string[]): Pr
   }
   const ids = [...new Set(keyIds.filter(isUuid).map((id) => id.toLowerCase()))];
   if (ids.length === 0) return [];
-  return livePrincipals(ctx.orm.em.fork(), ctx.clock(), "k.id in (?)", [ids]);
+  const holder = { edgeId: checkedEdgeId(edgeId), ttlMs: ctx.config.LEASE_TTL_MS, lock: false };
+  return livePrincipals(ctx.orm.em.fork(), ctx.clock(), "k.id in (?)", [ids], holder);
 }

@@ -12,7 +12,7 @@ import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { fenceLeases } from "../leases/fence-leases.ts";
 import { spentInWindow } from "../leases/key-room.ts";
-import { recallWaitMs } from "../leases/recall-sender.ts";
+import { fenceWaitMs } from "@mkt/runtime/fence-wait";
 import { keyWindow, LIMIT_RESETS, neverResets, utcOffsetTime, type LimitReset } from "./key-windows.ts";
 
 /** Keys GET /v1/keys may name at once (an account has a handful; this bounds the statement). */
@@ -58,7 +58,7 @@ export async function setKeyLimit(ctx: BillingContext, req: SetKeyLimitRequest):
     return fenced;
   });
   if (holders.length > 0) {
-    await ctx.recallLeases(holders, "", performance.now() + recallWaitMs(ctx.config.LEASE_TTL_MS));
+    await ctx.recallLeases(holders, "", performance.now() + fenceWaitMs(ctx.config.LEASE_TTL_MS));
   }
   const [limit] = (await listKeyLimits(ctx, { accountId: req.accountId, keyIds: [req.keyId] })).limits;
   return { limit };

@@ -13,15 +13,6 @@ import { applyRecallAck } from "./recall-ack.ts";
  */
 export type RecallLeases = (holders: FencedLease[], subscriptionId: string, untilMs: number) => Promise<void>;
 
-/**
- * How long after a fence its owner waits at most for acks: one TTL, in which every edge's
- * validity for a fenced lease ends, plus the edge's own margin (TTL / 10, as the edge computes
- * it) for the time its last heartbeat reply spent on the way. ≈ 2.2 s with the default TTL.
- */
-export function recallWaitMs(ttlMs: number): number {
-  return ttlMs + Math.max(10, Math.floor(ttlMs / 10));
-}
-
 /** While an edge has no subscriber on its subject (reconnecting), how often to ask again. */
 const NO_RESPONDER_RETRY_MS = 100;
 

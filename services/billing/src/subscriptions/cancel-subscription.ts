@@ -8,7 +8,7 @@ import type {
 import type { BillingContext } from "../context.ts";
 import { performance } from "node:perf_hooks";
 import { fenceBudgets } from "../leases/fence-budgets.ts";
-import { recallWaitMs } from "../leases/recall-sender.ts";
+import { fenceWaitMs } from "@mkt/runtime/fence-wait";
 import { requireAccount } from "../usage/usage-summary.ts";
 import { Subscription } from "./subscription.entity.ts";
 import { revokeSubscriptionKey } from "./subscription-keys.ts";
@@ -62,7 +62,7 @@ export async function cancelSubscription(
       ]);
   if (!row) throw notFound();
   if (cancelled[0]) {
-    await ctx.recallLeases(holders, req.subscriptionId, performance.now() + recallWaitMs(ctx.config.LEASE_TTL_MS));
+    await ctx.recallLeases(holders, req.subscriptionId, performance.now() + fenceWaitMs(ctx.config.LEASE_TTL_MS));
   } else {
     await recallAgain(ctx, req.subscriptionId, row.cancelled_at as Date);
   }
@@ -87,7 +87,7 @@ export async function cancelSubscription(
  */
 async function recallAgain(ctx: BillingContext, subscriptionId: string, fencedAt: Date | null): Promise<void> {
   if (!fencedAt) return;
-  const left = new Date(fencedAt).getTime() + recallWaitMs(ctx.config.LEASE_TTL_MS) - ctx.clock().getTime();
+  const left = new Date(fencedAt).getTime() + fenceWaitMs(ctx.config.LEASE_TTL_MS) - ctx.clock().getTime();
   if (left <= 0) return;
   const rows = await ctx.orm.em.fork().execute(
     `select b.lease_id, l.edge_id from lease_budgets b join leases l on l.id = b.lease_id
@@ -98,6 +98,6 @@ async function recallAgain(ctx: BillingContext, subscriptionId: string, fencedAt
   await ctx.recallLeases(
     holders,
     subscriptionId,
-    performance.now() + Math.min(left, recallWaitMs(ctx.config.LEASE_TTL_MS)),
+    performance.now() + Math.min(left, fenceWaitMs(ctx.config.LEASE_TTL_MS)),
   );
 }

@@ -6,7 +6,7 @@ import { hosterSubscriber } from "../earnings/hoster-subscribers.ts";
 import { requireHoster } from "../earnings/hoster-plans.ts";
 import { performance } from "node:perf_hooks";
 import { fenceBudgets } from "../leases/fence-budgets.ts";
-import { recallWaitMs } from "../leases/recall-sender.ts";
+import { fenceWaitMs } from "@mkt/runtime/fence-wait";
 import { Subscription } from "./subscription.entity.ts";
 
 export interface SubscriberAction {
@@ -75,7 +75,7 @@ async function changeSubscriber(
     };
   });
   // The hoster's answer waits for the holding edges' acks, or one TTL + margin (DESIGN.md §2.4).
-  await ctx.recallLeases(holders, req.subscriptionId, performance.now() + recallWaitMs(ctx.config.LEASE_TTL_MS));
+  await ctx.recallLeases(holders, req.subscriptionId, performance.now() + fenceWaitMs(ctx.config.LEASE_TTL_MS));
   const changed = updated[0];
   const [row] = changed
     ? [changed]

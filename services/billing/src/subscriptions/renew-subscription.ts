@@ -3,7 +3,7 @@ import type { BillingContext } from "../context.ts";
 import { performance } from "node:perf_hooks";
 import { fenceBudgets } from "../leases/fence-budgets.ts";
 import type { FencedLease } from "../leases/fence-leases.ts";
-import { recallWaitMs } from "../leases/recall-sender.ts";
+import { fenceWaitMs } from "@mkt/runtime/fence-wait";
 import { lockWallet, openWallet } from "../wallets/ledger.ts";
 import { postFee } from "./activate-subscription.ts";
 import { nextPeriod } from "./calendar-month.ts";
@@ -101,7 +101,7 @@ export async function renewSubscription(
   });
   // Past due answers the pass only once the holding edges acked or one TTL + margin passed; a
   // renewal refuses nothing, so the pass goes on while its recalls run (they never reject).
-  const recalled = ctx.recallLeases(holders, subscriptionId, performance.now() + recallWaitMs(ctx.config.LEASE_TTL_MS));
+  const recalled = ctx.recallLeases(holders, subscriptionId, performance.now() + fenceWaitMs(ctx.config.LEASE_TTL_MS));
   if (outcome === "past_due") await recalled;
   return outcome;
 }

@@ -1,3 +1,4 @@
+import { fenceWaitMs } from "@mkt/runtime/fence-wait";
 import { SecretBoxError } from "@mkt/runtime/secret-box";
 import type { BillingContext } from "../context.ts";
 import { Subscription, type SubscriptionRow } from "./subscription.entity.ts";
@@ -36,7 +37,8 @@ export async function revokeSubscriptionKey(
 ): Promise<SubscriptionRow> {
   await ctx.accounts.revokeScopedKey(
     { accountId: row.accountId, subscriptionId: row.id, apiKey: secret },
-    { timeoutMs: 10_000 },
+    // Accounts answers once every edge holding the key has acked, or after one fence wait.
+    { timeoutMs: fenceWaitMs(ctx.config.LEASE_TTL_MS) + 10_000 },
   );
   const em = ctx.orm.em.fork();
   const [updated] = await em.execute(

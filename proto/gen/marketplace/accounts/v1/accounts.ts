@@ -48,6 +48,8 @@ export interface Account {
 
 export interface AuthenticateRequest {
   apiKey: string;
+  /** The edge process that will cache the principal: a revocation waits for its ack (DESIGN.md §2.4). */
+  edgeId: string;
 }
 
 export interface AuthenticateResponse {
@@ -56,6 +58,8 @@ export interface AuthenticateResponse {
 
 export interface RevalidateKeysRequest {
   keyIds: string[];
+  /** The edge process that keeps using them (as in AuthenticateRequest). */
+  edgeId: string;
 }
 
 export interface RevalidateKeysResponse {
@@ -592,13 +596,16 @@ export const Account: MessageFns<Account> = {
 };
 
 function createBaseAuthenticateRequest(): AuthenticateRequest {
-  return { apiKey: "" };
+  return { apiKey: "", edgeId: "" };
 }
 
 export const AuthenticateRequest: MessageFns<AuthenticateRequest> = {
   encode(message: AuthenticateRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.apiKey !== "") {
       writer.uint32(10).string(message.apiKey);
+    }
+    if (message.edgeId !== "") {
+      writer.uint32(18).string(message.edgeId);
     }
     return writer;
   },
@@ -624,6 +631,14 @@ export const AuthenticateRequest: MessageFns<AuthenticateRequest> = {
             message.apiKey = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.edgeId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -643,6 +658,11 @@ export const AuthenticateRequest: MessageFns<AuthenticateRequest> = {
         : isSet(object.api_key)
         ? globalThis.String(object.api_key)
         : "",
+      edgeId: isSet(object.edgeId)
+        ? globalThis.String(object.edgeId)
+        : isSet(object.edge_id)
+        ? globalThis.String(object.edge_id)
+        : "",
     };
   },
 
@@ -650,6 +670,9 @@ export const AuthenticateRequest: MessageFns<AuthenticateRequest> = {
     const obj: any = {};
     if (message.apiKey !== "") {
       obj.apiKey = message.apiKey;
+    }
+    if (message.edgeId !== "") {
+      obj.edgeId = message.edgeId;
     }
     return obj;
   },
@@ -660,6 +683,7 @@ export const AuthenticateRequest: MessageFns<AuthenticateRequest> = {
   fromPartial<I extends Exact<DeepPartial<AuthenticateRequest>, I>>(object: I): AuthenticateRequest {
     const message = createBaseAuthenticateRequest();
     message.apiKey = object.apiKey ?? "";
+    message.edgeId = object.edgeId ?? "";
     return message;
   },
 };
@@ -734,13 +758,16 @@ export const AuthenticateResponse: MessageFns<AuthenticateResponse> = {
 };
 
 function createBaseRevalidateKeysRequest(): RevalidateKeysRequest {
-  return { keyIds: [] };
+  return { keyIds: [], edgeId: "" };
 }
 
 export const RevalidateKeysRequest: MessageFns<RevalidateKeysRequest> = {
   encode(message: RevalidateKeysRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.keyIds) {
       writer.uint32(10).string(v!);
+    }
+    if (message.edgeId !== "") {
+      writer.uint32(18).string(message.edgeId);
     }
     return writer;
   },
@@ -766,6 +793,14 @@ export const RevalidateKeysRequest: MessageFns<RevalidateKeysRequest> = {
             message.keyIds.push(reader.string());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.edgeId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -785,6 +820,11 @@ export const RevalidateKeysRequest: MessageFns<RevalidateKeysRequest> = {
         : globalThis.Array.isArray(object?.key_ids)
         ? object.key_ids.map((e: any) => globalThis.String(e))
         : [],
+      edgeId: isSet(object.edgeId)
+        ? globalThis.String(object.edgeId)
+        : isSet(object.edge_id)
+        ? globalThis.String(object.edge_id)
+        : "",
     };
   },
 
@@ -792,6 +832,9 @@ export const RevalidateKeysRequest: MessageFns<RevalidateKeysRequest> = {
     const obj: any = {};
     if (message.keyIds?.length) {
       obj.keyIds = message.keyIds;
+    }
+    if (message.edgeId !== "") {
+      obj.edgeId = message.edgeId;
     }
     return obj;
   },
@@ -802,6 +845,7 @@ export const RevalidateKeysRequest: MessageFns<RevalidateKeysRequest> = {
   fromPartial<I extends Exact<DeepPartial<RevalidateKeysRequest>, I>>(object: I): RevalidateKeysRequest {
     const message = createBaseRevalidateKeysRequest();
     message.keyIds = object.keyIds?.map((e) => e) || [];
+    message.edgeId = object.edgeId ?? "";
     return message;
   },
 };

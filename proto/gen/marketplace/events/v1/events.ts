@@ -82,6 +82,15 @@ export interface KeyRevoked {
 }
 
 /**
+ * An edge's answer to a keys.revoked published as a request: the key is no longer in its cache.
+ * Accounts answers the revocation's caller once every edge that held the key has acked, or one
+ * LEASE_TTL_MS has passed (DESIGN.md §2.4).
+ */
+export interface KeyRevokedAck {
+  edgeId: string;
+}
+
+/**
  * Published by registry on NATS core subject `catalog.changed` after a change that can alter what
  * a route resolves to is committed (a hoster registered or its status flipped; a plan created,
  * edited or archived). Edges drop the cached routes it concerns; it is a hint, so a lost one
@@ -713,6 +722,79 @@ export const KeyRevoked: MessageFns<KeyRevoked> = {
     const message = createBaseKeyRevoked();
     message.keyId = object.keyId ?? "";
     message.accountId = object.accountId ?? "";
+    return message;
+  },
+};
+
+function createBaseKeyRevokedAck(): KeyRevokedAck {
+  return { edgeId: "" };
+}
+
+export const KeyRevokedAck: MessageFns<KeyRevokedAck> = {
+  encode(message: KeyRevokedAck, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.edgeId !== "") {
+      writer.uint32(10).string(message.edgeId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeyRevokedAck {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeyRevokedAck();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.edgeId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeyRevokedAck {
+    return {
+      edgeId: isSet(object.edgeId)
+        ? globalThis.String(object.edgeId)
+        : isSet(object.edge_id)
+        ? globalThis.String(object.edge_id)
+        : "",
+    };
+  },
+
+  toJSON(message: KeyRevokedAck): unknown {
+    const obj: any = {};
+    if (message.edgeId !== "") {
+      obj.edgeId = message.edgeId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<KeyRevokedAck>, I>>(base?: I): KeyRevokedAck {
+    return KeyRevokedAck.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeyRevokedAck>, I>>(object: I): KeyRevokedAck {
+    const message = createBaseKeyRevokedAck();
+    message.edgeId = object.edgeId ?? "";
     return message;
   },
 };
