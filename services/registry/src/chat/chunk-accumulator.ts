@@ -2,6 +2,7 @@ import { countTextTokens } from "@mkt/runtime/tokens";
 import { microsToUsd, type Micros } from "@mkt/runtime/money";
 import type { BilledUsage, ReportedUsage } from "./billed-usage.ts";
 import { OutputBudget } from "./output-budget.ts";
+import { PlainDeltas } from "./plain-delta.ts";
 import { TopLevelStrings } from "./top-level-strings.ts";
 import { UpstreamFailure } from "../upstream/stream-chat.ts";
 
@@ -69,12 +70,15 @@ export class ChunkAccumulator {
   #upstreamIdentity: [unknown, unknown] = [undefined, undefined];
   /** When (epoch ms) the first chunk with a choice arrived: the answer's first token. */
   firstChoiceAt: number | undefined;
+  /** Reads plain text deltas without JSON.parse; none when told not to (tests and the benchmark compare). */
+  readonly #plainDeltas: PlainDeltas | undefined;
 
-  constructor(id: string, modelId: string, choiceLimit: number) {
+  constructor(id: string, modelId: string, choiceLimit: number, { scanPlainDeltas = true } = {}) {
     this.id = id;
     this.#modelId = modelId;
     this.#ours = new TopLevelStrings({ id, model: modelId });
     this.#choiceLimit = choiceLimit;
+    this.#plainDeltas = scanPlainDeltas ? new PlainDeltas() : undefined;
   }
 
   /** Output tokens (our count) each choice may relay before the runaway guard cuts it. */
@@ -127,11 +131,14 @@ export class ChunkAccumulator {
 
   /** Takes one SSE data payload; returns the chunk to relay, or undefined when it has no choices. */
   accept(data: string): Json | undefined {
-    let chunk: unknown;
-    try {
-      chunk = JSON.parse(data);
-    } catch {
-      chunk = undefined;
+    // Most chunks are a plain text delta, read without JSON.parse into the very object it returns.
+    let chunk: unknown = this.#plainDeltas?.read(data);
+    if (chunk === undefined) {
+      try {
+        chunk = JSON.parse(data);
+      } catch {
+        chunk = undefined;
+      }
     }
     const choices = isObject(chunk) && Array.isArray(chunk.choices) ? chunk.choices : [];
     if (!isObject(chunk) || (chunk.error !== undefined && choices.length === 0)) {
