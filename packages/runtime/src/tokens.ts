@@ -70,9 +70,22 @@ export function encodeText(text: string): number[] {
   return encode(text, PLAIN_TEXT);
 }
 
-/** The text of o200k token ids (a cut inside a character decodes to U+FFFD). */
+/**
+ * gpt-tokenizer decodes with one streaming TextDecoder shared by the whole process and never
+ * flushes it: the bytes of a character cut at the end of one call stay pending and come out as
+ * U+FFFD at the start of the next call's text, whoever makes it. A complete character made of
+ * byte tokens only (an emoji: o200k has no token for it whole) decoded before and after the ids
+ * pushes out what another caller left pending and what these leave, so the decoder is clean on
+ * both sides; both copies are then cut off the text.
+ */
+const FLUSH = "👩";
+const FLUSH_TOKENS = encode(FLUSH, PLAIN_TEXT);
+
+/** The text of o200k token ids (a cut inside a character decodes to U+FFFD, and nothing is left pending). */
 export function decodeTokens(tokens: readonly number[]): string {
-  return decode(tokens);
+  const text = decode([...FLUSH_TOKENS, ...tokens, ...FLUSH_TOKENS]);
+  // What another caller left pending comes out as U+FFFD before the first copy.
+  return text.slice(text.indexOf(FLUSH) + FLUSH.length, text.length - FLUSH.length);
 }
 
 /**

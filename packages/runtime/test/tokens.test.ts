@@ -7,7 +7,7 @@ import {
   TOKENS_PER_MESSAGE,
   type ChatMessageLike,
 } from "../src/token-bounds.ts";
-import { countPromptTokens, countTextTokens, tokenizerPieces } from "../src/tokens.ts";
+import { countPromptTokens, countTextTokens, decodeTokens, encodeText, tokenizerPieces } from "../src/tokens.ts";
 
 const plain = { disallowedSpecial: new Set<string>() };
 const prose = "The quick brown fox jumps over the lazy dog, twice.\n\nThen it rests.  ".repeat(4_000);
@@ -49,6 +49,18 @@ describe("token counting", () => {
     const inPieces = countTextTokens(base64Run.slice(0, 20_000));
     expect(inPieces).toBeGreaterThanOrEqual(whole);
     expect(inPieces).toBeLessThanOrEqual(whole + Math.ceil(20_000 / 512));
+  });
+
+  it("decodes token ids with nothing left pending: a cut inside a character never leaks into the next decode", () => {
+    const family = '👩‍👩‍👧 and \\"quoted\\" ü';
+    const tokens = encodeText(family);
+    expect(decodeTokens(tokens)).toBe(family);
+    for (let n = 0; n <= tokens.length; n++) {
+      const cut = decodeTokens(tokens.slice(0, n));
+      expect(family.startsWith(cut.replace(/\uFFFD+$/, ""))).toBe(true);
+      // gpt-tokenizer alone would start this one with the cut's pending bytes (U+FFFD).
+      expect(decodeTokens(tokens)).toBe(family);
+    }
   });
 
   it("stops counting once past the limit", () => {
