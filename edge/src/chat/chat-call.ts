@@ -1,4 +1,4 @@
-import type { ClientReadableStream } from "@grpc/grpc-js";
+import type { ClientDuplexStream } from "@grpc/grpc-js";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { ChatCompletionRequest, type ChatCompletionResponse, type Route } from "@mkt/proto/registry/v1/registry";
 import { AppError } from "@mkt/runtime/errors";
@@ -19,7 +19,8 @@ export interface ChatToRelay {
 }
 
 export interface StartedChatCall {
-  call: ClientReadableStream<ChatCompletionResponse>;
+  /** Its request written, its side still open: relayCompletion half-closes it once the client has the answer. */
+  call: ClientDuplexStream<ChatCompletionRequest, ChatCompletionResponse>;
   /** The first model's route (with fallbacks, the registry's answer names the one that answered). */
   route: Route;
 }
@@ -93,7 +94,8 @@ export async function startChatCall(
     admitSeconds += (performance.now() - worstCase) / 1000;
     deps.chatMetrics.admit.observe(admitSeconds);
     rateLimitHeaders(reply, ticket);
-    const call = deps.backends.registryStream.chatCompletion(
+    const call = deps.backends.registryStream.chatCompletion();
+    call.write(
       ChatCompletionRequest.fromPartial({
         requestId: request.id,
         accountId: principal.accountId,

@@ -1,4 +1,4 @@
-import { serverStream, unary } from "@mkt/runtime/grpc-server";
+import { requestThenStream, unary } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
 import {
   ListModelsResponse,
@@ -35,7 +35,7 @@ export function registryService(deps: ChatDeps, hosters: HostersContext, log: Lo
         ),
       });
     }),
-    chatCompletion: serverStream(log, "ChatCompletion", chatCompletion(deps)),
+    chatCompletion: requestThenStream(log, "ChatCompletion", chatCompletion(deps)),
     registerHoster: unary(log, "RegisterHoster", (request) => registerHoster(hosters, request)),
     getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
     listHosters: unary(log, "ListHosters", () => listHosters(hosters)),

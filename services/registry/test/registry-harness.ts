@@ -252,6 +252,8 @@ export async function startHarness(env: Record<string, string> = {}, { natsUrl =
     secretsKey,
     registry,
     client,
+    /** The edge's streaming client, for a test that drives a ChatCompletion call by hand. */
+    streamClient: grpcClient,
     logLines,
     published,
     catalogChanges,
@@ -276,31 +278,50 @@ export async function startHarness(env: Record<string, string> = {}, { natsUrl =
         ...overrides,
       });
     },
-    /** Runs a ChatCompletion to its end; `cancelAfter` cancels the call after that many events. */
-    chat(request: ChatCompletionRequest, cancelAfter?: number) {
+    /**
+     * Runs a ChatCompletion to its end as the edge does: sends the request, then half-closes on
+     * the `end` event (its client has the answer). `cancelAfter` cancels the call after that many
+     * events instead; `afterEnd: "cancel"` cancels on the `end` event instead of half-closing (a
+     * client lost between registry's last event and the edge's last write).
+     */
+    chat(request: ChatCompletionRequest, cancelAfter?: number, { afterEnd = "half-close" } = {}) {
       return new Promise<{
         events: ChatCompletionResponse[];
-        /** gRPC messages received (a batch of chunks is one). */
+        /** gRPC messages received (a batch of chunks is one, the `end` event too). */
         messages: number;
+        /** The answer ended with registry's `end` event (it was whole). */
+        whole: boolean;
         error?: ServiceError;
         cancelled?: boolean;
       }>((resolve) => {
         const events: ChatCompletionResponse[] = [];
         let messages = 0;
-        const call = grpcClient.chatCompletion(request);
+        let whole = false;
+        const call = grpcClient.chatCompletion();
+        call.write(request);
         call.on("data", (event: ChatCompletionResponse) => {
           messages++;
+          // The end of a whole answer is reported as `whole`, not among the events.
+          if (event.end) {
+            whole = true;
+            if (afterEnd === "half-close") call.end();
+            else {
+              call.cancel();
+              resolve({ events, messages, whole, cancelled: true });
+            }
+            return;
+          }
           // A batch of chunks is the same chunks in order: tests look at them one by one.
           if (event.chunks)
             events.push(...event.chunks.chunks.map((chunk) => ChatCompletionResponse.fromPartial({ chunk })));
           else events.push(event);
           if (cancelAfter !== undefined && events.length >= cancelAfter) {
             call.cancel();
-            resolve({ events, messages, cancelled: true });
+            resolve({ events, messages, whole, cancelled: true });
           }
         });
-        call.on("error", (error: ServiceError) => resolve({ events, messages, error }));
-        call.on("end", () => resolve({ events, messages }));
+        call.on("error", (error: ServiceError) => resolve({ events, messages, whole, error }));
+        call.on("end", () => resolve({ events, messages, whole }));
       });
     },
     /** The usage.completed events JetStream holds for a request. */

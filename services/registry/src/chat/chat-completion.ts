@@ -1,6 +1,6 @@
-import type { ServerWritableStream } from "@grpc/grpc-js";
 import { dependencyUnavailable, isDependencyOutage } from "@mkt/runtime/dependency-outage";
 import { AppError } from "@mkt/runtime/errors";
+import type { RequestThenStream } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { ChatCompletionResponse, type ChatCompletionRequest, type Route } from "@mkt/proto/registry/v1/registry";
@@ -45,7 +45,7 @@ export interface ChatDeps {
   log: Logger;
 }
 
-type Call = ServerWritableStream<ChatCompletionRequest, ChatCompletionResponse>;
+type Call = RequestThenStream<ChatCompletionRequest, ChatCompletionResponse>["call"];
 
 const NOTHING_BILLED: BilledUsage = { inputTokens: 0n, outputTokens: 0n };
 
@@ -92,6 +92,25 @@ const completionId = (requestId: string) => `chatcmpl-${requestId}`;
 const SHUTTING_DOWN = "The server is shutting down; please retry the request.";
 
 /**
+ * Waits for the caller's half-close, its word that the answer reached its client (DESIGN.md §5;
+ * docs/decisions.md, "Answers that did not reach their client whole"); a cancel first is the
+ * caller's leaving.
+ */
+async function untilDelivered(halfClosed: Promise<void>, cancelled: AbortSignal): Promise<void> {
+  if (cancelled.aborted) throw new UpstreamFailure("client_cancelled", "caller cancelled");
+  let onAbort!: () => void;
+  const left = new Promise<never>((_, reject) => {
+    onAbort = () => reject(new UpstreamFailure("client_cancelled", "caller cancelled before the answer was delivered"));
+    cancelled.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    await Promise.race([halfClosed, left]);
+  } finally {
+    cancelled.removeEventListener("abort", onAbort);
+  }
+}
+
+/**
  * ChatCompletion: relays one request to the route's upstream. A server that fails before anything
  * reached the caller hands the request to the route's next server (same model and price; ejected
  * servers are skipped, none left is no_healthy_upstream), then to the client's fallback routes in
@@ -100,11 +119,15 @@ const SHUTTING_DOWN = "The server is shutting down; please retry the request.";
  * only a choice that runs well past it (the runaway guard, DESIGN.md §5) is cut, with finish_reason
  * `length`, and once every choice has ended the upstream call is closed. On every exit
  * path exactly one usage.completed event is made durable
- * (acked by JetStream, or in the outbox) before the call ends.
+ * (acked by JetStream, or in the outbox) before the call ends. A whole answer ends with an `end`
+ * event and counts as a success only once the caller half-closes (its client has it); a caller
+ * that cancels or is lost before is `client_cancelled`, billed what was sent.
  */
-export function chatCompletion(deps: ChatDeps): (call: Call) => Promise<void> {
-  return async (call) => {
-    const work = relay(deps, call);
+export function chatCompletion(
+  deps: ChatDeps,
+): (stream: RequestThenStream<ChatCompletionRequest, ChatCompletionResponse>) => Promise<void> {
+  return async ({ request, call, halfClosed }) => {
+    const work = relay(deps, request, call, halfClosed);
     deps.inflight.add(work);
     try {
       await work;
@@ -114,8 +137,12 @@ export function chatCompletion(deps: ChatDeps): (call: Call) => Promise<void> {
   };
 }
 
-async function relay(deps: ChatDeps, call: Call): Promise<void> {
-  const request = call.request;
+async function relay(
+  deps: ChatDeps,
+  request: ChatCompletionRequest,
+  call: Call,
+  halfClosed: Promise<void>,
+): Promise<void> {
   const handlerStart = Date.now();
   const log = deps.log.child({ requestId: request.requestId });
   const cancel = new AbortController();
@@ -224,6 +251,8 @@ async function relay(deps: ChatDeps, call: Call): Promise<void> {
       );
       written++;
     }
+    await send(call, ChatCompletionResponse.fromPartial({ end: {} }), cancel.signal);
+    await untilDelivered(halfClosed, cancel.signal);
   } catch (err) {
     const cut = cutByShutdown && !call.cancelled;
     const cancelled =

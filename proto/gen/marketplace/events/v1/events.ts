@@ -75,7 +75,10 @@ export interface UsageCompleted {
   includedTokens: bigint;
 }
 
-/** Published on NATS core subject `keys.revoked` after a key's revocation is committed. */
+/**
+ * Published on NATS core subject `keys.revoked` after a key's revocation is committed, with a reply
+ * subject: every edge that reads it answers KeyRevokedAck.
+ */
 export interface KeyRevoked {
   keyId: string;
   accountId: string;

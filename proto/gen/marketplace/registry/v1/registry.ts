@@ -10,10 +10,10 @@ import {
   type CallOptions,
   type ChannelCredentials,
   Client,
+  type ClientDuplexStream,
   type ClientOptions,
-  type ClientReadableStream,
   type ClientUnaryCall,
-  type handleServerStreamingCall,
+  type handleBidiStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -157,7 +157,17 @@ export interface ChatCompletionResponse {
    * Several chunks that were ready together (read from the upstream at once, because the relay
    * fell behind): sent as one message, to be written as one, in order.
    */
-  chunks?: ChunkBatch | undefined;
+  chunks?:
+    | ChunkBatch
+    | undefined;
+  /**
+   * The answer is whole (after its last chunk, or after `completion`): the caller ends its
+   * client's response, then half-closes the call.
+   */
+  end?: AnswerEnd | undefined;
+}
+
+export interface AnswerEnd {
 }
 
 export interface ChunkBatch {
@@ -1775,7 +1785,7 @@ export const SubscriptionPricing: MessageFns<SubscriptionPricing> = {
 };
 
 function createBaseChatCompletionResponse(): ChatCompletionResponse {
-  return { chunk: undefined, completion: undefined, error: undefined, chunks: undefined };
+  return { chunk: undefined, completion: undefined, error: undefined, chunks: undefined, end: undefined };
 }
 
 export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
@@ -1791,6 +1801,9 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
     }
     if (message.chunks !== undefined) {
       ChunkBatch.encode(message.chunks, writer.uint32(34).fork()).join();
+    }
+    if (message.end !== undefined) {
+      AnswerEnd.encode(message.end, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -1840,6 +1853,14 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
             message.chunks = ChunkBatch.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.end = AnswerEnd.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1858,6 +1879,7 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
       completion: isSet(object.completion) ? Buffer.from(bytesFromBase64(object.completion)) : undefined,
       error: isSet(object.error) ? StreamError.fromJSON(object.error) : undefined,
       chunks: isSet(object.chunks) ? ChunkBatch.fromJSON(object.chunks) : undefined,
+      end: isSet(object.end) ? AnswerEnd.fromJSON(object.end) : undefined,
     };
   },
 
@@ -1875,6 +1897,9 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
     if (message.chunks !== undefined) {
       obj.chunks = ChunkBatch.toJSON(message.chunks);
     }
+    if (message.end !== undefined) {
+      obj.end = AnswerEnd.toJSON(message.end);
+    }
     return obj;
   },
 
@@ -1891,6 +1916,59 @@ export const ChatCompletionResponse: MessageFns<ChatCompletionResponse> = {
     message.chunks = (object.chunks !== undefined && object.chunks !== null)
       ? ChunkBatch.fromPartial(object.chunks)
       : undefined;
+    message.end = (object.end !== undefined && object.end !== null) ? AnswerEnd.fromPartial(object.end) : undefined;
+    return message;
+  },
+};
+
+function createBaseAnswerEnd(): AnswerEnd {
+  return {};
+}
+
+export const AnswerEnd: MessageFns<AnswerEnd> = {
+  encode(_: AnswerEnd, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AnswerEnd {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAnswerEnd();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): AnswerEnd {
+    return {};
+  },
+
+  toJSON(_: AnswerEnd): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AnswerEnd>, I>>(base?: I): AnswerEnd {
+    return AnswerEnd.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AnswerEnd>, I>>(_: I): AnswerEnd {
+    const message = createBaseAnswerEnd();
     return message;
   },
 };
@@ -4719,13 +4797,17 @@ export const RegistryServiceService = {
     responseDeserialize: (value: Buffer): ListModelsResponse => ListModelsResponse.decode(value),
   },
   /**
-   * Calls the upstream and relays its answer. Failures before the first event are gRPC errors
-   * with `mk-error-code` metadata (upstream_error, upstream_timeout, no_healthy_upstream); after
-   * it, a final `error` event. Exactly one usage.completed event is published per call.
+   * Calls the upstream and relays its answer. The caller sends one request, then half-closes its
+   * side once the answer is in its client's hands: registry ends a whole answer with an `end`
+   * event and records it a success only after that half-close (a cancel or a lost connection
+   * before it is `client_cancelled`, billed what was sent, as a client abort). Failures before the
+   * first event are gRPC errors with `mk-error-code` metadata (upstream_error, upstream_timeout,
+   * no_healthy_upstream); after it, a final `error` event. Exactly one usage.completed event is
+   * published per call.
    */
   chatCompletion: {
     path: "/marketplace.registry.v1.RegistryService/ChatCompletion" as const,
-    requestStream: false as const,
+    requestStream: true as const,
     responseStream: true as const,
     requestSerialize: (value: ChatCompletionRequest): Buffer =>
       Buffer.from(ChatCompletionRequest.encode(value).finish()),
@@ -4852,11 +4934,15 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
   /** Models a principal may call. */
   listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
   /**
-   * Calls the upstream and relays its answer. Failures before the first event are gRPC errors
-   * with `mk-error-code` metadata (upstream_error, upstream_timeout, no_healthy_upstream); after
-   * it, a final `error` event. Exactly one usage.completed event is published per call.
+   * Calls the upstream and relays its answer. The caller sends one request, then half-closes its
+   * side once the answer is in its client's hands: registry ends a whole answer with an `end`
+   * event and records it a success only after that half-close (a cancel or a lost connection
+   * before it is `client_cancelled`, billed what was sent, as a client abort). Failures before the
+   * first event are gRPC errors with `mk-error-code` metadata (upstream_error, upstream_timeout,
+   * no_healthy_upstream); after it, a final `error` event. Exactly one usage.completed event is
+   * published per call.
    */
-  chatCompletion: handleServerStreamingCall<ChatCompletionRequest, ChatCompletionResponse>;
+  chatCompletion: handleBidiStreamingCall<ChatCompletionRequest, ChatCompletionResponse>;
   /**
    * Registers a hoster (POST /hosters/register): checks the invite with accounts, checks the
    * endpoint is a public address and that the server answers /health, lists every model on
@@ -4932,19 +5018,20 @@ export interface RegistryServiceClient extends Client {
     callback: (error: ServiceError | null, response: ListModelsResponse) => void,
   ): ClientUnaryCall;
   /**
-   * Calls the upstream and relays its answer. Failures before the first event are gRPC errors
-   * with `mk-error-code` metadata (upstream_error, upstream_timeout, no_healthy_upstream); after
-   * it, a final `error` event. Exactly one usage.completed event is published per call.
+   * Calls the upstream and relays its answer. The caller sends one request, then half-closes its
+   * side once the answer is in its client's hands: registry ends a whole answer with an `end`
+   * event and records it a success only after that half-close (a cancel or a lost connection
+   * before it is `client_cancelled`, billed what was sent, as a client abort). Failures before the
+   * first event are gRPC errors with `mk-error-code` metadata (upstream_error, upstream_timeout,
+   * no_healthy_upstream); after it, a final `error` event. Exactly one usage.completed event is
+   * published per call.
    */
+  chatCompletion(): ClientDuplexStream<ChatCompletionRequest, ChatCompletionResponse>;
+  chatCompletion(options: Partial<CallOptions>): ClientDuplexStream<ChatCompletionRequest, ChatCompletionResponse>;
   chatCompletion(
-    request: ChatCompletionRequest,
+    metadata: Metadata,
     options?: Partial<CallOptions>,
-  ): ClientReadableStream<ChatCompletionResponse>;
-  chatCompletion(
-    request: ChatCompletionRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<ChatCompletionResponse>;
+  ): ClientDuplexStream<ChatCompletionRequest, ChatCompletionResponse>;
   /**
    * Registers a hoster (POST /hosters/register): checks the invite with accounts, checks the
    * endpoint is a public address and that the server answers /health, lists every model on
