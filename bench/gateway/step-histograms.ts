@@ -1,7 +1,8 @@
 /**
  * Where our requests waited before their first token, read from the services' own Prometheus
  * histograms (scraped before and after a measured run, so warm-ups and earlier runs drop out):
- * the edge's admission (against its lease) and first event, and the registry's upstream first event. The quantiles
+ * the edge's admission (against its lease) and first event, and the registry's upstream first
+ * event; and, after the answer, how long its usage event took to be durable. The quantiles
  * are interpolated within buckets, as PromQL's histogram_quantile does, so they are as coarse as
  * the buckets (a few per decade).
  */
@@ -19,6 +20,9 @@ const STEPS = {
   upstreamFirstEvent: { source: "registry", series: 'mkt_upstream_first_event_seconds{provider="local"}' },
   firstEventStreamed: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="true"}' },
   firstEventWhole: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="false"}' },
+  // The usage event's durability (issue 20: its cost): after the client has the answer, before
+  // the call ends and its lease slot returns. Events that fell back to the outbox are not timed here.
+  usageDurable: { source: "registry", series: 'mkt_usage_durable_seconds{via="jetstream"}' },
 } as const;
 
 export type StepName = keyof typeof STEPS;
@@ -122,6 +126,7 @@ const LABELS: Record<StepName, string> = {
   upstreamFirstEvent: "upstream's first event",
   firstEventStreamed: "edge's first chunk",
   firstEventWhole: "edge's whole completion",
+  usageDurable: "usage event durable (JetStream ack)",
 };
 
 /** One line: each step's mean, p50 and p99 in ms. */

@@ -207,6 +207,7 @@ export async function startRegistry(
         outboxWritten: metrics.usageOutboxWritten,
         outboxDepth: metrics.usageOutboxDepth,
         durabilityFailures: metrics.usageDurabilityFailures,
+        durable: metrics.usageDurable,
       },
       log,
     ),

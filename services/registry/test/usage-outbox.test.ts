@@ -145,6 +145,7 @@ describe("with NATS stopped and the outbox failing too", () => {
         outboxWritten: metrics.usageOutboxWritten,
         outboxDepth: metrics.usageOutboxDepth,
         durabilityFailures: metrics.usageDurabilityFailures,
+        durable: metrics.usageDurable,
       },
       h.log,
     );
@@ -155,6 +156,12 @@ describe("with NATS stopped and the outbox failing too", () => {
       expect(added).toEqual([requestId]);
       expect((await metrics.usageDurabilityFailures.get()).values[0]?.value).toBe(2);
       expect((await metrics.usageOutboxWritten.get()).values[0]?.value).toBe(1);
+      // Timed from the publish, through the refused tries, to the outbox's commit.
+      const durable = (await metrics.usageDurable.get()).values;
+      expect(durable.find((v) => v.metricName === "mkt_usage_durable_seconds_count")).toMatchObject({
+        labels: { via: "outbox" },
+        value: 1,
+      });
     } finally {
       await nats.start();
       await nc.close();

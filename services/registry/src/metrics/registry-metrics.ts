@@ -27,6 +27,12 @@ export interface RegistryMetrics {
   usageOutboxDepth: Gauge;
   /** Events written to the outbox because JetStream did not ack within USAGE_PUBLISH_TIMEOUT_MS. */
   usageOutboxWritten: Counter;
+  /**
+   * From publishing a usage.completed to its being durable, by where (`jetstream`: acked;
+   * `outbox`: JetStream did not ack in time and the outbox row committed): what the durability
+   * costs each chat call (it ends only after; its client already has the answer).
+   */
+  usageDurable: Histogram<"via">;
   /** Outbox rows this replica replayed to JetStream (acked, then deleted). */
   usageOutboxReplayed: Counter;
   /** Tries in which neither JetStream nor the outbox took a usage event (NATS and Postgres both failing). */
@@ -71,6 +77,13 @@ export function createRegistryMetrics(): RegistryMetrics {
     usageOutboxWritten: new Counter({
       name: "mkt_usage_outbox_written_total",
       help: "usage.completed events written to the outbox because JetStream did not ack in time.",
+      registers: [registry],
+    }),
+    usageDurable: new Histogram({
+      name: "mkt_usage_durable_seconds",
+      help: "From publishing a usage.completed to its being durable: acked by JetStream, or in the outbox.",
+      labelNames: ["via"],
+      buckets: FIRST_TOKEN_BUCKETS_SECONDS,
       registers: [registry],
     }),
     usageOutboxReplayed: new Counter({

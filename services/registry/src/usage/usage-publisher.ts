@@ -1,7 +1,7 @@
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { Logger } from "@mkt/runtime/logger";
 import { endSpan, startPublishSpan } from "@mkt/runtime/nats-trace";
-import type { Counter, Gauge } from "prom-client";
+import type { Counter, Gauge, Histogram } from "prom-client";
 import type { UsageOutbox } from "./usage-outbox.ts";
 import type { UsageStream } from "./usage-stream.ts";
 
@@ -16,6 +16,8 @@ export interface UsagePublisherMetrics {
   outboxDepth: Gauge;
   /** Tries in which neither JetStream nor the outbox took an event. */
   durabilityFailures: Counter;
+  /** From publish to durable, by where (`jetstream` or `outbox`). */
+  durable: Histogram<"via">;
 }
 
 /**
@@ -48,10 +50,12 @@ export class UsagePublisher {
     const data = UsageCompleted.encode(event).finish();
     // The headers carry the chat request's trace to billing's settlement (nats-trace.ts).
     const { span, headers } = startPublishSpan(this.#stream.subject);
+    const stopTimer = this.#metrics.durable.startTimer();
     for (let retryMs = FIRST_RETRY_MS; ; retryMs = Math.min(retryMs * 2, MAX_RETRY_MS)) {
       let notAcked: unknown;
       try {
         await this.#stream.publish(data, event.requestId, headers);
+        stopTimer({ via: "jetstream" });
         this.#fallingBack = false;
         endSpan(span);
         return;
@@ -60,6 +64,7 @@ export class UsagePublisher {
       }
       try {
         await this.#outbox.add(event.requestId, data);
+        stopTimer({ via: "outbox" });
         this.#metrics.outboxWritten.inc();
         this.#metrics.outboxDepth.inc();
         if (!this.#fallingBack) {
