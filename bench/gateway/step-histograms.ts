@@ -17,6 +17,8 @@ interface Series {
 /** The histograms the bench reads, each selected by its name and label set as exposed. */
 const STEPS = {
   admit: { source: "edge", series: "mkt_chat_admit_seconds" },
+  // The GrantLease calls admission made (their count: how many went to billing).
+  grant: { source: "edge", series: "mkt_lease_grant_seconds" },
   upstreamFirstEvent: { source: "registry", series: 'mkt_upstream_first_event_seconds{provider="local"}' },
   firstEventStreamed: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="true"}' },
   firstEventWhole: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="false"}' },
@@ -123,6 +125,7 @@ export async function watchSteps(sources: MetricsSources): Promise<{ finish(): P
 
 const LABELS: Record<StepName, string> = {
   admit: "admission",
+  grant: "lease grants",
   upstreamFirstEvent: "upstream's first event",
   firstEventStreamed: "edge's first chunk",
   firstEventWhole: "edge's whole completion",
@@ -137,7 +140,8 @@ export function stepsLine(steps: Steps): string {
       .filter((name) => steps[name])
       .map((name) => {
         const s = steps[name]!;
-        return `${LABELS[name]} mean ${ms(s.meanMs)} p50 ${ms(s.p50Ms)} p99 ${ms(s.p99Ms)} ms`;
+        const count = name === "grant" ? ` ${s.count}` : "";
+        return `${LABELS[name]}${count} mean ${ms(s.meanMs)} p50 ${ms(s.p50Ms)} p99 ${ms(s.p99Ms)} ms`;
       })
       .join("; ") || "no chat observed"
   );

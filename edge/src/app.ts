@@ -96,6 +96,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     );
   });
   const chatMetrics = installMetrics(app);
+  deps.leases.observeGrants(chatMetrics.grant);
   await registerOpenApi(app);
 
   const routeDeps: RouteDeps = {

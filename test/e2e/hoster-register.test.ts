@@ -261,6 +261,8 @@ describe("GET /metrics on the edge", () => {
     expect(grew("mkt_chat_admit_seconds_count")).toBe(2);
     expect(grew('mkt_chat_admit_seconds_bucket{le="+Inf"}')).toBe(2);
     expect(grew("mkt_chat_admit_seconds_sum")).toBeGreaterThan(0);
+    // A fresh account is cold: its first admission asked billing for a lease.
+    expect(grew("mkt_lease_grant_seconds_count")).toBeGreaterThanOrEqual(1);
     expect(grew('mkt_chat_first_event_seconds_count{stream="false"}')).toBe(1);
     expect(grew('mkt_chat_first_event_seconds_count{stream="true"}')).toBe(1);
     // The first event comes after admission, so it cannot have taken less time.

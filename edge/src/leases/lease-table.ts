@@ -8,6 +8,7 @@ import { HeldLease } from "./held-lease.ts";
 import { keyBudgetOf, takeRequest, takeWorstCase, type Attempt, type Ticket } from "./lease-admission.ts";
 import { nextBackoffMs } from "./heartbeat-backoff.ts";
 import { newEdgeId } from "../edge-id.ts";
+import type { Histogram } from "prom-client";
 
 export type LeaseBilling = Pick<PromiseClient<BillingServiceClient>, "grantLease" | "heartbeat" | "returnLeases">;
 
@@ -113,6 +114,7 @@ export class LeaseTable {
   readonly #refused = new Map<string, { error: AppError; at: number; credit: bigint }>();
   #lastBeatAt: number;
   #beatFailures = 0;
+  #grantTimes: Pick<Histogram, "observe"> | undefined;
   #nextBeatAt = -Infinity;
 
   constructor(options: LeaseTableOptions) {
@@ -123,6 +125,11 @@ export class LeaseTable {
     this.#log = options.log;
     this.#now = options.now ?? (() => performance.now());
     this.#lastBeatAt = this.#now();
+  }
+
+  /** Times each GrantLease from now on (the edge's `mkt_lease_grant_seconds`). */
+  observeGrants(histogram: Pick<Histogram, "observe">): void {
+    this.#grantTimes = histogram;
   }
 
   /** The edge's next sequence number, increasing across all of its lease calls. */
@@ -325,6 +332,7 @@ export class LeaseTable {
         { timeoutMs: Math.max(GRANT_TIMEOUT_MS, this.ttlMs) },
       ));
     } catch (err) {
+      this.#grantTimes?.observe((this.#now() - sentAt) / 1000);
       const error = AppError.fromGrpc(err);
       if (error.httpStatus === 402 || error.httpStatus === 429) {
         this.#refused.set(key, { error, at: sentAt, credit: creditNeeded(inHand) });
@@ -334,6 +342,7 @@ export class LeaseTable {
       // Billing down or failing: never a 402/429 (DESIGN.md §2.3 Crashes).
       throw unavailable(this.ttlMs, "Billing is unavailable", error);
     }
+    this.#grantTimes?.observe((this.#now() - sentAt) / 1000);
     if (!state) throw unavailable(this.ttlMs, "Billing sent no lease");
     this.#adopt(state, tier, { sequence, sentAt, receivedAt: this.#now(), marginMs: this.marginMs });
     return { includedCrossing };

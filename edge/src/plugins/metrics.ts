@@ -21,6 +21,11 @@ export interface ChatMetrics {
    * stream, the whole completion otherwise (`stream` label).
    */
   firstEvent: Histogram<"stream">;
+  /**
+   * Each GrantLease the edge's lease table made (the cold or short path), answered or not: how
+   * often admission goes to billing, and how long billing takes then.
+   */
+  grant: Histogram;
 }
 
 /**
@@ -60,6 +65,12 @@ export function installMetrics(app: FastifyInstance): ChatMetrics {
     admit: new Histogram({
       name: "mkt_chat_admit_seconds",
       help: "Admission of a chat request against the edge's lease (in memory when warm, one GrantLease when cold).",
+      buckets: FIRST_TOKEN_BUCKETS_SECONDS,
+      registers: [registry],
+    }),
+    grant: new Histogram({
+      name: "mkt_lease_grant_seconds",
+      help: "GrantLease calls of the edge's lease table (cold or short admission), from send to reply or failure.",
       buckets: FIRST_TOKEN_BUCKETS_SECONDS,
       registers: [registry],
     }),
