@@ -19,9 +19,10 @@ export const GRANT_RECALL_WAIT_MS = 50;
  * 402/429: when other edges' unreported room on the account (granted − admitted as they last
  * reported it) together with what is free could cover the request in hand, those edges' leases
  * are fenced and recalled, waiting at most 50 ms for their acks, whose final totals release what
- * they did not use. Returns whether anything was recalled (the caller then grants once more).
- * When the unreported room could not cover the request nothing is fenced: a client with no credit
- * gets its 402 at once and never takes other edges' leases away.
+ * they did not use. Returns whether the caller should grant once more: something was recalled, or
+ * nothing is short any more (a settlement released room between the refusal and this look, which
+ * the refusal must not outlive). When the unreported room could not cover the request nothing is
+ * fenced: a client with no credit gets its 402 at once and never takes other edges' leases away.
  */
 export async function recallForGrant(ctx: BillingContext, req: GrantLeaseRequest): Promise<boolean> {
   const holders = await withDeadlockRetry(() =>
@@ -30,19 +31,22 @@ export async function recallForGrant(ctx: BillingContext, req: GrantLeaseRequest
       // heartbeat of the account changes its leases between the reading and the fence.
       await em.execute(`select account_id from wallets where account_id = ? for update`, [req.accountId]);
       const taken = await roomToTake(ctx, em, req);
+      if (taken === "covered") return taken;
       return taken.length > 0 ? fenceLeases(em, req.accountId, taken) : [];
     }),
   );
+  if (holders === "covered") return true;
   if (holders.length === 0) return false;
   await ctx.recallLeases(holders, "", performance.now() + GRANT_RECALL_WAIT_MS);
   return true;
 }
 
 /**
- * The other edges' open leases whose unreported room is needed, or none when even all of it
- * could not cover the request in hand in every account resource it is short of.
+ * The other edges' open leases whose unreported room is needed, none when even all of it could
+ * not cover the request in hand in every account resource it is short of, or "covered" when no
+ * resource is short any more.
  */
-async function roomToTake(ctx: BillingContext, em: Em, req: GrantLeaseRequest): Promise<string[]> {
+async function roomToTake(ctx: BillingContext, em: Em, req: GrantLeaseRequest): Promise<string[] | "covered"> {
   const now = ctx.clock();
   const want = amountsOf(req.request);
   const leases = await loadLeases(em, `l.account_id = ? and l.status = 'open'`, [req.accountId]);
@@ -83,6 +87,7 @@ async function roomToTake(ctx: BillingContext, em: Em, req: GrantLeaseRequest): 
       );
     shortfalls.push({ short: want.credit - (await keyRoomLeft(em, key, window)) - room(mine), roomOf: room });
   }
+  if (shortfalls.every(({ short }) => short <= 0n)) return "covered";
   const taken = new Set<string>();
   for (const { short, roomOf } of shortfalls) {
     if (short <= 0n) continue;
