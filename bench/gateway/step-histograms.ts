@@ -22,8 +22,8 @@ const STEPS = {
   upstreamFirstEvent: { source: "registry", series: 'mkt_upstream_first_event_seconds{provider="local"}' },
   firstEventStreamed: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="true"}' },
   firstEventWhole: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="false"}' },
-  // The usage event's durability (issue 20: its cost): after the client has the answer, before
-  // the call ends and its lease slot returns. Events that fell back to the outbox are not timed here.
+  // The usage event's durability (issue 20: its cost): each answer's last bytes wait for it.
+  // Events that fell back to the outbox are not timed here.
   usageDurable: { source: "registry", series: 'mkt_usage_durable_seconds{via="jetstream"}' },
 } as const;
 

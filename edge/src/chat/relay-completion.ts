@@ -1,5 +1,5 @@
 import { Readable } from "node:stream";
-import type { ClientDuplexStream } from "@grpc/grpc-js";
+import { status as grpcStatus, type ClientDuplexStream, type StatusObject } from "@grpc/grpc-js";
 import type { FastifyReply } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 import type { ChatCompletionRequest, ChatCompletionResponse } from "@mkt/proto/registry/v1/registry";
@@ -29,7 +29,7 @@ async function drain(events: AsyncIterator<ChatCompletionResponse>): Promise<voi
   try {
     while (!(await events.next()).done);
   } catch {
-    // the status is an error: registry has recorded the outcome already
+    // the status is an error: the caller reads it from the status event
   }
 }
 
@@ -38,9 +38,14 @@ async function drain(events: AsyncIterator<ChatCompletionResponse>): Promise<voi
  * event arrives, so a failure before it is an ordinary HTTP error; after it, a streamed answer ends
  * with an error event (never a silent truncation). A client that goes away cancels the call, which
  * aborts the upstream request. When `shutdown` aborts (the edge's grace period is over), the call is
- * cancelled and the answer ends with a `service_unavailable` error event. Once the whole answer
- * has been handed to the client's connection (the response's `finish`), the call is half-closed:
- * registry records the answer a success only then (a client gone before is a cancelled call).
+ * cancelled and the answer ends with a `service_unavailable` error event.
+ *
+ * A whole answer ends in two steps (docs/decisions.md, "Answers that did not reach their client
+ * whole"): on registry's `end` event, with its client still connected, the edge half-closes the
+ * call, registry makes the usage event durable (a success) and ends the call; only on that OK
+ * does the client get the answer's last bytes (`[DONE]`, or the non-streamed body). So a client
+ * gone before is a cancelled call (`client_cancelled`, billed what was sent), and no client holds
+ * a whole answer whose usage a registry crash could lose: it gets an error instead.
  */
 export async function relayCompletion(
   call: Call,
@@ -59,44 +64,53 @@ export async function relayCompletion(
   // A call cancelled by shutdown says so, rather than "The request was cancelled.".
   const failure = (err: unknown) =>
     shutdown?.aborted ? new AppError("service_unavailable", SHUTTING_DOWN) : AppError.fromGrpc(err);
+  const ended = new Promise<StatusObject>((resolve) => call.once("status", resolve));
   reply.raw.once("close", cancel);
-  // 'finish' comes before 'close' when the response was written whole; only a whole answer's
-  // response half-closes (an error event's leaves the call to end by itself).
-  let whole = false;
-  reply.raw.once("finish", () => {
-    if (!whole) return;
-    reply.raw.off("close", cancel);
-    call.end();
-  });
   shutdown?.addEventListener("abort", cancel, { once: true });
   if (shutdown?.aborted) cancel();
+  const stopWatching = () => {
+    reply.raw.off("close", cancel);
+    shutdown?.removeEventListener("abort", cancel);
+  };
   const events = call[Symbol.asyncIterator]() as AsyncIterator<ChatCompletionResponse>;
+
+  /** The answer is whole and its client connected: half-close, then wait for registry's OK. */
+  const confirm = async (): Promise<void> => {
+    if (reply.raw.destroyed) {
+      call.cancel(); // registry records client_cancelled
+      throw new AppError("service_unavailable", "The client left before its answer was complete.");
+    }
+    call.end();
+    void drain(events);
+    const status = await ended;
+    if (status.code !== grpcStatus.OK) throw failure(Object.assign(new Error(status.details), status));
+  };
+
   let first: ChatCompletionResponse | undefined;
   try {
     first = await next(events);
     if (first) options.onFirstEvent?.();
   } catch (err) {
-    reply.raw.off("close", cancel);
-    shutdown?.removeEventListener("abort", cancel);
+    stopWatching();
     throw shutdown?.aborted ? failure(err) : err;
   }
 
   if (!options.stream) {
-    shutdown?.removeEventListener("abort", cancel);
-    if (!first?.completion) {
-      reply.raw.off("close", cancel);
+    try {
       if (first?.error) throw AppError.fromCode(first.error.code, first.error.message);
-      throw new AppError("upstream_error", "The model server sent no answer.");
+      if (!first?.completion) throw new AppError("upstream_error", "The model server sent no answer.");
+      // Nothing follows a completion but the `end` event and the call's status.
+      await confirm();
+    } finally {
+      stopWatching();
     }
-    // Nothing follows a completion but the `end` event and the call's status, read, not cancelled.
-    whole = true;
-    void drain(events);
     return reply.type("application/json").send(options.format.completion(first.completion));
   }
 
   if (!first) throw new AppError("upstream_error", "The model server sent no answer.");
   const { format } = options;
   async function* frames(): AsyncGenerator<string | Buffer> {
+    let confirming = false;
     try {
       for (let event: ChatCompletionResponse | undefined = first; event; event = await next(events)) {
         // Chunks that arrived together leave in one write (a translation may have nothing to say).
@@ -105,7 +119,8 @@ export async function relayCompletion(
           const frames = format.chunks(chunks);
           if (frames.length > 0) yield frames;
         } else if (event.end) {
-          whole = true;
+          confirming = true;
+          await confirm();
           yield format.end();
           return;
         } else if (event.error) {
@@ -117,15 +132,10 @@ export async function relayCompletion(
       yield format.failure(new AppError("upstream_error", "The model server's answer ended early."));
     } catch (err) {
       if (reply.raw.destroyed) return; // the client left; the cancelled call is why we are here
-      yield format.failure(failure(err));
+      yield format.failure(err instanceof AppError ? err : failure(err));
     } finally {
-      shutdown?.removeEventListener("abort", cancel);
-      if (whole) {
-        void drain(events); // half-closed on the response's finish; then comes the status
-      } else {
-        reply.raw.off("close", cancel);
-        call.cancel();
-      }
+      stopWatching();
+      if (!confirming) call.cancel();
     }
   }
   return reply

@@ -30,7 +30,7 @@ export interface RegistryMetrics {
   /**
    * From publishing a usage.completed to its being durable, by where (`jetstream`: acked;
    * `outbox`: JetStream did not ack in time and the outbox row committed): what the durability
-   * costs each chat call (it ends only after; its client already has the answer).
+   * costs each answer (its client gets the last bytes only after).
    */
   usageDurable: Histogram<"via">;
   /** Outbox rows this replica replayed to JetStream (acked, then deleted). */

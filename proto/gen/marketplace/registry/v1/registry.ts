@@ -161,8 +161,8 @@ export interface ChatCompletionResponse {
     | ChunkBatch
     | undefined;
   /**
-   * The answer is whole (after its last chunk, or after `completion`): the caller ends its
-   * client's response, then half-closes the call.
+   * The answer is whole (after its last chunk, or after `completion`): the caller half-closes
+   * the call if its client is still there.
    */
   end?: AnswerEnd | undefined;
 }
@@ -4798,9 +4798,10 @@ export const RegistryServiceService = {
   },
   /**
    * Calls the upstream and relays its answer. The caller sends one request, then half-closes its
-   * side once the answer is in its client's hands: registry ends a whole answer with an `end`
-   * event and records it a success only after that half-close (a cancel or a lost connection
-   * before it is `client_cancelled`, billed what was sent, as a client abort). Failures before the
+   * side on the `end` event that closes a whole answer, if its client is still there: registry
+   * records the answer a success only after that half-close (a cancel or a lost connection
+   * before it is `client_cancelled`, billed what was sent, as a client abort), then ends the
+   * call; the caller gives its client the answer's last bytes only on that OK. Failures before the
    * first event are gRPC errors with `mk-error-code` metadata (upstream_error, upstream_timeout,
    * no_healthy_upstream); after it, a final `error` event. Exactly one usage.completed event is
    * published per call.
@@ -4935,9 +4936,10 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
   listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
   /**
    * Calls the upstream and relays its answer. The caller sends one request, then half-closes its
-   * side once the answer is in its client's hands: registry ends a whole answer with an `end`
-   * event and records it a success only after that half-close (a cancel or a lost connection
-   * before it is `client_cancelled`, billed what was sent, as a client abort). Failures before the
+   * side on the `end` event that closes a whole answer, if its client is still there: registry
+   * records the answer a success only after that half-close (a cancel or a lost connection
+   * before it is `client_cancelled`, billed what was sent, as a client abort), then ends the
+   * call; the caller gives its client the answer's last bytes only on that OK. Failures before the
    * first event are gRPC errors with `mk-error-code` metadata (upstream_error, upstream_timeout,
    * no_healthy_upstream); after it, a final `error` event. Exactly one usage.completed event is
    * published per call.
@@ -5019,9 +5021,10 @@ export interface RegistryServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * Calls the upstream and relays its answer. The caller sends one request, then half-closes its
-   * side once the answer is in its client's hands: registry ends a whole answer with an `end`
-   * event and records it a success only after that half-close (a cancel or a lost connection
-   * before it is `client_cancelled`, billed what was sent, as a client abort). Failures before the
+   * side on the `end` event that closes a whole answer, if its client is still there: registry
+   * records the answer a success only after that half-close (a cancel or a lost connection
+   * before it is `client_cancelled`, billed what was sent, as a client abort), then ends the
+   * call; the caller gives its client the answer's last bytes only on that OK. Failures before the
    * first event are gRPC errors with `mk-error-code` metadata (upstream_error, upstream_timeout,
    * no_healthy_upstream); after it, a final `error` event. Exactly one usage.completed event is
    * published per call.
