@@ -63,7 +63,7 @@ export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): P
     if (!(err instanceof AppError)) throw err;
     const accountRoom = ["insufficient_credits", "rate_limit_exceeded", "key_limit_exceeded"].includes(err.code);
     const recalled =
-      (accountRoom && (await recallForGrant(ctx, req))) || (await recallBudgetsForGrant(ctx, req, err.code));
+      (accountRoom && (await recallForGrant(ctx, req, err.code))) || (await recallBudgetsForGrant(ctx, req, err.code));
     if (!recalled) throw err;
     return grant();
   }

@@ -19,12 +19,13 @@ export const GRANT_RECALL_WAIT_MS = 50;
  * 402/429: when other edges' unreported room on the account (granted − admitted as they last
  * reported it) together with what is free could cover the request in hand, those edges' leases
  * are fenced and recalled, waiting at most 50 ms for their acks, whose final totals release what
- * they did not use. Returns whether the caller should grant once more: something was recalled, or
- * nothing is short any more (a settlement released room between the refusal and this look, which
- * the refusal must not outlive). When the unreported room could not cover the request nothing is
+ * they did not use. Returns whether the caller should grant once more: something was recalled, or,
+ * for a refusal for credit, nothing is short any more (a settlement released credit between the
+ * refusal and this look, which the refusal must not outlive; a 429 may be a subscription's, which
+ * the budgets' recall judges). When the unreported room could not cover the request nothing is
  * fenced: a client with no credit gets its 402 at once and never takes other edges' leases away.
  */
-export async function recallForGrant(ctx: BillingContext, req: GrantLeaseRequest): Promise<boolean> {
+export async function recallForGrant(ctx: BillingContext, req: GrantLeaseRequest, refusal: string): Promise<boolean> {
   const holders = await withDeadlockRetry(() =>
     ctx.orm.em.fork().transactional(async (em) => {
       // FOR UPDATE on the wallet first (fenceLeases takes it again, harmlessly): no grant or
@@ -35,7 +36,7 @@ export async function recallForGrant(ctx: BillingContext, req: GrantLeaseRequest
       return taken.length > 0 ? fenceLeases(em, req.accountId, taken) : [];
     }),
   );
-  if (holders === "covered") return true;
+  if (holders === "covered") return refusal !== "rate_limit_exceeded";
   if (holders.length === 0) return false;
   await ctx.recallLeases(holders, "", performance.now() + GRANT_RECALL_WAIT_MS);
   return true;
