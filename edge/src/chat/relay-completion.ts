@@ -21,16 +21,22 @@ async function next(events: AsyncIterator<ChatCompletionResponse>): Promise<Chat
 }
 
 /**
- * Reads what is left of the call (its status) without cancelling it: every cancel is an HTTP/2
- * RST_STREAM, and a peer resetting streams at hundreds per second trips Node's rapid-reset guard,
- * which closes the whole connection (every call on it fails).
+ * Reads what is left of the call up to its status without cancelling it (every cancel is an
+ * HTTP/2 RST_STREAM, and a peer resetting streams at hundreds per second trips Node's rapid-reset
+ * guard, which closes the whole connection). Returns the error event registry sent after its
+ * `end`, if any: its shutdown grace ended before the half-close reached it, so the answer was not
+ * recorded whole.
  */
-async function drain(events: AsyncIterator<ChatCompletionResponse>): Promise<void> {
+async function drain(events: AsyncIterator<ChatCompletionResponse>): Promise<AppError | undefined> {
+  let cut: AppError | undefined;
   try {
-    while (!(await events.next()).done);
+    for (let step = await events.next(); !step.done; step = await events.next()) {
+      if (step.value.error) cut ??= AppError.fromCode(step.value.error.code, step.value.error.message);
+    }
   } catch {
     // the status is an error: the caller reads it from the status event
   }
+  return cut;
 }
 
 /**
@@ -81,9 +87,9 @@ export async function relayCompletion(
       throw new AppError("service_unavailable", "The client left before its answer was complete.");
     }
     call.end();
-    void drain(events);
-    const status = await ended;
+    const [cut, status] = await Promise.all([drain(events), ended]);
     if (status.code !== grpcStatus.OK) throw failure(Object.assign(new Error(status.details), status));
+    if (cut) throw cut;
   };
 
   let first: ChatCompletionResponse | undefined;
