@@ -95,7 +95,8 @@ export async function startTestBilling(env: Record<string, string> = {}, options
     async close() {
       callers.close();
       await db.end();
-      await billing.close();
+      // The one running now: a test may have replaced the first (a restart).
+      await this.billing.close();
       // The stream is this file's alone; leave nothing behind in the shared NATS server.
       await jsm.streams.delete(names.usageStream).catch(() => undefined);
       await nc.drain();

@@ -19,7 +19,14 @@ const RETRY_DELAY_MS = 5_000;
 const OUTAGE_RETRY_DELAY_MS = 1_000;
 /** How long one pull waits for an event; also bounds how long stop() waits. */
 const IDLE_WAIT_MS = 2_000;
-const ACK_WAIT_NS = 60 * 1_000_000_000;
+/**
+ * How long an event delivered and not acked waits before JetStream delivers it again. A billing
+ * replica killed with a batch in hand leaves that batch unacked: its events settle this long after
+ * the kill (on the restarted replica or another), so it is short. A live replica whose batch takes
+ * longer (a slow or unavailable database) tells JetStream it is still working every third of it.
+ */
+const ACK_WAIT_MS = 5_000;
+const ACK_WAIT_NS = ACK_WAIT_MS * 1_000_000;
 
 export interface SettlementConsumer {
   /** Stops fetching and waits for the batch being settled. */
@@ -98,14 +105,27 @@ export async function startSettlementConsumer(
       if (event) decoded.push({ msg, event, span: startConsumeSpan(names.usageCompleted, msg.headers, "settle") });
     }
     if (decoded.length === 0) return;
+    // Until each is acked, nak'd or terminated (a progress note after a nak would undo its delay).
+    const unanswered = new Set(decoded.map((item) => item.msg));
+    const stillWorking = setInterval(() => {
+      for (const msg of unanswered) msg.working();
+    }, ACK_WAIT_MS / 3);
     try {
-      await settleTogether(decoded);
+      await settleBatchItems(decoded, unanswered);
+    } finally {
+      clearInterval(stillWorking);
+    }
+  }
+
+  async function settleBatchItems(decoded: Decoded[], unanswered: Set<JsMsg>): Promise<void> {
+    try {
+      await settleTogether(decoded, unanswered);
     } catch (err) {
       // One bad event must not hold back the batch: settle each alone and retry only failures.
       log.warn({ err, events: decoded.length }, "batch settlement failed; settling events one by one");
       for (const item of decoded) {
         try {
-          await settleTogether([item]);
+          await settleTogether([item], unanswered);
         } catch (itemErr) {
           const attempts = item.msg.info.deliveryCount;
           // A database outage is no fault of the event: it waits for the database however long
@@ -116,6 +136,7 @@ export async function startSettlementConsumer(
               "usage event dropped after repeated failures",
             );
             item.msg.term();
+            unanswered.delete(item.msg);
             ctx.metrics.failed.inc({ result: "dropped" });
             endSpan(item.span, itemErr);
           } else {
@@ -124,6 +145,7 @@ export async function startSettlementConsumer(
               "usage event settlement failed; will retry",
             );
             item.msg.nak(isDependencyOutage(itemErr) ? OUTAGE_RETRY_DELAY_MS : RETRY_DELAY_MS);
+            unanswered.delete(item.msg);
             ctx.metrics.failed.inc({ result: "retried" });
             endSpan(item.span, itemErr);
           }
@@ -132,7 +154,7 @@ export async function startSettlementConsumer(
     }
   }
 
-  async function settleTogether(items: Decoded[]): Promise<void> {
+  async function settleTogether(items: Decoded[], unanswered: Set<JsMsg>): Promise<void> {
     // A stable order (settleUsageBatch also locks the wallets in account order up front).
     const key = (item: Decoded) => `${item.event.accountId}/${item.event.requestId}`;
     const ordered = [...items].sort((a, b) => (key(a) < key(b) ? -1 : 1));
@@ -163,7 +185,10 @@ export async function startSettlementConsumer(
           items.map((item) => item.msg.info.timestampNanos),
           writtenOff,
         );
-        for (const { msg } of items) msg.ack();
+        for (const { msg } of items) {
+          msg.ack();
+          unanswered.delete(msg);
+        }
         log.debug({ events: items.length, outcomes }, "usage settled");
       },
     );
