@@ -6,6 +6,7 @@ import { setHttpRoute, traceResponseHeader } from "@mkt/runtime/trace-context";
 import type { Backends } from "./backends.ts";
 import type { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
+import type { CutAnswers } from "./chat/cut-answers.ts";
 import type { LeaseTable } from "./leases/lease-table.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
 import { adminAuth } from "./plugins/admin-auth.ts";
@@ -47,6 +48,7 @@ export interface AppDeps {
   routes: RouteCache;
   promptTokens: PromptTokenCounter;
   leases: LeaseTable;
+  cutAnswers: CutAnswers;
   readiness: Readiness;
   /** Aborts when the shutdown grace period is over (see RouteDeps.shutdown). */
   shutdown: AbortSignal;
@@ -97,6 +99,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   const chatMetrics = installMetrics(app);
   deps.leases.observeGrants(chatMetrics.grant);
+  deps.cutAnswers.observe(chatMetrics.cutAnswers);
   await registerOpenApi(app);
 
   const routeDeps: RouteDeps = {
@@ -104,6 +107,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     promptTokens: deps.promptTokens,
     leases: deps.leases,
     routes: deps.routes,
+    cutAnswers: deps.cutAnswers,
     chatMetrics,
     shutdown: deps.shutdown,
     auth: apiKeyAuth(deps.backends, deps.principals),

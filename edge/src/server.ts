@@ -1,5 +1,6 @@
 import type { Logger } from "@mkt/runtime/logger";
 import { connectNats, eventNames, natsCredentials } from "@mkt/runtime/nats";
+import { CutAnswers } from "./chat/cut-answers.ts";
 import { buildApp } from "./app.ts";
 import { connectBackends } from "./backends.ts";
 import { PromptTokenCounter } from "./chat/prompt-tokens.ts";
@@ -55,6 +56,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     deadlineMs: config.PROMPT_TOKEN_DEADLINE_MS,
     accountQueue: config.PROMPT_TOKEN_ACCOUNT_QUEUE,
   });
+  const cutAnswers = new CutAnswers(nc, names.usageCut, log);
   let closing = false;
   const shutdown = new AbortController();
 
@@ -66,6 +68,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     routes,
     promptTokens,
     leases,
+    cutAnswers,
     shutdown: shutdown.signal,
     readiness: {
       async check() {
@@ -117,6 +120,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       await stopHeartbeat();
       await leases.returnAll().catch((err: unknown) => log.warn({ err }, "returning leases failed"));
       stopRecalls();
+      await cutAnswers.close();
       await nc.drain();
       await promptTokens.close();
       backends.close();

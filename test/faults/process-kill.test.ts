@@ -19,6 +19,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { randomToken } from "@mkt/runtime/ids";
+import { countTextTokens } from "@mkt/runtime/tokens";
 import { createLogger } from "@mkt/runtime/logger";
 import { freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { freePort } from "@mkt/testkit/ports";
@@ -53,6 +54,10 @@ const MAX_REQUEST_MS = 2_500;
 const DOWN_MS = 2_000;
 /** The bound issue 20 sets on recovery after a dependency's return. */
 const RECOVERY_BOUND_MS = 5_000;
+/** Issue 20's load: 24 clients streaming. */
+const CLIENTS = 24;
+/** Each client's pause between requests: 24 clients sample a kill without flooding 2 cores. */
+const PAUSE_MS = 100;
 /** One pass of billing's lease closer (it runs every TTL) and a margin for a busy machine. */
 const CLOSER_SLACK_MS = LEASE_TTL_MS + 1_000;
 /** 8 tokens (traffic.ts's max_tokens) at 20 a second: each answer streams ~0.4 s, so kills cut some. */
@@ -291,8 +296,12 @@ async function clientsOf(harness: Harness, onClose: (close: () => Promise<void>)
   const kinds: Outcome["what"][] = ["stream", "chat", "stream", "usage"];
   const scoped: Client = { apiKey: subscription.body.api_key as string, model: hoster.modelId, kinds };
   const accountKeys = await Promise.all([0, 1, 2].map(() => signUp(system.url)));
+  // Issue 20's load, 24 clients in all: the scoped key's (one per slot) and the rest over three accounts.
   return {
-    account: accountKeys.map((k): Client => ({ apiKey: k.apiKey, kinds })),
+    account: Array.from({ length: CLIENTS - MAX_CONCURRENT }, (_, i): Client => ({
+      apiKey: accountKeys[i % accountKeys.length]!.apiKey,
+      kinds,
+    })),
     scoped: Array.from({ length: MAX_CONCURRENT }, () => scoped),
   };
 }
@@ -348,8 +357,8 @@ async function killUnderTraffic(which: "registry" | "billing") {
   try {
     const { system, child } = harness;
     const clients = await clientsOf(harness, (close) => extra.push(close));
-    const account = startTraffic(system.url, clients.account);
-    const scoped = startTraffic(system.url, clients.scoped);
+    const account = startTraffic(system.url, clients.account, PAUSE_MS);
+    const scoped = startTraffic(system.url, clients.scoped, PAUSE_MS);
     // Leases granted, and a heartbeat has reported the subscription's slots in flight.
     await expect.poll(() => slotsInUse(system.databaseUrl), { timeout: 5_000, interval: 100 }).toBeGreaterThan(0n);
     await sleep(1_000);
@@ -430,13 +439,16 @@ async function killUnderTraffic(which: "registry" | "billing") {
 
       // 4. Once quiet (settlement is asynchronous: up to 20 s for the records), every answer a
       // client received whole is a success record (unbilled: those that are not) and no other
-      // request is; cut answers are billed what was relayed, or not at all when registry died.
+      // request is; every cut answer is recorded, billed what was relayed (by registry, or by the
+      // edge when registry died with it: cut-answers.ts).
       const whole = outcomes.filter((o) => chats(o) && o.status === 200 && o.whole !== false).map((o) => o.requestId!);
       const records = async () =>
         db.query<{ request_id: string; success: boolean }>(`select request_id, success from usage_records`);
       for (const until = Date.now() + 20_000; Date.now() < until; await sleep(250)) {
-        const successes = new Set((await records()).filter((r) => r.success).map((r) => r.request_id));
-        if (whole.every((id) => successes.has(id))) break;
+        const recordedNow = await records();
+        const successes = new Set(recordedNow.filter((r) => r.success).map((r) => r.request_id));
+        const ids = new Set(recordedNow.map((r) => r.request_id));
+        if (whole.every((id) => successes.has(id)) && cut.every((o) => ids.has(o.requestId!))) break;
       }
       const recorded = await records();
       const successes = new Set(recorded.filter((r) => r.success).map((r) => r.request_id));
@@ -452,8 +464,12 @@ async function killUnderTraffic(which: "registry" | "billing") {
           `${cut.length} streams cut (${cutUnrecorded} with no usage record); ${leases.leases} leases all released ` +
           `${releasedMs} ms after the traffic stopped, the latest ${leases.latestReleaseMs} ms after its deadline`,
       );
-      expect(unbilled, "answers received whole with no success record").toEqual([]);
+      expect(
+        unbilled.map((id) => `${id}: ${JSON.stringify(recorded.find((r) => r.request_id === id) ?? "no record")}`),
+        "answers received whole with no success record",
+      ).toEqual([]);
       expect(notWhole, "success records of answers the client did not receive whole").toEqual([]);
+      expect(cutUnrecorded, "streams cut with no usage record").toBe(0);
       await expectConservation(system, outcomes);
       expect(recovered.account).toBeLessThan(RECOVERY_BOUND_MS);
       expect(recovered.scoped).toBeLessThan(RECOVERY_BOUND_MS);
@@ -471,6 +487,53 @@ async function killUnderTraffic(which: "registry" | "billing") {
   }
 }
 
+/** A streamed answer read as it arrives: the content so far, and its final error event's code. */
+function streamedAnswer(url: string, apiKey: string) {
+  let content = "";
+  let errorCode: string | undefined;
+  let whole = false;
+  let chunks = 0;
+  let onChunk: () => void = () => undefined;
+  const started = new Promise<void>((resolve) => (onChunk = () => chunks >= 2 && resolve()));
+  const done = (async () => {
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "demo-small",
+        max_tokens: 40,
+        stream: true,
+        messages: [{ role: "user", content: "Tell me a long story." }],
+      }),
+    });
+    expect(res.status).toBe(200);
+    const decoder = new TextDecoder();
+    let pending = "";
+    for await (const bytes of res.body!) {
+      pending += decoder.decode(bytes, { stream: true });
+      const lines = pending.split("\n");
+      pending = lines.pop()!;
+      for (const line of lines) {
+        if (line === "data: [DONE]") whole = true;
+        if (!line.startsWith("data: {")) continue;
+        const event = JSON.parse(line.slice(6)) as {
+          error?: { code: string };
+          choices?: Array<{ delta?: { content?: string } }>;
+        };
+        if (event.error) errorCode = event.error.code;
+        const text = event.choices?.[0]?.delta?.content;
+        if (text) {
+          content += text;
+          chunks++;
+          onChunk();
+        }
+      }
+    }
+    return { requestId: res.headers.get("x-request-id")!, content, errorCode, whole };
+  })();
+  return { started, done };
+}
+
 describe("a process killed with SIGKILL under traffic and restarted", () => {
   it("registry: no 500, resumes within 5 s of its restart, no hold or slot past its deadline, exact conservation", async () => {
     await killUnderTraffic("registry");
@@ -478,5 +541,55 @@ describe("a process killed with SIGKILL under traffic and restarted", () => {
 
   it("billing: the edge admits on its leases, usage waits in JetStream; same guarantees", async () => {
     await killUnderTraffic("billing");
+  }, 60_000);
+
+  it("registry killed mid-answer: each cut stream ends with an error event and is billed the tokens its client received", async () => {
+    const harness = await startSystemWith("registry");
+    try {
+      const { system, child } = harness;
+      const customer = await signUp(system.url);
+      // 40 tokens at 20 a second: two seconds each, killed after their first chunks.
+      const streams = [0, 1, 2].map(() => streamedAnswer(system.url, customer.apiKey));
+      await Promise.all(streams.map((s) => s.started));
+      await child.kill();
+      const answers = await Promise.all(streams.map((s) => s.done));
+      const db = await openBillingDb(system.databaseUrl);
+      try {
+        for (const answer of answers) {
+          expect(answer.errorCode, answer.content).toBeDefined();
+          expect(answer.whole).toBe(false);
+          // Registry recorded nothing (it died); the edge reported what it relayed (cut-answers.ts).
+          const row = async () =>
+            (
+              await db.query<{
+                success: boolean;
+                error_code: string;
+                input_tokens: number;
+                output_tokens: number;
+                cost_micros: number;
+              }>(
+                `select success, error_code, input_tokens::int, output_tokens::int, cost_micros::int
+                 from usage_records where request_id = $1`,
+                [answer.requestId],
+              )
+            )[0];
+          await expect.poll(row, { timeout: 10_000, interval: 100 }).toBeDefined();
+          const recorded = (await row())!;
+          expect(recorded).toMatchObject({
+            success: false,
+            error_code: answer.errorCode,
+            output_tokens: countTextTokens(answer.content),
+          });
+          expect(recorded.input_tokens).toBeGreaterThan(0);
+          expect(recorded.cost_micros).toBeGreaterThan(0);
+        }
+      } finally {
+        await db.close();
+      }
+      // No success record; every ledger entry balances; grants − charges = balances.
+      await expectConservation(system, []);
+    } finally {
+      await harness.close();
+    }
   }, 60_000);
 });

@@ -17,6 +17,9 @@ import { LeaseTable } from "../../edge/src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../../edge/src/leases/lease-recall.ts";
 import { followKeyRevocations } from "../../edge/src/key-revocations.ts";
 import { PrincipalCache } from "../../edge/src/principal-cache.ts";
+import { CutAnswers } from "../../edge/src/chat/cut-answers.ts";
+import { RelayedOutput } from "../../edge/src/chat/relayed-output.ts";
+import { ChatCompletionRequest } from "@mkt/proto/registry/v1/registry";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 
@@ -101,6 +104,15 @@ async function received(nc: NatsConnection, subject: string, act: () => Promise<
   return got;
 }
 
+async function waitForRows<R>(read: () => Promise<R[]>): Promise<R[]> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const rows = await read();
+    if (rows.length > 0 || Date.now() > deadline) return rows;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 async function usageRecord(requestId: string) {
   const deadline = Date.now() + 10_000;
   for (;;) {
@@ -171,6 +183,55 @@ describe("NATS users", () => {
         operation: "publish",
         subject: names.usageCompleted,
       });
+    }
+    expect((await jsm.streams.info(names.usageStream)).state.messages).toBe(before);
+  });
+
+  it("an edge reports an answer registry's failure cut on usage.cut, which billing settles; nobody else may", async () => {
+    // The edge's CutAnswers, connected as `edge`, reporting what it relayed before the cut.
+    const cutAnswers = new CutAnswers(as.edge, names.usageCut, log);
+    const relayed = new RelayedOutput();
+    relayed.add([
+      Buffer.from(JSON.stringify({ model: "demo-small", choices: [{ index: 0, delta: { content: "Hello there" } }] })),
+    ]);
+    const accountId = randomUUID();
+    const requestId = `req_${randomUUID()}`;
+    const route = {
+      modelId: "demo-small",
+      provider: "local",
+      inputPricePer1mMicros: 500_000n,
+      outputPricePer1mMicros: 1_500_000n,
+    };
+    cutAnswers.report(
+      ChatCompletionRequest.fromPartial({
+        requestId,
+        accountId,
+        keyId: "key_1",
+        route,
+        maxOutputTokens: 100n,
+        promptTokens: 12n,
+        receivedAtMs: BigInt(Date.now()),
+      }),
+      relayed,
+      "service_unavailable",
+    );
+    await cutAnswers.close();
+    const [row] = await waitForRows(() =>
+      billing.query(
+        `select success, error_code, input_tokens, output_tokens from usage_records where request_id = $1`,
+        [requestId],
+      ),
+    );
+    // "Hello there": two o200k tokens.
+    expect(row).toEqual({ success: false, error_code: "service_unavailable", input_tokens: "12", output_tokens: "2" });
+
+    const jsm = await jetstreamManager(as.registry);
+    const before = (await jsm.streams.info(names.usageStream)).state.messages;
+    for (const user of ["accounts", "billing", "registry"] as const) {
+      const event = usageEvent(randomUUID());
+      await expect(jetstream(as[user]).publish(names.usageCut, event, { timeout: 2_000 })).rejects.toMatchObject(
+        refusedRequest(names.usageCut),
+      );
     }
     expect((await jsm.streams.info(names.usageStream)).state.messages).toBe(before);
   });

@@ -8,6 +8,7 @@ import { candidateRoutes } from "./candidate-routes.ts";
 import type { ChatBody } from "./chat-body.ts";
 import { admitRequest, admitWorstCase, rateLimitHeaders } from "./lease-admit.ts";
 import { modelChoices } from "./model-choices.ts";
+import type { RelayedOutput } from "./relayed-output.ts";
 
 /** A chat request as the registry will receive it. */
 export interface ChatToRelay {
@@ -23,6 +24,8 @@ export interface StartedChatCall {
   call: ClientDuplexStream<ChatCompletionRequest, ChatCompletionResponse>;
   /** The first model's route (with fallbacks, the registry's answer names the one that answered). */
   route: Route;
+  /** Reports an answer registry's failure cut (relayCompletion's `onCut`): its usage, billed what was relayed. */
+  reportCut: (relayed: RelayedOutput, errorCode: string) => void;
 }
 
 function contextTooLong(limit: number, param: string): AppError {
@@ -95,38 +98,37 @@ export async function startChatCall(
     deps.chatMetrics.admit.observe(admitSeconds);
     rateLimitHeaders(reply, ticket);
     const call = deps.backends.registryStream.chatCompletion();
-    call.write(
-      ChatCompletionRequest.fromPartial({
-        requestId: request.id,
-        accountId: principal.accountId,
-        keyId: principal.keyId,
-        route,
-        fallbackRoutes,
-        body: bytes,
-        stream: body.stream === true,
-        includeUsage: body.stream_options?.include_usage === true,
-        receivedAtMs: BigInt(receivedAt),
-        choices: BigInt(choices),
-        maxOutputTokens: ticket.maxOutputTokens,
-        promptTokens: BigInt(promptTokens),
-        leaseId: ticket.lease.leaseId,
-        worstCaseMicros: ticket.worstCaseMicros,
-        worstCaseTokens: ticket.worstCaseTokens,
-        subscriptionId,
-        // So the answer's usage.cost is what settlement will post (DESIGN.md §3).
-        includedTokens: ticket.includedTokens,
-        subscriptionPricing: admitted.terms && {
-          pricingModel: admitted.terms.pricingModel,
-          inputPricePer1mMicros: admitted.terms.inputPricePer1mMicros,
-          outputPricePer1mMicros: admitted.terms.outputPricePer1mMicros,
-          overagePricePer1mMicros: admitted.terms.overagePricePer1mMicros,
-        },
-      }),
-    );
+    const sent = ChatCompletionRequest.fromPartial({
+      requestId: request.id,
+      accountId: principal.accountId,
+      keyId: principal.keyId,
+      route,
+      fallbackRoutes,
+      body: bytes,
+      stream: body.stream === true,
+      includeUsage: body.stream_options?.include_usage === true,
+      receivedAtMs: BigInt(receivedAt),
+      choices: BigInt(choices),
+      maxOutputTokens: ticket.maxOutputTokens,
+      promptTokens: BigInt(promptTokens),
+      leaseId: ticket.lease.leaseId,
+      worstCaseMicros: ticket.worstCaseMicros,
+      worstCaseTokens: ticket.worstCaseTokens,
+      subscriptionId,
+      // So the answer's usage.cost is what settlement will post (DESIGN.md §3).
+      includedTokens: ticket.includedTokens,
+      subscriptionPricing: admitted.terms && {
+        pricingModel: admitted.terms.pricingModel,
+        inputPricePer1mMicros: admitted.terms.inputPricePer1mMicros,
+        outputPricePer1mMicros: admitted.terms.outputPricePer1mMicros,
+        overagePricePer1mMicros: admitted.terms.overagePricePer1mMicros,
+      },
+    });
+    call.write(sent);
     // The request's place in the lease goes back when registry's call ends, however it ends.
     const held = ticket;
     call.once("status", () => deps.leases.release(held));
-    return { call, route };
+    return { call, route, reportCut: (relayed, errorCode) => deps.cutAnswers.report(sent, relayed, errorCode) };
   } catch (err) {
     deps.leases.release(ticket);
     throw err;

@@ -4,6 +4,7 @@ import type { FastifyReply } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 import type { ChatCompletionRequest, ChatCompletionResponse } from "@mkt/proto/registry/v1/registry";
 import type { AnswerFormat } from "./answer-format.ts";
+import { RelayedOutput } from "./relayed-output.ts";
 
 type Call = ClientDuplexStream<ChatCompletionRequest, ChatCompletionResponse>;
 
@@ -52,6 +53,10 @@ async function drain(events: AsyncIterator<ChatCompletionResponse>): Promise<App
  * does the client get the answer's last bytes (`[DONE]`, or the non-streamed body). So a client
  * gone before is a cancelled call (`client_cancelled`, billed what was sent), and no client holds
  * a whole answer whose usage a registry crash could lose: it gets an error instead.
+ *
+ * A streamed answer whose call fails on registry's side (registry died or the connection broke:
+ * any status but OK and the edge's own cancel) after chunks were relayed goes to `onCut` with
+ * those chunks, so its usage is recorded although registry could not (cut-answers.ts).
  */
 export async function relayCompletion(
   call: Call,
@@ -63,6 +68,8 @@ export async function relayCompletion(
     shutdown?: AbortSignal;
     /** Called once the first event is in, before anything is sent (the edge's metrics time it). */
     onFirstEvent?: () => void;
+    /** A streamed answer cut by registry's failure, with what was relayed and the error code its client got. */
+    onCut?: (relayed: RelayedOutput, errorCode: string) => void;
   },
 ): Promise<FastifyReply> {
   const cancel = () => call.cancel();
@@ -71,6 +78,13 @@ export async function relayCompletion(
   const failure = (err: unknown) =>
     shutdown?.aborted ? new AppError("service_unavailable", SHUTTING_DOWN) : AppError.fromGrpc(err);
   const ended = new Promise<StatusObject>((resolve) => call.once("status", resolve));
+  const relayed = options.stream && options.onCut ? new RelayedOutput() : undefined;
+  if (relayed) {
+    void ended.then((status) => {
+      if (status.code === grpcStatus.OK || status.code === grpcStatus.CANCELLED) return;
+      options.onCut!(relayed, failure(Object.assign(new Error(status.details), status)).code);
+    });
+  }
   reply.raw.once("close", cancel);
   shutdown?.addEventListener("abort", cancel, { once: true });
   if (shutdown?.aborted) cancel();
@@ -122,6 +136,7 @@ export async function relayCompletion(
         // Chunks that arrived together leave in one write (a translation may have nothing to say).
         const chunks = event.chunk ? [event.chunk] : event.chunks?.chunks;
         if (chunks) {
+          relayed?.add(chunks);
           const frames = format.chunks(chunks);
           if (frames.length > 0) yield frames;
         } else if (event.end) {

@@ -26,6 +26,8 @@ export interface ChatMetrics {
    * often admission goes to billing, and how long billing takes then.
    */
   grant: Histogram;
+  /** Usage reports of answers registry's failure cut, by result (`acked`, `lost`). */
+  cutAnswers: Counter<"result">;
 }
 
 /**
@@ -66,6 +68,12 @@ export function installMetrics(app: FastifyInstance): ChatMetrics {
       name: "mkt_chat_admit_seconds",
       help: "Admission of a chat request against the edge's lease (in memory when warm, one GrantLease when cold).",
       buckets: FIRST_TOKEN_BUCKETS_SECONDS,
+      registers: [registry],
+    }),
+    cutAnswers: new Counter({
+      name: "mkt_cut_answers_reported_total",
+      help: "Streamed answers cut by registry's failure whose relayed usage the edge reported (acked) or could not (lost).",
+      labelNames: ["result"],
       registers: [registry],
     }),
     grant: new Histogram({

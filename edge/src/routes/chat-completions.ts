@@ -38,11 +38,16 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
       refuseAudioOutput(body);
       // Forwarded as it came (validation changes nothing): serializing it again costs the main thread.
       const bytes = rawJsonBody(request) ?? Buffer.from(JSON.stringify(body));
-      const { call, route } = await startChatCall(deps, request, reply, { body, bytes, promptParam: "messages" });
+      const { call, route, reportCut } = await startChatCall(deps, request, reply, {
+        body,
+        bytes,
+        promptParam: "messages",
+      });
       return relayCompletion(call, reply, {
         stream,
         format: chatAnswerFormat(route.modelId, request.id),
         shutdown: deps.shutdown,
+        onCut: reportCut,
         onFirstEvent: () => deps.chatMetrics.firstEvent.observe({ stream: String(stream) }, reply.elapsedTime / 1000),
       });
     },

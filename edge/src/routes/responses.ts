@@ -33,12 +33,17 @@ export function responsesRoutes(app: FastifyInstance, deps: RouteDeps): void {
       const body = chatBodyFromResponses(request.body);
       const stream = body.stream === true;
       const bytes = Buffer.from(JSON.stringify(body));
-      const { call, route } = await startChatCall(deps, request, reply, { body, bytes, promptParam: "input" });
+      const { call, route, reportCut } = await startChatCall(deps, request, reply, {
+        body,
+        bytes,
+        promptParam: "input",
+      });
       const format = new ResponseStreamTranslator(responseContext(request.id, route.modelId, request.body));
       return relayCompletion(call, reply, {
         stream,
         format,
         shutdown: deps.shutdown,
+        onCut: reportCut,
         onFirstEvent: () => deps.chatMetrics.firstEvent.observe({ stream: String(stream) }, reply.elapsedTime / 1000),
       });
     },

@@ -4,6 +4,7 @@ import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
 import type { RouteCache } from "../chat/route-cache.ts";
 import type { LeaseTable } from "../leases/lease-table.ts";
 import type { ChatMetrics } from "../plugins/metrics.ts";
+import type { CutAnswers } from "../chat/cut-answers.ts";
 import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
 import type { SessionKind } from "../plugins/session-auth.ts";
 
@@ -15,6 +16,8 @@ export interface RouteDeps {
   leases: LeaseTable;
   /** Resolved chat routes, reused until registry announces a change (or ROUTE_CACHE_TTL_MS). */
   routes: RouteCache;
+  /** Reports the usage of answers registry's failure cut (cut-answers.ts). */
+  cutAnswers: CutAnswers;
   /** The chat route's steps, exposed at GET /metrics. */
   chatMetrics: ChatMetrics;
   /** Aborts when the shutdown grace period is over: answers still running end with an error event. */

@@ -69,10 +69,11 @@ export function natsPermissions(prefix: string): Record<NatsUser, NatsUserPermis
       subscribe: [inbox("accounts")],
       allowResponses: false,
     },
-    // Publishes nothing: it listens for revocations, catalog changes and its recalls (every
-    // edge's, as all edges are one user), and answers recalls on their reply subjects only.
+    // Publishes only usage.cut (answers registry's failure cut, a JetStream publish acked on its
+    // inbox); listens for revocations, catalog changes and its recalls (every edge's, as all edges
+    // are one user), and answers recalls on their reply subjects only.
     edge: {
-      publish: [],
+      publish: [names.usageCut],
       subscribe: [names.keysRevoked, names.catalogChanged, names.leaseRecall("*"), inbox("edge")],
       allowResponses: true,
     },

@@ -9,6 +9,13 @@ export function eventNames(prefix: string) {
   const streamPrefix = prefix.replace(/[^A-Za-z0-9]/g, "_").toUpperCase();
   return {
     usageCompleted: `${prefix}usage.completed`,
+    /**
+     * A streamed answer the edge saw cut by registry's failure (registry died mid-answer, so it
+     * records nothing): the edge's usage.completed for it, billed what it relayed (DESIGN.md §5).
+     */
+    usageCut: `${prefix}usage.cut`,
+    /** Both usage subjects, as billing's settlement consumer reads them. */
+    usageAll: `${prefix}usage.*`,
     keysRevoked: `${prefix}keys.revoked`,
     /** Registry's hint that cached routes may be stale (NATS core, no stream). */
     catalogChanged: `${prefix}catalog.changed`,
@@ -86,15 +93,16 @@ export async function connectNats(
   return nc;
 }
 
-/** Creates (or updates) the durable JetStream stream holding usage.completed events. */
+/** Creates (or updates) the durable JetStream stream holding usage.completed and usage.cut events. */
 export async function ensureUsageStream(nc: NatsConnection, names: EventNames): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const config = {
     name: names.usageStream,
-    subjects: [names.usageCompleted],
+    subjects: [names.usageCompleted, names.usageCut],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
-    // Nats-Msg-Id duplicates within this window are dropped by the server.
+    // Nats-Msg-Id duplicates within this window are dropped by the server (both subjects use the
+    // request id: an answer reported by registry and by the edge is kept once).
     duplicate_window: 2 * 60 * 1_000_000_000,
     max_age: 7 * 24 * 3600 * 1_000_000_000,
   };

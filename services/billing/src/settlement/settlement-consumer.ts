@@ -56,12 +56,16 @@ export async function startSettlementConsumer(
     durable_name: names.settlerConsumer,
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
-    filter_subject: names.usageCompleted,
+    // usage.completed from registry and usage.cut from the edges.
+    filter_subject: names.usageAll,
     ack_wait: ACK_WAIT_NS,
   };
   try {
     await jsm.consumers.info(names.usageStream, names.settlerConsumer);
-    await jsm.consumers.update(names.usageStream, names.settlerConsumer, { ack_wait: ACK_WAIT_NS });
+    await jsm.consumers.update(names.usageStream, names.settlerConsumer, {
+      ack_wait: ACK_WAIT_NS,
+      filter_subject: names.usageAll,
+    });
   } catch {
     await jsm.consumers.add(names.usageStream, config);
   }
@@ -102,7 +106,7 @@ export async function startSettlementConsumer(
     const decoded: Decoded[] = [];
     for (const msg of batch) {
       const event = decode(msg);
-      if (event) decoded.push({ msg, event, span: startConsumeSpan(names.usageCompleted, msg.headers, "settle") });
+      if (event) decoded.push({ msg, event, span: startConsumeSpan(msg.subject, msg.headers, "settle") });
     }
     if (decoded.length === 0) return;
     // Until each is acked, nak'd or terminated (a progress note after a nak would undo its delay).
