@@ -1,10 +1,17 @@
 import type { Logger } from "./logger.ts";
 
+/** After a failed run, the next comes this soon, doubling up to the interval. */
+const FIRST_RETRY_MS = 250;
+
 /**
  * Runs `task` every `intervalMs` until the returned stop function is called. A run never overlaps
  * the previous one (a slow run makes the next tick skip), a failure is logged as `what failed`
  * and the loop goes on, and stop waits for a run in progress. The timer does not keep the
  * process alive.
+ *
+ * A failed run (its database was down) is tried again after 250 ms, doubling up to the interval,
+ * rather than only at the next tick: a run that failed just as the database came back would
+ * otherwise leave its work (leases due for release, issue 20) for a whole interval more.
  */
 export function repeatEvery(
   intervalMs: number,
@@ -13,15 +20,33 @@ export function repeatEvery(
   what: string,
 ): () => Promise<void> {
   let running: Promise<unknown> | undefined;
-  const timer = setInterval(() => {
-    if (running) return;
+  let stopped = false;
+  let retryMs = FIRST_RETRY_MS;
+  let retry: NodeJS.Timeout | undefined;
+  const run = () => {
+    if (running || stopped) return;
+    clearTimeout(retry);
     running = task()
-      .catch((err: unknown) => log.error({ err }, `${what} failed`))
+      .then(
+        () => {
+          retryMs = FIRST_RETRY_MS;
+        },
+        (err: unknown) => {
+          log.error({ err }, `${what} failed`);
+          if (retryMs >= intervalMs || stopped) return;
+          retry = setTimeout(run, retryMs);
+          retry.unref();
+          retryMs *= 2;
+        },
+      )
       .finally(() => (running = undefined));
-  }, intervalMs);
+  };
+  const timer = setInterval(run, intervalMs);
   timer.unref();
   return async () => {
+    stopped = true;
     clearInterval(timer);
+    clearTimeout(retry);
     await running;
   };
 }

@@ -33,4 +33,24 @@ describe("repeatEvery", () => {
     await sleep(30);
     expect(runs).toBe(after); // nothing runs after stop
   });
+
+  it("tries a failed run again soon (250 ms, doubling) instead of a whole interval later", async () => {
+    const at: number[] = [];
+    const started = performance.now();
+    const stop = repeatEvery(
+      1_000,
+      async () => {
+        at.push(performance.now() - started);
+        if (at.length < 3) throw new Error("database down");
+      },
+      log,
+      "test task",
+    );
+    while (at.length < 3) await sleep(10);
+    await stop();
+    // The tick at 1 s, then retries 250 and 500 ms after each failure, well before the next tick.
+    expect(at[1]! - at[0]!).toBeGreaterThanOrEqual(240);
+    expect(at[2]! - at[1]!).toBeGreaterThanOrEqual(490);
+    expect(at[2]!).toBeLessThan(1_950);
+  });
 });
