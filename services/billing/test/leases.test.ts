@@ -263,6 +263,67 @@ describe("admission leases", () => {
     expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
   });
 
+  it("a final report after the session lapsed holds only until the lapse + MAX_REQUEST_MS (releasing at once past it)", async () => {
+    // The edge could not reach billing (or billing its database) for a while: its session lapsed
+    // with requests in flight, then its final report came. No request was admitted after the
+    // lapse, so none runs past lapse + MAX_REQUEST_MS; holding until report + MAX_REQUEST_MS kept
+    // the credit and a subscription's slots for nothing (test/faults/postgres-outage found it).
+    const report = (leaseId: string, allowanceId: string) => ({
+      leaseId,
+      admitted: [{ allowanceId, admitted: 300n }],
+      final: true,
+      budgetDemand: [],
+      slotsPinned: true,
+    });
+    const grant = async (accountId: string, edgeId: string) =>
+      (
+        await t.client.grantLease({
+          edgeId,
+          sequence: 1n,
+          accountId,
+          tier: "free",
+          minCreditMicros: 0n,
+          request: need(1_000n),
+          demandPerSecond: need(0n, 1n),
+        })
+      ).lease!;
+
+    // Reported 1 s after the lapse: held 300 until the lapse + MAX_REQUEST_MS, not a second longer.
+    const soon = { accountId: randomUUID(), edgeId: edge() };
+    const first = await grant(soon.accountId, soon.edgeId);
+    const lapse = BASE + offsetMs + TTL;
+    offsetMs = lapse - BASE + 1_000;
+    await t.client.heartbeat({
+      edgeId: soon.edgeId,
+      sequence: 2n,
+      leases: [report(first.leaseId, first.credit!.allowanceId)],
+    });
+    expect((await wallet(soon.accountId)).held).toBe(300n);
+    offsetMs = lapse - BASE + MAX_REQUEST - 1;
+    await t.billing.closeDueLeases();
+    expect((await wallet(soon.accountId)).held).toBe(300n);
+    offsetMs += 1;
+    await t.billing.closeDueLeases();
+    expect((await wallet(soon.accountId)).held).toBe(0n);
+
+    // Reported past the lapse + MAX_REQUEST_MS, before the closer's pass: released at once.
+    const late = { accountId: randomUUID(), edgeId: edge() };
+    const second = await grant(late.accountId, late.edgeId);
+    offsetMs += TTL + MAX_REQUEST + 500;
+    await t.client.heartbeat({
+      edgeId: late.edgeId,
+      sequence: 2n,
+      leases: [report(second.leaseId, second.credit!.allowanceId)],
+    });
+    expect((await wallet(late.accountId)).held).toBe(0n);
+    const [row] = await t.query<{ released: boolean }>(
+      `select released_at is not null as released from leases where id = $1`,
+      [second.leaseId],
+    );
+    expect(row!.released).toBe(true);
+    expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
+  });
+
   it("two edges on one account share its room and never get more than the limit or the balance", async () => {
     const accountId = randomUUID();
     const a = edge();

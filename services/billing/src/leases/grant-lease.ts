@@ -152,6 +152,7 @@ async function openLease(em: Em, req: GrantLeaseRequest, now: Date): Promise<Lea
     heldMicros: 0n,
     settledMicros: 0n,
     releasedAt: null,
+    deadline: null,
     allowances: [],
     budgets: [],
     keyLimits: await accountKeyLimits(em, req.accountId),

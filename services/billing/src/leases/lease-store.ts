@@ -16,6 +16,8 @@ export interface LeaseRow {
   settledMicros: bigint;
   /** When the closer gave its hold back (nothing is held for it any more), or null. */
   releasedAt: Date | null;
+  /** Null while open (its edge session's deadline applies); the deadline it was fenced or closed at. */
+  deadline: Date | null;
   allowances: AllowanceRow[];
   budgets: BudgetRow[];
   /** The account's spend-limited keys (their rooms are the allowances scoped to them). */
@@ -82,7 +84,7 @@ export async function lockWallets(em: Em, accountIds: Iterable<string>): Promise
  */
 export async function loadLeases(em: Em, where: string, params: unknown[]): Promise<LeaseRow[]> {
   const rows = await em.execute(
-    `select l.id, l.edge_id, l.account_id, l.tier, l.status, l.applied_sequence, l.held_micros, l.settled_micros, l.released_at,
+    `select l.id, l.edge_id, l.account_id, l.tier, l.status, l.applied_sequence, l.held_micros, l.settled_micros, l.released_at, l.deadline,
        coalesce((select json_agg(json_build_object('id', a.id, 'scope', a.scope, 'resource', a.resource,
          'window_start', a.window_start, 'window_end', a.window_end, 'granted', a.granted::text,
          'admitted', a.admitted::text, 'settled', a.settled::text) order by a.resource, a.window_start)
@@ -110,6 +112,7 @@ export async function loadLeases(em: Em, where: string, params: unknown[]): Prom
     heldMicros: int8(row.held_micros),
     settledMicros: int8(row.settled_micros),
     releasedAt: row.released_at ? new Date(row.released_at as string) : null,
+    deadline: row.deadline ? new Date(row.deadline as string) : null,
     allowances: (row.allowances as Array<Record<string, unknown>>).map((a) => ({
       id: a.id as string,
       scope: a.scope as string,
@@ -209,8 +212,11 @@ export const creditOf = (lease: LeaseRow) => lease.allowances.find((a) => a.reso
 
 /**
  * Closes a lease on the edge's final report: billing now holds admitted − settled until
- * `MAX_REQUEST_MS` after the report (the requests admitted on it may still be running), and the
- * request room the edge did not use goes back to its window while that window is current.
+ * `MAX_REQUEST_MS` after the last moment a request could have been admitted on it (the report, or
+ * the deadline it was fenced at if that came first: the requests admitted may still be running),
+ * and the request room the edge did not use goes back to its window while that window is current.
+ * A report that comes after that (the edge could not reach billing, or billing its database, for
+ * longer) releases it at once: every request admitted on it has ended.
  */
 export async function closeReported(
   em: Em,
@@ -219,8 +225,11 @@ export async function closeReported(
   now: Date,
   maxRequestMs: number,
 ): Promise<void> {
+  const admittedUntil = lease.deadline && lease.deadline < now ? lease.deadline : now;
+  const releaseAt = new Date(admittedUntil.getTime() + maxRequestMs);
+  const ended = releaseAt <= now;
   const admitted = creditOf(lease)?.admitted ?? 0n;
-  const keep = admitted > lease.settledMicros ? admitted - lease.settledMicros : 0n;
+  const keep = !ended && admitted > lease.settledMicros ? admitted - lease.settledMicros : 0n;
   await shiftHold(em, lease, wallet, keep - lease.heldMicros);
   for (const a of lease.allowances) {
     if (a.resource === "credit" || a.granted === a.admitted || !a.windowEnd || a.windowEnd <= now) continue;
@@ -235,9 +244,9 @@ export async function closeReported(
   );
   await em.execute(
     `update leases set status = 'closed', deadline = coalesce(deadline, ?), closed_at = ?, release_at = ?,
-       released_at = case when held_micros = 0 and not ? then ?::timestamptz end
+       released_at = case when ? or (held_micros = 0 and not ?) then ?::timestamptz end
      where id = ?`,
-    [now, now, new Date(now.getTime() + maxRequestMs), inUse, now, lease.id],
+    [now, now, releaseAt, ended, inUse, now, lease.id],
   );
 }
 
