@@ -155,3 +155,60 @@ export async function expectNothingPastDeadline(
     await db.close();
   }
 }
+
+/**
+ * The leases of a fault test's system: the product's default TTL (heartbeats every second) and a
+ * MAX_REQUEST_MS small enough that every lease's deadline + MAX_REQUEST_MS comes within the test
+ * (answers here last well under a second), so "released by its deadline" is checked for all.
+ */
+export const FAULT_LEASES = { leaseTtlMs: 2_000, maxRequestMs: 2_500, slackMs: 3_000 } as const;
+
+/** FAULT_LEASES as the services' environment (edge, accounts and billing share the TTL). */
+export const faultLeaseEnv = {
+  ttl: { LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs) },
+  billing: { LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs), MAX_REQUEST_MS: String(FAULT_LEASES.maxRequestMs) },
+};
+
+/** What expectNothingPastDeadline needs to know of the system's leases. */
+export interface LeaseDeadlines {
+  /** Billing's LEASE_TTL_MS (the edge's too). */
+  leaseTtlMs: number;
+  /** Billing's MAX_REQUEST_MS. */
+  maxRequestMs: number;
+  /** One pass of billing's lease closer (it runs every TTL) and a margin for a busy machine. */
+  slackMs: number;
+  /** When billing could write again after an outage of its own or of its database. */
+  billingBackAt?: number;
+}
+
+/**
+ * Once traffic has stopped, waits until every lease is released with nothing held (wallet holds,
+ * slots in flight): idle leases go final after 2 TTL, and a closed one is held MAX_REQUEST_MS
+ * more. Then checks none was released past its deadline (expectNothingPastDeadline). Returns how
+ * long after `quietAt` the last was released, with expectNothingPastDeadline's figures.
+ */
+export async function expectAllReleased(databaseUrl: string, deadlines: LeaseDeadlines, quietAt: number) {
+  const db = await openBillingDb(databaseUrl);
+  try {
+    await expect
+      .poll(
+        async () => ({
+          unreleased: await db.figure(`select count(*)::text as v from leases where released_at is null`),
+          held: await db.figure(`select sum(held_micros)::text as v from wallets`),
+          slots: await db.figure(
+            `select sum(a.admitted)::text as v from lease_allowances a join leases l on l.id = a.lease_id
+             where a.resource = 'slots' and l.released_at is null`,
+          ),
+        }),
+        {
+          timeout: 2 * deadlines.leaseTtlMs + deadlines.maxRequestMs + deadlines.slackMs + 5_000,
+          interval: 250,
+        },
+      )
+      .toEqual({ unreleased: 0n, held: 0n, slots: 0n });
+  } finally {
+    await db.close();
+  }
+  const releasedMs = Date.now() - quietAt;
+  return { releasedMs, ...(await expectNothingPastDeadline(databaseUrl, deadlines)) };
+}

@@ -1,7 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startPrivateNatsServer, type PrivateNatsServer } from "@mkt/testkit/nats-server";
 import { signUp, startSystem, type RunningSystem } from "../e2e/system.ts";
-import { expectConservation, expectOnlySuccessOr503, recoveryMs, watchReadiness } from "./fault-checks.ts";
+import {
+  expectAllReleased,
+  expectConservation,
+  FAULT_LEASES,
+  faultLeaseEnv,
+  expectOnlySuccessOr503,
+  recoveryMs,
+  watchReadiness,
+} from "./fault-checks.ts";
 import { startTraffic, tally } from "./traffic.ts";
 
 // NATS stopped for a few seconds under a running system (issue 20): usage waits in registry's
@@ -23,7 +31,12 @@ let system: RunningSystem;
 
 beforeAll(async () => {
   nats = await startPrivateNatsServer();
-  system = await startSystem({ natsUrl: nats.url, billing: { TIERS: ROOMY_TIER } });
+  system = await startSystem({
+    natsUrl: nats.url,
+    billing: { TIERS: ROOMY_TIER, ...faultLeaseEnv.billing },
+    edge: faultLeaseEnv.ttl,
+    accounts: faultLeaseEnv.ttl,
+  });
 });
 
 afterAll(async () => {
@@ -53,6 +66,7 @@ describe("NATS stopped under traffic", () => {
     const back = Date.now();
     await sleep(RECOVERY_BOUND_MS + 1_000);
     const outcomes = await traffic.stop();
+    const quietAt = Date.now();
     await readiness.stop();
 
     console.info(JSON.stringify(tally(outcomes.filter((o) => o.sentAt >= stoppedAt && o.sentAt < back))));
@@ -70,6 +84,9 @@ describe("NATS stopped under traffic", () => {
     expect(settled.length).toBeGreaterThan(0);
     expect(settled.filter((o) => o.status !== 200)).toEqual([]);
 
+    // No hold or slot outlives its deadline.
+    const leases = await expectAllReleased(system.databaseUrl, { ...FAULT_LEASES }, quietAt);
+    console.info(`${leases.leases} leases all released ${leases.releasedMs} ms after the traffic stopped`);
     await expectConservation(system, outcomes);
   }, 90_000);
 });

@@ -3,7 +3,15 @@ import { startPrivatePostgres, type PrivatePostgres } from "@mkt/testkit/postgre
 import { apiCall } from "../e2e/api-call.ts";
 import { registerHoster, type RegisteredHoster } from "../e2e/hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "../e2e/system.ts";
-import { expectConservation, expectOnlySuccessOr503, recoveryMs, watchReadiness } from "./fault-checks.ts";
+import {
+  expectAllReleased,
+  expectConservation,
+  FAULT_LEASES,
+  faultLeaseEnv,
+  expectOnlySuccessOr503,
+  recoveryMs,
+  watchReadiness,
+} from "./fault-checks.ts";
 import { startTraffic, tally, type Client } from "./traffic.ts";
 
 // PostgreSQL stopped for a few seconds under a running system (issue 20: "Postgres down 8 s →
@@ -27,7 +35,12 @@ let hoster: RegisteredHoster;
 
 beforeAll(async () => {
   postgres = await startPrivatePostgres();
-  system = await startSystem({ postgresUrl: postgres.url, billing: { TIERS: ROOMY_TIER } });
+  system = await startSystem({
+    postgresUrl: postgres.url,
+    billing: { TIERS: ROOMY_TIER, ...faultLeaseEnv.billing },
+    edge: faultLeaseEnv.ttl,
+    accounts: faultLeaseEnv.ttl,
+  });
   hoster = await registerHoster(system, { name: "Outage Hoster" });
 });
 
@@ -80,6 +93,7 @@ describe("PostgreSQL stopped under traffic", () => {
     const back = Date.now();
     await sleep(RECOVERY_BOUND_MS + 1_000);
     const outcomes = await traffic.stop();
+    const quietAt = Date.now();
     await readiness.stop();
 
     const during = outcomes.filter((o) => o.sentAt >= stoppedAt && o.sentAt < back);
@@ -104,6 +118,9 @@ describe("PostgreSQL stopped under traffic", () => {
     expect(settled.length).toBeGreaterThan(0);
     expect(settled.filter((o) => o.status !== 200)).toEqual([]);
 
+    // No hold or slot outlives its deadline (those that fell due while PostgreSQL was down are due at its return).
+    const leases = await expectAllReleased(system.databaseUrl, { ...FAULT_LEASES, billingBackAt: back }, quietAt);
+    console.info(`${leases.leases} leases all released ${leases.releasedMs} ms after the traffic stopped`);
     await expectConservation(system, outcomes);
   }, 90_000);
 });

@@ -39,17 +39,22 @@ import { apiCall } from "../e2e/api-call.ts";
 import { openBillingDb } from "../e2e/billing-db.ts";
 import { registerHoster } from "../e2e/hoster-fixture.ts";
 import { signUp, type RunningSystem } from "../e2e/system.ts";
-import { expectConservation, expectNothingPastDeadline, recoveryMs } from "./fault-checks.ts";
+import {
+  expectAllReleased,
+  expectConservation,
+  expectNothingPastDeadline,
+  FAULT_LEASES,
+  faultLeaseEnv,
+  recoveryMs,
+  type LeaseDeadlines,
+} from "./fault-checks.ts";
 import { startTraffic, tally, type Client, type Outcome } from "./traffic.ts";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
 /** Node 24, pinned by the `node` dev dependency (the system's node may be older). */
 const NODE = join(root, "node_modules/.bin/node");
 
-/** The product's default TTL, on billing and the edge: heartbeats every second. */
-const LEASE_TTL_MS = 2_000;
-/** Small, so a lease's deadline + MAX_REQUEST_MS comes within the test (answers here last ~0.4 s). */
-const MAX_REQUEST_MS = 2_500;
+const { leaseTtlMs: LEASE_TTL_MS } = FAULT_LEASES;
 /** How long the killed process stays dead before it is started again. */
 const DOWN_MS = 2_000;
 /** The bound issue 20 sets on recovery after a dependency's return. */
@@ -58,8 +63,6 @@ const RECOVERY_BOUND_MS = 5_000;
 const CLIENTS = 24;
 /** Each client's pause between requests: 24 clients sample a kill without flooding 2 cores. */
 const PAUSE_MS = 100;
-/** One pass of billing's lease closer (it runs every TTL) and a margin for a busy machine. */
-const CLOSER_SLACK_MS = LEASE_TTL_MS + 1_000;
 /** 8 tokens (traffic.ts's max_tokens) at 20 a second: each answer streams ~0.4 s, so kills cut some. */
 const TOKENS_PER_SECOND = "20";
 /** The subscription's slots: as many as its clients, so one slot kept after a crash shows as a 429. */
@@ -207,8 +210,7 @@ async function startSystemWith(killed: "registry" | "billing") {
       ACCOUNTS_ADDR: accountsAddr,
       REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
       SECRETS_KEY: secretsKey,
-      LEASE_TTL_MS: String(LEASE_TTL_MS),
-      MAX_REQUEST_MS: String(MAX_REQUEST_MS),
+      ...faultLeaseEnv.billing,
       TIERS: ROOMY_TIER,
     };
     let billingPort: number;
@@ -238,7 +240,7 @@ async function startSystemWith(killed: "registry" | "billing") {
         BILLING_ADDR: `127.0.0.1:${billingPort}`,
         REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
         ADMIN_TOKEN: adminToken,
-        LEASE_TTL_MS: String(LEASE_TTL_MS),
+        ...faultLeaseEnv.ttl,
       }),
       log,
     );
@@ -370,11 +372,7 @@ async function killUnderTraffic(which: "registry" | "billing") {
     const bootMs = await child.start();
     const back = Date.now();
     // Leases that fell due while billing was down are due once it is back.
-    const deadlines = {
-      maxRequestMs: MAX_REQUEST_MS,
-      slackMs: CLOSER_SLACK_MS,
-      billingBackAt: which === "billing" ? back : undefined,
-    };
+    const deadlines: LeaseDeadlines = { ...FAULT_LEASES, billingBackAt: which === "billing" ? back : undefined };
     await sleep(RECOVERY_BOUND_MS / 2);
     await expectNothingPastDeadline(system.databaseUrl, deadlines);
     await sleep(RECOVERY_BOUND_MS / 2 + 1_000);
@@ -420,23 +418,11 @@ async function killUnderTraffic(which: "registry" | "billing") {
     );
 
     // 3. Every hold and slot is released by its deadline: checked while traffic ran, now, and once
-    // every lease is due (idle leases go final after 2 TTL; a closed one is held MAX_REQUEST_MS more).
+    // every lease is due.
     await expectNothingPastDeadline(system.databaseUrl, deadlines);
+    const leases = await expectAllReleased(system.databaseUrl, deadlines, quietAt);
     const db = await openBillingDb(system.databaseUrl);
     try {
-      await expect
-        .poll(
-          async () => ({
-            unreleased: await db.figure(`select count(*)::text as v from leases where released_at is null`),
-            held: await db.figure(`select sum(held_micros)::text as v from wallets`),
-            slots: await slotsInUse(system.databaseUrl),
-          }),
-          { timeout: 2 * LEASE_TTL_MS + MAX_REQUEST_MS + CLOSER_SLACK_MS + 5_000, interval: 250 },
-        )
-        .toEqual({ unreleased: 0n, held: 0n, slots: 0n });
-      const releasedMs = Date.now() - quietAt;
-      const leases = await expectNothingPastDeadline(system.databaseUrl, deadlines);
-
       // 4. Once quiet (settlement is asynchronous: up to 20 s for the records), every answer a
       // client received whole is a success record (unbilled: those that are not) and no other
       // request is; every cut answer is recorded, billed what was relayed (by registry, or by the
@@ -462,7 +448,7 @@ async function killUnderTraffic(which: "registry" | "billing") {
           `after ready, chats resumed in ${recovered.account} ms (account keys), ${recovered.scoped} ms (scoped key), ` +
           `usage reads in ${recovered.reads} ms; ${whole.length} whole answers, ${unbilled.length} unbilled; ` +
           `${cut.length} streams cut (${cutUnrecorded} with no usage record); ${leases.leases} leases all released ` +
-          `${releasedMs} ms after the traffic stopped, the latest ${leases.latestReleaseMs} ms after its deadline`,
+          `${leases.releasedMs} ms after the traffic stopped, the latest ${leases.latestReleaseMs} ms after its deadline`,
       );
       expect(
         unbilled.map((id) => `${id}: ${JSON.stringify(recorded.find((r) => r.request_id === id) ?? "no record")}`),

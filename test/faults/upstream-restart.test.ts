@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signUp, startSystem, type RunningSystem } from "../e2e/system.ts";
-import { expectConservation, recoveryMs } from "./fault-checks.ts";
+import { expectAllReleased, expectConservation, FAULT_LEASES, faultLeaseEnv, recoveryMs } from "./fault-checks.ts";
 import { startModelProcess, type ModelProcess } from "./model-process.ts";
 import { startTraffic, tally } from "./traffic.ts";
 
@@ -23,7 +23,9 @@ beforeAll(async () => {
   // midway (the test asserts it did: a run that cut none would prove nothing of cut answers).
   model = await startModelProcess({ DEMO_TOKENS_PER_SECOND: "10" });
   system = await startSystem({
-    billing: { TIERS: ROOMY_TIER },
+    billing: { TIERS: ROOMY_TIER, ...faultLeaseEnv.billing },
+    edge: faultLeaseEnv.ttl,
+    accounts: faultLeaseEnv.ttl,
     // The production back-off (30 s) and failures before ejection: what made recovery take 30 s.
     registry: {
       LOCAL_MODEL_URL: model.url,
@@ -57,6 +59,7 @@ describe("the sole upstream killed and restarted under traffic", () => {
     const back = Date.now();
     await sleep(RECOVERY_BOUND_MS + 1_000);
     const outcomes = await traffic.stop();
+    const quietAt = Date.now();
 
     const chats = outcomes.filter((o) => o.what === "chat" || o.what === "stream");
     const during = chats.filter((o) => o.sentAt >= killedAt + 200 && o.sentAt < back);
@@ -85,6 +88,9 @@ describe("the sole upstream killed and restarted under traffic", () => {
 
     // A stream the kill cut ended with an error event; it is recorded success=false and billed
     // what was relayed, and only answers the clients received whole are successes.
+    // No hold or slot outlives its deadline.
+    const leases = await expectAllReleased(system.databaseUrl, FAULT_LEASES, quietAt);
+    console.info(`${leases.leases} leases all released ${leases.releasedMs} ms after the traffic stopped`);
     await expectConservation(system, outcomes);
   }, 60_000);
 });
