@@ -65,4 +65,14 @@ describe("RelayedOutput: the output tokens an answer cut by registry's failure r
     expect(relayed.outputTokens(10n, countTextTokens)).toBe(0n);
     expect(relayed.model()).toBeUndefined();
   });
+
+  it("keeps a copy: a chunk's own buffer (a view into a gRPC message) is not kept alive or read again", () => {
+    const relayed = new RelayedOutput();
+    const pieces = Array.from({ length: 300 }, (_, i) => chunk([{ index: 0, delta: { content: `word${i} ` } }]));
+    relayed.add(pieces);
+    const counted = relayed.outputTokens(100_000n, countTextTokens);
+    for (const piece of pieces) piece.fill(0x20);
+    expect(relayed.outputTokens(100_000n, countTextTokens)).toBe(counted);
+    expect(counted).toBe(BigInt(countTextTokens(Array.from({ length: 300 }, (_, i) => `word${i} `).join(""))));
+  });
 });

@@ -1,32 +1,47 @@
 /**
- * The chunks of a streamed answer the edge has relayed to its client, kept (by reference, no
- * copy, no parse) only so that an answer registry's failure cuts can be billed what its client
- * received (cut-answers.ts): registry, which meters every answer, died with it.
+ * The chunks of a streamed answer the edge has relayed to its client, kept (copied into one
+ * buffer per answer, never parsed on the relay's path) only so that an answer registry's failure
+ * cuts can be billed what its client received (cut-answers.ts): registry, which meters every
+ * answer, died with it. A copy, not the chunks themselves: each is a view into the gRPC message
+ * (or read) buffer it came in, which a kept view would keep alive whole.
  *
  * At most RETAIN_BYTES are kept; past that the count covers the first RETAIN_BYTES only, so an
  * answer is never billed more than was relayed (a longer one is billed less).
  */
 export const RETAIN_BYTES = 1 << 20;
+/** The first buffer's size (then doubling): most answers fit, and this size is never pooled. */
+const FIRST_BYTES = 4_096;
 
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Array.isArray(v);
 const text = (v: unknown): string => (typeof v === "string" ? v : "");
 
 export class RelayedOutput {
-  readonly #chunks: Uint8Array[] = [];
+  #buffer: Buffer | undefined;
   #bytes = 0;
+  /** Where each chunk ends in #buffer. */
+  readonly #ends: number[] = [];
 
   /** Chunks relayed to the client, in order (registry's `chunk` or `chunks` event). */
   add(chunks: readonly Uint8Array[]): void {
     for (const chunk of chunks) {
-      if (this.#bytes + chunk.length > RETAIN_BYTES) return;
-      this.#chunks.push(chunk);
-      this.#bytes += chunk.length;
+      const end = this.#bytes + chunk.length;
+      if (end > RETAIN_BYTES) return;
+      if (!this.#buffer || end > this.#buffer.length) {
+        let size = this.#buffer ? this.#buffer.length * 2 : FIRST_BYTES;
+        while (size < end) size *= 2;
+        const grown = Buffer.allocUnsafe(Math.min(size, RETAIN_BYTES));
+        this.#buffer?.copy(grown, 0, 0, this.#bytes);
+        this.#buffer = grown;
+      }
+      this.#buffer.set(chunk, this.#bytes);
+      this.#bytes = end;
+      this.#ends.push(end);
     }
   }
 
   get empty(): boolean {
-    return this.#chunks.length === 0;
+    return this.#ends.length === 0;
   }
 
   /** The `model` of the first chunk: which of the request's routes answered. */
@@ -62,13 +77,15 @@ export class RelayedOutput {
   }
 
   *#parsed(): Generator<Json> {
-    for (const chunk of this.#chunks) {
+    let start = 0;
+    for (const end of this.#ends) {
       try {
-        const parsed: unknown = JSON.parse(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length).toString("utf8"));
+        const parsed: unknown = JSON.parse(this.#buffer!.toString("utf8", start, end));
         if (isObject(parsed)) yield parsed;
       } catch {
         // registry sends JSON objects only; anything else counts for nothing
       }
+      start = end;
     }
   }
 }
