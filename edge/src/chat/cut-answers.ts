@@ -4,6 +4,7 @@ import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { ChatCompletionRequest } from "@mkt/proto/registry/v1/registry";
 import type { Logger } from "@mkt/runtime/logger";
 import type { NatsConnection } from "@mkt/runtime/nats";
+import { usageCompleted } from "@mkt/runtime/usage-event";
 import type { RelayedOutput } from "./relayed-output.ts";
 
 /** Tries of one publish, each waiting this long for JetStream's ack, with a pause between them. */
@@ -67,27 +68,12 @@ export class CutAnswers {
       const route = routes.find((r) => r?.modelId === model) ?? sent.route;
       const choices = sent.choices > 1n ? sent.choices : 1n;
       const outputTokens = relayed.outputTokens(sent.maxOutputTokens * choices, countText);
-      const event = UsageCompleted.fromPartial({
-        requestId,
-        accountId: sent.accountId,
-        keyId: sent.keyId,
-        modelId: route?.modelId ?? "",
-        provider: route?.provider ?? "",
-        hosterId: route?.hosterId ?? "",
+      const event = usageCompleted(sent, {
+        route,
         inputTokens: sent.promptTokens,
         outputTokens,
-        latencyMs: BigInt(Math.max(0, Date.now() - Number(sent.receivedAtMs))),
-        success: false,
         errorCode,
         finishReason: "error",
-        startedAt: new Date(Number(sent.receivedAtMs)).toISOString(),
-        leaseId: sent.leaseId,
-        worstCaseMicros: sent.worstCaseMicros,
-        worstCaseTokens: sent.worstCaseTokens,
-        subscriptionId: sent.subscriptionId,
-        includedTokens: sent.includedTokens,
-        inputPricePer1mMicros: route?.inputPricePer1mMicros ?? 0n,
-        outputPricePer1mMicros: route?.outputPricePer1mMicros ?? 0n,
       });
       const data = UsageCompleted.encode(event).finish();
       for (let attempt = 1; ; attempt++) {

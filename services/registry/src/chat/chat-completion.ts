@@ -2,7 +2,7 @@ import { dependencyUnavailable, isDependencyOutage } from "@mkt/runtime/dependen
 import { AppError } from "@mkt/runtime/errors";
 import type { RequestThenStream } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
-import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { usageCompleted } from "@mkt/runtime/usage-event";
 import { ChatCompletionResponse, type ChatCompletionRequest, type Route } from "@mkt/proto/registry/v1/registry";
 import type { ModelCatalog, UpstreamTarget } from "../catalog/model-catalog.ts";
 import type { UsageMismatchRecorder } from "../hosters/usage-mismatch-recorder.ts";
@@ -356,35 +356,18 @@ async function finish(
   handlerStart: number,
 ): Promise<void> {
   deps.metrics.upstreamRequests.inc({ provider: route?.provider || "none", code: errorCode || "ok" });
-  // The edge's receipt time; a missing or absurd one falls back to when this call started.
-  const edgeMs = Number(request.receivedAtMs);
-  const receivedAt = edgeMs > 0 && edgeMs <= Date.now() + 60_000 ? edgeMs : handlerStart;
   await deps.usage.publish(
-    UsageCompleted.fromPartial({
-      requestId: request.requestId,
-      accountId: request.accountId,
-      keyId: request.keyId,
-      modelId: route?.modelId ?? "",
-      provider: route?.provider ?? "",
-      hosterId: route?.hosterId ?? "",
-      inputTokens: billed.inputTokens,
-      outputTokens: billed.outputTokens,
-      latencyMs: BigInt(Math.max(0, Date.now() - receivedAt)),
-      timeToFirstTokenMs:
-        answer.firstTokenAt === undefined ? undefined : BigInt(Math.max(0, answer.firstTokenAt - receivedAt)),
-      finishReason: answer.finishReason,
-      success: errorCode === "",
-      errorCode,
-      startedAt: new Date(receivedAt).toISOString(),
-      // Settled against the lease the edge admitted the request on (DESIGN.md §2.3); registry only
-      // passes the edge's admission through.
-      leaseId: request.leaseId,
-      worstCaseMicros: request.worstCaseMicros,
-      worstCaseTokens: request.worstCaseTokens,
-      subscriptionId: request.subscriptionId,
-      includedTokens: request.includedTokens,
-      inputPricePer1mMicros: route?.inputPricePer1mMicros ?? 0n,
-      outputPricePer1mMicros: route?.outputPricePer1mMicros ?? 0n,
-    }),
+    usageCompleted(
+      request,
+      {
+        route,
+        inputTokens: billed.inputTokens,
+        outputTokens: billed.outputTokens,
+        errorCode,
+        finishReason: answer.finishReason,
+        firstTokenAt: answer.firstTokenAt,
+      },
+      handlerStart,
+    ),
   );
 }
