@@ -11,7 +11,8 @@ export function eventNames(prefix: string) {
     usageCompleted: `${prefix}usage.completed`,
     /**
      * A streamed answer the edge saw cut by registry's failure (registry died mid-answer, so it
-     * records nothing): the edge's usage.completed for it, billed what it relayed (DESIGN.md §5).
+     * records nothing): the edge's usage.completed for it, billed what it relayed
+     * (docs/decisions.md, "Answers cut by registry's death").
      */
     usageCut: `${prefix}usage.cut`,
     /** Both usage subjects, as billing's settlement consumer reads them. */

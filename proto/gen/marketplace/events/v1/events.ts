@@ -13,8 +13,10 @@ export const protobufFileName = "marketplace/events/v1/events.proto";
 
 /**
  * Published by registry to JetStream subject `usage.completed` once per chat request, on every
- * exit path, with Nats-Msg-Id = request_id. It carries counts and outcome, never money: billing
- * prices it from the route's price snapshot (or the subscription's terms) and the lease's worst case.
+ * exit path, with Nats-Msg-Id = request_id; for a streamed answer registry's death cut, by the
+ * edge on `usage.cut` (same message id: JetStream keeps one). It carries counts and outcome, never
+ * money: billing prices it from the route's price snapshot (or the subscription's terms) and the
+ * lease's worst case.
  */
 export interface UsageCompleted {
   requestId: string;
