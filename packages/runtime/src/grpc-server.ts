@@ -54,14 +54,24 @@ export function serverStream<Req, Res>(
   return (call) => {
     handler(call).then(
       () => call.end(),
-      (err: unknown) => {
-        if (call.cancelled) return;
-        // grpc-js sends the status from the stream's final step: an emitted error becomes that
-        // status. destroy(err) would skip the final step and leave the client waiting forever.
-        call.emit("error", Object.assign(new Error("stream failed"), toGrpcError(err, log, method)));
-      },
+      (err: unknown) => failStream(call, err, log, method),
     );
   };
+}
+
+/**
+ * Ends a streaming call with `err` as its status (nothing when it was cancelled). grpc-js sends
+ * the status from the stream's final step: an emitted error becomes that status. destroy(err)
+ * would skip the final step and leave the client waiting forever.
+ */
+function failStream<Req, Res>(
+  call: ServerWritableStream<Req, Res> | ServerDuplexStream<Req, Res>,
+  err: unknown,
+  log: Logger,
+  method: string,
+): void {
+  if (call.cancelled) return;
+  call.emit("error", Object.assign(new Error("stream failed"), toGrpcError(err, log, method)));
 }
 
 /**
@@ -85,11 +95,7 @@ export function requestThenStream<Req, Res>(
   handler: (stream: RequestThenStream<Req, Res>) => Promise<void>,
 ): handleBidiStreamingCall<Req, Res> {
   return (call) => {
-    const fail = (err: unknown) => {
-      if (call.cancelled) return;
-      // As serverStream: an emitted error becomes the call's status.
-      call.emit("error", Object.assign(new Error("stream failed"), toGrpcError(err, log, method)));
-    };
+    const fail = (err: unknown) => failStream(call, err, log, method);
     let started = false;
     const halfClosed = new Promise<void>((resolve, reject) => {
       // A cancel (RST_STREAM) ends the readable side too, and grpc-js reports the cancel only
