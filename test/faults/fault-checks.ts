@@ -169,6 +169,19 @@ export const faultLeaseEnv = {
   billing: { LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs), MAX_REQUEST_MS: String(FAULT_LEASES.maxRequestMs) },
 };
 
+/** Slots the unreleased leases count in flight now, as their edges last reported them. */
+export async function slotsInUse(databaseUrl: string): Promise<bigint> {
+  const db = await openBillingDb(databaseUrl);
+  try {
+    return await db.figure(
+      `select sum(a.admitted)::text as v from lease_allowances a join leases l on l.id = a.lease_id
+       where a.resource = 'slots' and l.released_at is null`,
+    );
+  } finally {
+    await db.close();
+  }
+}
+
 /** What expectNothingPastDeadline needs to know of the system's leases. */
 export interface LeaseDeadlines {
   /** Billing's LEASE_TTL_MS (the edge's too). */
@@ -195,10 +208,7 @@ export async function expectAllReleased(databaseUrl: string, deadlines: LeaseDea
         async () => ({
           unreleased: await db.figure(`select count(*)::text as v from leases where released_at is null`),
           held: await db.figure(`select sum(held_micros)::text as v from wallets`),
-          slots: await db.figure(
-            `select sum(a.admitted)::text as v from lease_allowances a join leases l on l.id = a.lease_id
-             where a.resource = 'slots' and l.released_at is null`,
-          ),
+          slots: await slotsInUse(databaseUrl),
         }),
         {
           timeout: 2 * deadlines.leaseTtlMs + deadlines.maxRequestMs + deadlines.slackMs + 5_000,

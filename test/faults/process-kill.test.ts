@@ -46,6 +46,7 @@ import {
   FAULT_LEASES,
   faultLeaseEnv,
   recoveryMs,
+  slotsInUse,
   type LeaseDeadlines,
 } from "./fault-checks.ts";
 import { startTraffic, tally, type Client, type Outcome } from "./traffic.ts";
@@ -322,19 +323,6 @@ function unexpected(outcomes: Outcome[]): string[] {
       return true;
     })
     .map((o) => `${o.what} ${o.status} ${o.errorCode ?? ""} retry-after=${o.retryAfter} whole=${o.whole}`);
-}
-
-/** Slots the subscription's leases count in flight now, as the edge last reported them. */
-async function slotsInUse(databaseUrl: string): Promise<bigint> {
-  const db = await openBillingDb(databaseUrl);
-  try {
-    return await db.figure(
-      `select sum(a.admitted)::text as v from lease_allowances a join leases l on l.id = a.lease_id
-       where a.resource = 'slots' and l.released_at is null`,
-    );
-  } finally {
-    await db.close();
-  }
 }
 
 /** Runs of equal outcomes in send order, relative to `t0`: "503 service_unavailable ×12 (-1800..1200 ms)". */
