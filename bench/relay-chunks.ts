@@ -1,5 +1,5 @@
 /**
- * The registry's cost per relayed chunk (services/registry/src/chat/chunk-accumulator.ts).
+ * The relay's cost per relayed chunk (edge/src/relay/chunk-accumulator.ts).
  *
  *   npm run bench:relay
  *
@@ -12,7 +12,7 @@
  * help). Each figure is the median of BENCH_ROUNDS (7) rounds, fast and slow alternating after a
  * warm-up; no services are started.
  */
-import { ChunkAccumulator } from "../services/registry/src/chat/chunk-accumulator.ts";
+import { ChunkAccumulator } from "../edge/src/relay/chunk-accumulator.ts";
 
 const CHUNKS = Number(process.env.BENCH_CHUNKS ?? 200_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);

@@ -1,12 +1,13 @@
 import { randomUUID } from "node:crypto";
 import cookie from "@fastify/cookie";
 import Fastify, { LogController, type FastifyInstance } from "fastify";
+import type { Registry } from "prom-client";
 import type { Logger } from "@mkt/runtime/logger";
 import { setHttpRoute, traceResponseHeader } from "@mkt/runtime/trace-context";
 import type { Backends } from "./backends.ts";
 import type { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
-import type { CutAnswers } from "./chat/cut-answers.ts";
+import type { RelayDeps } from "./relay/relay-answer.ts";
 import type { LeaseTable } from "./leases/lease-table.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
 import { adminAuth } from "./plugins/admin-auth.ts";
@@ -30,7 +31,7 @@ import { hosterSubscriberRoutes } from "./routes/hoster-subscribers.ts";
 import { keyRoutes } from "./routes/keys.ts";
 import { modelRoutes } from "./routes/models.ts";
 import { productRoutes } from "./routes/products.ts";
-import type { RouteDeps } from "./routes/route-deps.ts";
+import type { AnswerCut, RouteDeps } from "./routes/route-deps.ts";
 import type { RouteCache } from "./chat/route-cache.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { subscriptionRoutes } from "./routes/subscriptions.ts";
@@ -48,10 +49,12 @@ export interface AppDeps {
   routes: RouteCache;
   promptTokens: PromptTokenCounter;
   leases: LeaseTable;
-  cutAnswers: CutAnswers;
+  relay: RelayDeps;
   readiness: Readiness;
-  /** Aborts when the shutdown grace period is over (see RouteDeps.shutdown). */
-  shutdown: AbortSignal;
+  /** The edge's own end of the answers in flight (see RouteDeps.cut). */
+  cut: AnswerCut;
+  /** The Prometheus registry GET /metrics shows (the relay's metrics are in it too). */
+  metrics: Registry;
 }
 
 /**
@@ -97,9 +100,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       "request",
     );
   });
-  const chatMetrics = installMetrics(app);
+  const chatMetrics = installMetrics(app, deps.metrics);
   deps.leases.observeGrants(chatMetrics.grant);
-  deps.cutAnswers.observe(chatMetrics.cutAnswers);
   await registerOpenApi(app);
 
   const routeDeps: RouteDeps = {
@@ -107,9 +109,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     promptTokens: deps.promptTokens,
     leases: deps.leases,
     routes: deps.routes,
-    cutAnswers: deps.cutAnswers,
+    relay: deps.relay,
     chatMetrics,
-    shutdown: deps.shutdown,
+    cut: deps.cut,
     auth: apiKeyAuth(deps.backends, deps.principals),
     session: sessionAuth(deps.backends),
   };

@@ -1,5 +1,17 @@
 import { fileURLToPath } from "node:url";
-import { commonSpecs, host, intBetween, listenPort, loadConfig, makeValidator, secret, str } from "@mkt/runtime/config";
+import {
+  bool,
+  commonSpecs,
+  host,
+  intBetween,
+  listenPort,
+  loadConfig,
+  makeValidator,
+  millis,
+  numberBetween,
+  secret,
+  str,
+} from "@mkt/runtime/config";
 import { tlsSpecs } from "@mkt/runtime/service-tls";
 
 /** Comma-separated IPs or CIDRs (e.g. "10.0.0.0/8,127.0.0.1"); empty trusts no proxy. */
@@ -58,6 +70,33 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       SHUTDOWN_GRACE_MS: intBetween(0, 600_000)({ default: 10_000 }),
       // The web portal's built files (npm ci builds them into portal/dist), served at /portal.
       PORTAL_DIR: str({ default: fileURLToPath(new URL("../../portal/dist", import.meta.url)) }),
+      // The relay (relay/): the edge calls the upstream servers of registry's routing table.
+      // Lets hoster endpoints be loopback or private addresses: tests and local demos only.
+      ALLOW_PRIVATE_UPSTREAMS: bool({ default: false }),
+      UPSTREAM_CONNECT_TIMEOUT_MS: millis({ default: 5_000 }),
+      UPSTREAM_FIRST_BYTE_TIMEOUT_MS: millis({ default: 30_000 }),
+      UPSTREAM_IDLE_TIMEOUT_MS: millis({ default: 30_000 }),
+      UPSTREAM_TOTAL_TIMEOUT_MS: millis({ default: 600_000 }),
+      // A body past this is cut (a hoster streaming a multi-GB body); 32 MiB holds ~100k streamed
+      // tokens, or ~20k with top_logprobs=20.
+      UPSTREAM_MAX_RESPONSE_BYTES: intBetween(1_024, Number.MAX_SAFE_INTEGER)({ default: 32 * 1024 * 1024 }),
+      // Outlier ejection: live failures in a row that take a server out of this edge's routing,
+      // and the first back-off (doubled on each further ejection, at most 8×).
+      UPSTREAM_EJECT_AFTER_FAILURES: intBetween(1, 1_000)({ default: 5 }),
+      UPSTREAM_EJECT_BACKOFF_MS: millis({ default: 30_000 }),
+      // Limit of one probe of an ejected server (GET /health, /v1/models), made to bring it back.
+      UPSTREAM_PROBE_TIMEOUT_MS: millis({ default: 5_000 }),
+      // The runaway guard: the upstream stops at max_tokens by its own tokenizer, so the relay
+      // cuts a choice only once its own count passes ratio × cap + slack. Below 1 the guard would
+      // cut answers an honest upstream ended within the cap.
+      OUTPUT_RUNAWAY_RATIO: numberBetween(1, 100)({ default: 1.5 }),
+      OUTPUT_RUNAWAY_SLACK_TOKENS: intBetween(0, 1_000_000)({ default: 32 }),
+      // How long a group of usage events waits for JetStream's acks before the unacked ones go to
+      // billing's RecordUsage instead (docs/usage-events.md).
+      USAGE_PUBLISH_TIMEOUT_MS: millis({ default: 1_000 }),
+      // The longest an answer's last bytes wait for its usage event to be durable; past it the
+      // client gets its end and the event is retried from memory (mkt_usage_pending_events).
+      USAGE_DURABLE_TIMEOUT_MS: millis({ default: 5_000 }),
     },
     env,
   );

@@ -1,6 +1,5 @@
 import type { Logger } from "@mkt/runtime/logger";
 import { connectNats, eventNames, natsCredentials } from "@mkt/runtime/nats";
-import { CutAnswers } from "./chat/cut-answers.ts";
 import { buildApp } from "./app.ts";
 import { connectBackends } from "./backends.ts";
 import { PromptTokenCounter } from "./chat/prompt-tokens.ts";
@@ -15,6 +14,8 @@ import { PrincipalCache } from "./principal-cache.ts";
 import { startPrincipalRevalidation } from "./principal-revalidation.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
 import { newEdgeId } from "./edge-id.ts";
+import { edgeMetricsRegistry } from "./plugins/metrics.ts";
+import { startRelay } from "./relay/relay-setup.ts";
 
 /** After the grace period, how long answers get to send their final error event before their sockets are cut. */
 const FINAL_EVENT_MS = 1_000;
@@ -56,7 +57,8 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     deadlineMs: config.PROMPT_TOKEN_DEADLINE_MS,
     accountQueue: config.PROMPT_TOKEN_ACCOUNT_QUEUE,
   });
-  const cutAnswers = new CutAnswers(nc, names.usageCut, log);
+  const metrics = edgeMetricsRegistry();
+  const relay = startRelay(config, { nc, subject: names.usageCompleted, upstreams: routes, metrics, log });
   let closing = false;
   const shutdown = new AbortController();
 
@@ -68,8 +70,9 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     routes,
     promptTokens,
     leases,
-    cutAnswers,
-    shutdown: shutdown.signal,
+    relay: relay.deps,
+    cut: { signal: shutdown.signal, message: () => "The server is shutting down; please retry the request." },
+    metrics,
     readiness: {
       async check() {
         if (closing) throw new Error("shutting down");
@@ -97,8 +100,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       // Load balancers see /readyz fail and stop sending here before the listener closes.
       await new Promise((resolve) => setTimeout(resolve, config.SHUTDOWN_READINESS_DELAY_MS));
       // Answers still running after the grace period end with a final error event (never a silent
-      // truncation); the registry sees the cancellation and records what was delivered. A
-      // connection still open after that is cut.
+      // truncation), each recording what was delivered. A connection still open after that is cut.
       let cut: NodeJS.Timeout | undefined;
       const stop = setTimeout(() => {
         shutdown.abort();
@@ -120,7 +122,8 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       await stopHeartbeat();
       await leases.returnAll().catch((err: unknown) => log.warn({ err }, "returning leases failed"));
       stopRecalls();
-      await cutAnswers.close();
+      // Every answer's usage event is durable (or handed to billing) before NATS drains.
+      await relay.close();
       await nc.drain();
       await promptTokens.close();
       backends.close();

@@ -1,31 +1,29 @@
-import type { ClientDuplexStream } from "@grpc/grpc-js";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { ChatCompletionRequest, type ChatCompletionResponse, type Route } from "@mkt/proto/registry/v1/registry";
+import type { Route } from "@mkt/proto/registry/v1/registry";
 import { AppError } from "@mkt/runtime/errors";
 import { principalOf } from "../plugins/api-key-auth.ts";
+import { relayAnswer, type RelayEvent } from "../relay/relay-answer.ts";
+import type { RelayRequest } from "../relay/relay-request.ts";
 import type { RouteDeps } from "../routes/route-deps.ts";
 import { candidateRoutes } from "./candidate-routes.ts";
 import type { ChatBody } from "./chat-body.ts";
 import { admitRequest, admitWorstCase, rateLimitHeaders } from "./lease-admit.ts";
 import { modelChoices } from "./model-choices.ts";
-import type { RelayedOutput } from "./relayed-output.ts";
 
-/** A chat request as the registry will receive it. */
+/** A chat request as the relay will send it. */
 export interface ChatToRelay {
   body: ChatBody;
-  /** `body` serialized: the bytes the registry forwards (the client's own, for chat completions). */
+  /** `body` serialized: the bytes the relay forwards (the client's own, for chat completions). */
   bytes: Buffer;
   /** The request field that holds the prompt, named by a context-length error. */
   promptParam: string;
 }
 
-export interface StartedChatCall {
-  /** Its request written, its side still open: relayCompletion half-closes it once the client has the answer. */
-  call: ClientDuplexStream<ChatCompletionRequest, ChatCompletionResponse>;
-  /** The first model's route (with fallbacks, the registry's answer names the one that answered). */
+export interface StartedChat {
+  /** The relay's events; the request's place in the lease goes back when they end. */
+  events: AsyncGenerator<RelayEvent, void, undefined>;
+  /** The first model's route (with fallbacks, the chunks name the one that answered). */
   route: Route;
-  /** Reports an answer registry's failure cut (relayCompletion's `onCut`): its usage, billed what was relayed. */
-  reportCut: (relayed: RelayedOutput, errorCode: string) => void;
 }
 
 function contextTooLong(limit: number, param: string): AppError {
@@ -37,20 +35,20 @@ function contextTooLong(limit: number, param: string): AppError {
 }
 
 /**
- * The hot path every chat-shaped public API shares (DESIGN.md §2): cached authentication (done by
- * the route's onRequest), route resolution (of `model` and any `models` fallbacks), admission
- * against the edge's lease for the account (one request taken, the prompt counted against the
- * models' context, then the worst case of the dearest), then one streaming gRPC call to the
- * registry, which relays from the first model that answers and meters the answer. Settlement
- * happens later, from the usage event. The caller writes the answer (relayCompletion, in its
- * API's format).
+ * The hot path every chat-shaped public API shares, in this one process: cached authentication
+ * (done by the route's onRequest), route resolution from the routing table (of `model` and any
+ * `models` fallbacks), admission against the edge's lease for the account (one request taken,
+ * the prompt counted against the models' context, then the worst case of the dearest), then the
+ * relay to the first upstream that answers (relay/relay-answer.ts), which meters the answer and
+ * publishes its usage event. Settlement happens later, in billing. The caller writes the answer
+ * (relayCompletion, in its API's format).
  */
 export async function startChatCall(
   deps: RouteDeps,
   request: FastifyRequest,
   reply: FastifyReply,
   chat: ChatToRelay,
-): Promise<StartedChatCall> {
+): Promise<StartedChat> {
   const receivedAt = Date.now();
   const principal = principalOf(request);
   const { body, bytes } = chat;
@@ -73,8 +71,8 @@ export async function startChatCall(
   };
   const requested = body.max_completion_tokens ?? body.max_tokens ?? 0;
   const choices = body.n ?? 1;
-  // Admitted against the edge's lease for the account (DESIGN.md §2.3), in memory when warm; a
-  // scoped key's request against its subscription's budget nested in that lease.
+  // Admitted against the edge's lease for the account, in memory when warm; a scoped key's
+  // request against its subscription's budget nested in that lease.
   const subscriptionId = principal.scope?.subscriptionId ?? "";
   const need = {
     accountId: principal.accountId,
@@ -97,8 +95,7 @@ export async function startChatCall(
     admitSeconds += (performance.now() - worstCase) / 1000;
     deps.chatMetrics.admit.observe(admitSeconds);
     rateLimitHeaders(reply, ticket);
-    const call = deps.backends.registryStream.chatCompletion();
-    const sent = ChatCompletionRequest.fromPartial({
+    const relayed: RelayRequest = {
       requestId: request.id,
       accountId: principal.accountId,
       keyId: principal.keyId,
@@ -115,7 +112,7 @@ export async function startChatCall(
       worstCaseMicros: ticket.worstCaseMicros,
       worstCaseTokens: ticket.worstCaseTokens,
       subscriptionId,
-      // So the answer's usage.cost is what settlement will post (DESIGN.md §3).
+      // So the answer's usage.cost is what settlement will post.
       includedTokens: ticket.includedTokens,
       subscriptionPricing: admitted.terms && {
         pricingModel: admitted.terms.pricingModel,
@@ -123,14 +120,33 @@ export async function startChatCall(
         outputPricePer1mMicros: admitted.terms.outputPricePer1mMicros,
         overagePricePer1mMicros: admitted.terms.overagePricePer1mMicros,
       },
+    };
+    const clientGone = new AbortController();
+    // 'close' also follows a finished response, when the relay is over: aborting then changes nothing.
+    reply.raw.once("close", () => clientGone.abort());
+    const events = relayAnswer(deps.relay, relayed, {
+      clientGone: clientGone.signal,
+      cut: deps.cut.signal,
+      cutMessage: deps.cut.message,
+      clientConnected: () => !reply.raw.destroyed,
     });
-    call.write(sent);
-    // The request's place in the lease goes back when registry's call ends, however it ends.
+    // The request's place in the lease goes back when the relay ends, however it ends.
     const held = ticket;
-    call.once("status", () => deps.leases.release(held));
-    return { call, route, reportCut: (relayed, errorCode) => deps.cutAnswers.report(sent, relayed, errorCode) };
+    return { events: releasing(events, () => deps.leases.release(held)), route };
   } catch (err) {
     deps.leases.release(ticket);
     throw err;
+  }
+}
+
+/** The relay's events, then `release` once they end (finished, failed or abandoned). */
+async function* releasing(
+  events: AsyncGenerator<RelayEvent, void, undefined>,
+  release: () => void,
+): AsyncGenerator<RelayEvent, void, undefined> {
+  try {
+    yield* events;
+  } finally {
+    release();
   }
 }

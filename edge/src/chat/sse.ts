@@ -1,20 +1,14 @@
 import type { AppError } from "@mkt/runtime/errors";
 
-const DATA = Buffer.from("data: ");
-const END = Buffer.from("\n\n");
-
-/** One Server-Sent Events frame carrying a JSON payload: serialized bytes (kept as bytes), or a value. */
-export function sseData(payload: Uint8Array): Buffer;
-export function sseData(payload: string | object): string;
-export function sseData(payload: Uint8Array | string | object): Buffer | string {
-  if (payload instanceof Uint8Array) return Buffer.concat([DATA, payload, END]);
+/** One Server-Sent Events frame carrying a JSON payload: serialized text, or a value. */
+export function sseData(payload: string | object): string {
   return `data: ${typeof payload === "string" ? payload : JSON.stringify(payload)}\n\n`;
 }
 
 export const SSE_DONE = "data: [DONE]\n\n";
 
 /**
- * The final event of a stream that failed after it started (DESIGN.md §4): a chunk whose choice
+ * The final event of a stream that failed after it started: a chunk whose choice
  * finishes with `error` and which carries the OpenAI error object, so SDKs raise it instead of
  * ending quietly with a truncated answer.
  */

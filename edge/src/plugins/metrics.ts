@@ -6,7 +6,7 @@ import { FIRST_TOKEN_BUCKETS_SECONDS } from "@mkt/runtime/first-token-buckets";
 const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 /**
- * Where a chat completion's first token waits at the edge (DESIGN.md §2). With the registry's
+ * Where a chat completion's first token waits at the edge. With the relay's
  * mkt_upstream_first_event_seconds, an operator can tell the gateway's own share of a slow first
  * token from the model server's.
  */
@@ -17,8 +17,8 @@ export interface ChatMetrics {
    */
   admit: Histogram;
   /**
-   * From the edge receiving the request to the registry's first event: the first chunk of a
-   * stream, the whole completion otherwise (`stream` label).
+   * From the edge receiving the request to the relay's first event: the first chunk of a stream,
+   * the whole completion otherwise (`stream` label).
    */
   firstEvent: Histogram<"stream">;
   /**
@@ -26,21 +26,17 @@ export interface ChatMetrics {
    * often admission goes to billing, and how long billing takes then.
    */
   grant: Histogram;
-  /** Usage reports of answers registry's failure cut, by result (`acked`, `lost`). */
-  cutAnswers: Counter<"result">;
 }
 
 /**
- * GET /metrics (DESIGN.md §4): the process's default metrics, every request counted by method,
+ * GET /metrics: the process's default metrics, every request counted by method,
  * route and status, with its duration, and the chat steps the routes observe (ChatMetrics). The
  * route label is the route's pattern (`/v1/subscriptions/:subscription_id`), never the raw URL,
  * and `unmatched` for a 404 with no route, so a scanner cannot grow the label set. Each app has a
- * registry of its own (not prom-client's global one), so several apps in one process do not share
- * counters.
+ * registry of its own (not prom-client's global one, made by `edgeMetricsRegistry`), so several
+ * apps in one process do not share counters.
  */
-export function installMetrics(app: FastifyInstance): ChatMetrics {
-  const registry = new Registry();
-  collectDefaultMetrics({ register: registry });
+export function installMetrics(app: FastifyInstance, registry: Registry): ChatMetrics {
   const requests = new Counter({
     name: "mkt_http_requests_total",
     help: "HTTP requests answered by the edge, by method, route pattern and status.",
@@ -70,12 +66,6 @@ export function installMetrics(app: FastifyInstance): ChatMetrics {
       buckets: FIRST_TOKEN_BUCKETS_SECONDS,
       registers: [registry],
     }),
-    cutAnswers: new Counter({
-      name: "mkt_cut_answers_reported_total",
-      help: "Streamed answers cut by registry's failure whose relayed usage the edge reported (acked) or could not (lost).",
-      labelNames: ["result"],
-      registers: [registry],
-    }),
     grant: new Histogram({
       name: "mkt_lease_grant_seconds",
       help: "GrantLease calls of the edge's lease table (cold or short admission), from send to reply or failure.",
@@ -84,10 +74,17 @@ export function installMetrics(app: FastifyInstance): ChatMetrics {
     }),
     firstEvent: new Histogram({
       name: "mkt_chat_first_event_seconds",
-      help: "From receiving a chat request to the registry's first event (first chunk, or the whole completion).",
+      help: "From receiving a chat request to the relay's first event (first chunk, or the whole completion).",
       labelNames: ["stream"],
       buckets: FIRST_TOKEN_BUCKETS_SECONDS,
       registers: [registry],
     }),
   };
+}
+
+/** The edge's Prometheus registry, with the process's default metrics. */
+export function edgeMetricsRegistry(): Registry {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  return registry;
 }

@@ -102,8 +102,8 @@ export function functionCallItem(
 }
 
 /** The Response object of a non-streamed answer, from the registry's chat.completion. */
-export function responseFromCompletion(ctx: ResponseContext, completionBytes: Uint8Array): Json {
-  const completion = JSON.parse(Buffer.from(completionBytes).toString("utf8")) as Json;
+export function responseFromCompletion(ctx: ResponseContext, completionText: string): Json {
+  const completion = JSON.parse(completionText) as Json;
   const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
   const message = isObject(choice.message) ? choice.message : {};
   const { status, incompleteReason } = statusOf(choice.finish_reason);

@@ -62,13 +62,13 @@ export class ResponseStreamTranslator implements AnswerFormat {
     this.#ctx = ctx;
   }
 
-  completion(completion: Uint8Array): string {
+  completion(completion: string): string {
     return JSON.stringify(responseFromCompletion(this.#ctx, completion));
   }
 
-  chunks(chunks: readonly Uint8Array[]): string {
+  chunks(chunks: readonly string[]): string {
     let frames = this.#start();
-    for (const bytes of chunks) frames += this.#chunk(JSON.parse(Buffer.from(bytes).toString("utf8")));
+    for (const text of chunks) frames += this.#chunk(JSON.parse(text));
     return frames;
   }
 

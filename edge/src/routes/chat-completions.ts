@@ -7,8 +7,8 @@ import { rawJsonBody } from "../plugins/json-body.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
 /**
- * POST /v1/chat/completions, the hot path (DESIGN.md §2; startChatCall): the answer's events are
- * relayed as they arrive, as the registry sends them.
+ * POST /v1/chat/completions, the hot path (startChatCall): the answer's chunks are relayed as they
+ * arrive from the upstream.
  */
 export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.post<{ Body: ChatBody }>(
@@ -22,7 +22,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
           "carries `cost`, in USD: `usage.cost` is what the request is charged, the amount settlement posts " +
           "to the ledger and `GET /v1/generations/{id}` shows as `cost_usd`. The charge can only be less: " +
           "never more than the request's lease still holds (only a forged usage event meets that), and for " +
-          "usage reaching billing after its lease's hold was released (an outbox replay), never more than " +
+          "usage reaching billing after its lease's hold was released (an event held through an outage), never more than " +
           "the balance then has, the platform writing off the rest. A subscription's key is priced by its " +
           "plan: nothing on `free` and `subscription` plans; " +
           "a `subscription_overage` request pays the overage price on its tokens beyond the included tokens " +
@@ -38,16 +38,14 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
       refuseAudioOutput(body);
       // Forwarded as it came (validation changes nothing): serializing it again costs the main thread.
       const bytes = rawJsonBody(request) ?? Buffer.from(JSON.stringify(body));
-      const { call, route, reportCut } = await startChatCall(deps, request, reply, {
+      const { events, route } = await startChatCall(deps, request, reply, {
         body,
         bytes,
         promptParam: "messages",
       });
-      return relayCompletion(call, reply, {
+      return relayCompletion(events, reply, {
         stream,
         format: chatAnswerFormat(route.modelId, request.id),
-        shutdown: deps.shutdown,
-        onCut: reportCut,
         onFirstEvent: () => deps.chatMetrics.firstEvent.observe({ stream: String(stream) }, reply.elapsedTime / 1000),
       });
     },

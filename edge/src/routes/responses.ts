@@ -9,8 +9,8 @@ import type { RouteDeps } from "./route-deps.ts";
 
 /**
  * POST /v1/responses: OpenAI's Responses API, stateless, as a translation at the edge onto the
- * chat path (one admission, one registry relay, one metering: startChatCall). The request becomes
- * a chat body, whose bytes are what the registry forwards; the answer's chat.completion (or
+ * chat path (one admission, one relay, one metering: startChatCall). The request becomes
+ * a chat body, whose bytes are what the relay forwards; the answer's chat.completion (or
  * chunks) is translated back into a Response (or its event stream).
  */
 export function responsesRoutes(app: FastifyInstance, deps: RouteDeps): void {
@@ -33,17 +33,15 @@ export function responsesRoutes(app: FastifyInstance, deps: RouteDeps): void {
       const body = chatBodyFromResponses(request.body);
       const stream = body.stream === true;
       const bytes = Buffer.from(JSON.stringify(body));
-      const { call, route, reportCut } = await startChatCall(deps, request, reply, {
+      const { events, route } = await startChatCall(deps, request, reply, {
         body,
         bytes,
         promptParam: "input",
       });
       const format = new ResponseStreamTranslator(responseContext(request.id, route.modelId, request.body));
-      return relayCompletion(call, reply, {
+      return relayCompletion(events, reply, {
         stream,
         format,
-        shutdown: deps.shutdown,
-        onCut: reportCut,
         onFirstEvent: () => deps.chatMetrics.firstEvent.observe({ stream: String(stream) }, reply.elapsedTime / 1000),
       });
     },

@@ -4,7 +4,7 @@ import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
 import type { RouteCache } from "../chat/route-cache.ts";
 import type { LeaseTable } from "../leases/lease-table.ts";
 import type { ChatMetrics } from "../plugins/metrics.ts";
-import type { CutAnswers } from "../chat/cut-answers.ts";
+import type { RelayDeps } from "../relay/relay-answer.ts";
 import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
 import type { SessionKind } from "../plugins/session-auth.ts";
 
@@ -12,18 +12,27 @@ import type { SessionKind } from "../plugins/session-auth.ts";
 export interface RouteDeps {
   backends: Backends;
   promptTokens: PromptTokenCounter;
-  /** The edge's admission leases (DESIGN.md §2.3): chat requests are admitted against them. */
+  /** The edge's admission leases: chat requests are admitted against them. */
   leases: LeaseTable;
   /** Resolved chat routes, reused until registry announces a change (or ROUTE_CACHE_TTL_MS). */
   routes: RouteCache;
-  /** Reports the usage of answers registry's failure cut (cut-answers.ts). */
-  cutAnswers: CutAnswers;
+  /** The relay to the upstreams, with the routing table it calls them from. */
+  relay: RelayDeps;
   /** The chat route's steps, exposed at GET /metrics. */
   chatMetrics: ChatMetrics;
-  /** Aborts when the shutdown grace period is over: answers still running end with an error event. */
-  shutdown: AbortSignal;
+  /**
+   * Aborts when the edge must end the answers still running itself (its shutdown grace period is
+   * over): they end with a `service_unavailable` error event saying `message()`.
+   */
+  cut: AnswerCut;
   /** The API-key onRequest hook (`request.principal`). */
   auth(options: ApiKeyAuthOptions): onRequestAsyncHookHandler;
   /** The session-cookie onRequest hook (`request.session`) for one kind of login. */
   session(kind: SessionKind): onRequestAsyncHookHandler;
+}
+
+/** The edge's own end of the answers in flight (see RouteDeps.cut). */
+export interface AnswerCut {
+  signal: AbortSignal;
+  message: () => string;
 }

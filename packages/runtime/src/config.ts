@@ -125,3 +125,10 @@ export const numberBetween = (min: number, max: number) =>
 
 /** A TCP port to listen on; unlike envalid's `port`, 0 is allowed (the OS picks a free one, as tests do). */
 export const listenPort = intBetween(0, 65535);
+
+/** A positive whole number of milliseconds. */
+export const millis = makeValidator<number>((value) => {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new Error("must be a positive integer (milliseconds)");
+  return n;
+});

@@ -30,6 +30,15 @@ export function natsPermissions(prefix: string): Record<NatsUser, NatsUserPermis
   const names = eventNames(prefix);
   const stream = names.usageStream;
   const consumer = names.settlerConsumer;
+  // A durable pull consumer's API (create, update, info, pull) and acks, for its one owner.
+  const consumerApi = (durable: string) => [
+    `$JS.API.CONSUMER.INFO.${stream}.${durable}`,
+    `$JS.API.CONSUMER.CREATE.${stream}.${durable}`,
+    `$JS.API.CONSUMER.CREATE.${stream}.${durable}.>`,
+    `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.${durable}`,
+    `$JS.API.CONSUMER.MSG.NEXT.${stream}.${durable}`,
+    `$JS.ACK.${stream}.${durable}.>`,
+  ];
   const inbox = (user: NatsUser) => `${natsInboxPrefix(user)}.>`;
   // Registry and billing each make sure the usage stream exists at start (ensureUsageStream):
   // whichever starts first creates it. Nothing else of JetStream's API is theirs to call.
@@ -40,26 +49,17 @@ export function natsPermissions(prefix: string): Record<NatsUser, NatsUserPermis
     `$JS.API.STREAM.UPDATE.${stream}`,
   ];
   return {
-    // Publishes usage (a JetStream request, acked on its inbox) and catalog changes; hears other
-    // replicas' catalog changes.
+    // Publishes catalog changes and hears other replicas'; reads usage with a durable consumer of
+    // its own (hosters' usage-report figures).
     registry: {
-      publish: [names.usageCompleted, names.catalogChanged, ...usageStreamApi],
+      publish: [names.catalogChanged, ...usageStreamApi, ...consumerApi(names.hosterStatsConsumer)],
       subscribe: [names.catalogChanged, inbox("registry")],
       allowResponses: false,
     },
-    // The only consumer of usage: its durable consumer's API (create, update, info, pull) and
-    // acks; the only sender of lease recalls (requests, answered on its inbox).
+    // Settles usage with its durable consumer; the only sender of lease recalls (requests,
+    // answered on its inbox).
     billing: {
-      publish: [
-        names.leaseRecall("*"),
-        ...usageStreamApi,
-        `$JS.API.CONSUMER.INFO.${stream}.${consumer}`,
-        `$JS.API.CONSUMER.CREATE.${stream}.${consumer}`,
-        `$JS.API.CONSUMER.CREATE.${stream}.${consumer}.>`,
-        `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.${consumer}`,
-        `$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`,
-        `$JS.ACK.${stream}.${consumer}.>`,
-      ],
+      publish: [names.leaseRecall("*"), ...usageStreamApi, ...consumerApi(consumer)],
       subscribe: [inbox("billing")],
       allowResponses: false,
     },
@@ -69,11 +69,11 @@ export function natsPermissions(prefix: string): Record<NatsUser, NatsUserPermis
       subscribe: [inbox("accounts")],
       allowResponses: false,
     },
-    // Publishes only usage.cut (answers registry's failure cut, a JetStream publish acked on its
+    // Publishes only usage.completed (the answers it relayed, a JetStream publish acked on its
     // inbox); listens for revocations, catalog changes and its recalls (every edge's, as all edges
     // are one user), and answers recalls on their reply subjects only.
     edge: {
-      publish: [names.usageCut],
+      publish: [names.usageCompleted],
       subscribe: [names.keysRevoked, names.catalogChanged, names.leaseRecall("*"), inbox("edge")],
       allowResponses: true,
     },

@@ -8,22 +8,17 @@ export type { NatsConnection };
 export function eventNames(prefix: string) {
   const streamPrefix = prefix.replace(/[^A-Za-z0-9]/g, "_").toUpperCase();
   return {
+    /** Each chat request's usage, published by the edge that relayed it (JetStream). */
     usageCompleted: `${prefix}usage.completed`,
-    /**
-     * A streamed answer the edge saw cut by registry's failure (registry died mid-answer, so it
-     * records nothing): the edge's usage.completed for it, billed what it relayed
-     * (docs/decisions.md, "Answers cut by registry's death").
-     */
-    usageCut: `${prefix}usage.cut`,
-    /** Both usage subjects, as billing's settlement consumer reads them. */
-    usageAll: `${prefix}usage.*`,
     keysRevoked: `${prefix}keys.revoked`,
-    /** Registry's hint that cached routes may be stale (NATS core, no stream). */
+    /** Registry's hint that the routing table changed: every replica sends its watchers the new one (NATS core, no stream). */
     catalogChanged: `${prefix}catalog.changed`,
-    /** Billing's recall of an edge's leases: request-reply to that edge alone (DESIGN.md §2.4). */
+    /** Billing's recall of an edge's leases: request-reply to that edge alone (docs/leases.md). */
     leaseRecall: (edgeId: string) => `${prefix}leases.recall.${edgeId}`,
     usageStream: `${streamPrefix}USAGE`,
     settlerConsumer: "billing-settler",
+    /** Registry's durable consumer of usage.completed (hosters' usage-report figures), shared by its replicas. */
+    hosterStatsConsumer: "registry-hoster-stats",
   };
 }
 
@@ -94,16 +89,16 @@ export async function connectNats(
   return nc;
 }
 
-/** Creates (or updates) the durable JetStream stream holding usage.completed and usage.cut events. */
+/** Creates (or updates) the durable JetStream stream holding usage.completed events. */
 export async function ensureUsageStream(nc: NatsConnection, names: EventNames): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const config = {
     name: names.usageStream,
-    subjects: [names.usageCompleted, names.usageCut],
+    subjects: [names.usageCompleted],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
-    // Nats-Msg-Id duplicates within this window are dropped by the server (both subjects use the
-    // request id: an answer reported by registry and by the edge is kept once).
+    // Nats-Msg-Id (the request id) duplicates within this window are dropped by the server: an
+    // event published again after a lost ack is kept once.
     duplicate_window: 2 * 60 * 1_000_000_000,
     max_age: 7 * 24 * 3600 * 1_000_000_000,
   };

@@ -3,6 +3,7 @@ import { Migration20261125000000Hosters } from "./Migration20261125000000Hosters
 import { Migration20261126000000Products } from "./Migration20261126000000Products.ts";
 import { Migration20261127120000HosterUsageMismatches } from "./Migration20261127120000HosterUsageMismatches.ts";
 import { Migration20261220000000UsageOutbox } from "./Migration20261220000000UsageOutbox.ts";
+import { Migration20261228000000DropUsageOutbox } from "./Migration20261228000000DropUsageOutbox.ts";
 
 /** Registry's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -10,4 +11,5 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261126000000Products", class: Migration20261126000000Products },
   { name: "Migration20261127120000HosterUsageMismatches", class: Migration20261127120000HosterUsageMismatches },
   { name: "Migration20261220000000UsageOutbox", class: Migration20261220000000UsageOutbox },
+  { name: "Migration20261228000000DropUsageOutbox", class: Migration20261228000000DropUsageOutbox },
 ];

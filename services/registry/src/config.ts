@@ -7,7 +7,7 @@ import {
   listenPort,
   loadConfig,
   makeValidator,
-  numberBetween,
+  millis,
   secret,
   secretsKey,
   str,
@@ -54,13 +54,6 @@ const cloudPart = {
   desc: `required when any of ${CLOUD_VARIABLES.join(", ")} is set`,
 };
 
-/** A positive whole number of milliseconds. */
-const millis = makeValidator<number>((value) => {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new Error("must be a positive integer (milliseconds)");
-  return n;
-});
-
 /** Comma-separated http(s) URLs, at least one, no duplicates (messages never echo a value). */
 const urlList = makeValidator<string[]>((value) => {
   const urls = value
@@ -94,13 +87,15 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       ACCOUNTS_ADDR: str({ default: "127.0.0.1:50051" }),
       // Seals hosters' tokens at rest (AES-256-GCM). A secret: no default, never logged.
       SECRETS_KEY: secretsKey(),
-      // Lets hoster endpoints be loopback or private addresses: tests and local demos only.
+      // Lets hoster endpoints be loopback or private addresses (registration checks and health
+      // probes; the edge has its own setting for chats): tests and local demos only.
       ALLOW_PRIVATE_UPSTREAMS: bool({ default: false }),
       HOSTER_CHECK_TIMEOUT_MS: millis({ default: 5_000 }),
       HOSTER_PROBE_INTERVAL_MS: millis({ default: 30_000 }),
       HOSTER_UNHEALTHY_AFTER: intBetween(1, 1_000)({ default: 2 }),
       // One URL, or several comma-separated (replicas serving every LOCAL_MODELS model, tried in
-      // this order: a request fails over to the next before its first byte).
+      // this order: a request fails over to the next before its first byte). Sent to the edges
+      // in the routing table, with the token.
       LOCAL_MODEL_URL: urlList({ default: ["http://127.0.0.1:8090"] }),
       // A secret: no default, never logged.
       LOCAL_MODEL_TOKEN: secret(),
@@ -111,29 +106,7 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       CLOUD_API_KEY: secret(cloudPart),
       // Same format as LOCAL_MODELS; the prices are what customers pay.
       CLOUD_MODELS: configuredModels(cloudPart),
-      UPSTREAM_CONNECT_TIMEOUT_MS: millis({ default: 5_000 }),
-      UPSTREAM_FIRST_BYTE_TIMEOUT_MS: millis({ default: 30_000 }),
-      UPSTREAM_IDLE_TIMEOUT_MS: millis({ default: 30_000 }),
-      UPSTREAM_TOTAL_TIMEOUT_MS: millis({ default: 600_000 }),
-      // A body past this is cut (a hoster streaming a multi-GB body); 32 MiB holds ~100k streamed
-      // tokens, or ~20k with top_logprobs=20.
-      UPSTREAM_MAX_RESPONSE_BYTES: intBetween(1_024, Number.MAX_SAFE_INTEGER)({ default: 32 * 1024 * 1024 }),
-      // Outlier ejection: live failures in a row that take a server out of routing, and the first
-      // back-off (doubled on each further ejection, at most 8×).
-      UPSTREAM_EJECT_AFTER_FAILURES: intBetween(1, 1_000)({ default: 5 }),
-      UPSTREAM_EJECT_BACKOFF_MS: millis({ default: 30_000 }),
-      // The runaway guard (DESIGN.md §5): the upstream stops at max_tokens by its own tokenizer, so
-      // the relay cuts a choice only once its own count passes ratio × cap + slack. Below 1 the
-      // guard would cut answers an honest upstream ended within the cap.
-      OUTPUT_RUNAWAY_RATIO: numberBetween(1, 100)({ default: 1.5 }),
-      OUTPUT_RUNAWAY_SLACK_TOKENS: intBetween(0, 1_000_000)({ default: 32 }),
-      // How long a usage.completed waits for JetStream's ack before it goes to the outbox instead
-      // (docs/usage-outbox.md); during a NATS outage each call's end waits this long.
-      USAGE_PUBLISH_TIMEOUT_MS: millis({ default: 1_000 }),
-      // How often the outbox is checked for events to replay besides start and NATS reconnects.
-      USAGE_OUTBOX_REPLAY_INTERVAL_MS: millis({ default: 5_000 }),
-      // On SIGTERM, running ChatCompletion streams get this long to finish before they are cut
-      // (each still makes its usage event durable before the process exits).
+      // On SIGTERM, running WatchCatalog streams and calls get this long to finish.
       SHUTDOWN_GRACE_MS: intBetween(0, 600_000)({ default: 10_000 }),
     },
     env,

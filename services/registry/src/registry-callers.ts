@@ -3,13 +3,12 @@ import type { RegistryServiceServer } from "@mkt/proto/registry/v1/registry";
 
 /**
  * Who may call each RegistryService RPC (enforced with mTLS on: packages/runtime/src/caller-policy.ts).
- * The edge serves the public routes and relays chats; billing reads plans for the subscription
+ * The edge serves the public routes; billing reads plans for the subscription
  * saga (GetProduct) and the hoster's earnings (ListProducts).
  */
 export const REGISTRY_CALLERS = {
   resolveRoute: ["edge"],
   listModels: ["edge"],
-  chatCompletion: ["edge"],
   registerHoster: ["edge"],
   getHoster: ["edge"],
   listHosters: ["edge"],

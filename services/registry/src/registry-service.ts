@@ -1,4 +1,4 @@
-import { requestThenStream, unary } from "@mkt/runtime/grpc-server";
+import { unary } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
 import {
   ListModelsResponse,
@@ -7,14 +7,18 @@ import {
   type RegistryServiceServer,
 } from "@mkt/proto/registry/v1/registry";
 import { resolveModel } from "./catalog/resolve-route.ts";
-import { chatCompletion, type ChatDeps } from "./chat/chat-completion.ts";
+import type { ModelCatalog } from "./catalog/model-catalog.ts";
 import { getHoster, listHosters } from "./hosters/hoster-handlers.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { registerHoster } from "./hosters/register-hoster.ts";
 import { archiveProduct, createProduct, getProduct, listProducts, updateProduct } from "./products/product-handlers.ts";
 
 /** The RegistryService gRPC handlers. */
-export function registryService(deps: ChatDeps, hosters: HostersContext, log: Logger): RegistryServiceServer {
+export function registryService(
+  deps: { catalog: ModelCatalog },
+  hosters: HostersContext,
+  log: Logger,
+): RegistryServiceServer {
   return {
     resolveRoute: unary(log, "ResolveRoute", async (request) => {
       const model = await resolveModel(deps.catalog, request.model.trim(), request.scope);
@@ -35,7 +39,6 @@ export function registryService(deps: ChatDeps, hosters: HostersContext, log: Lo
         ),
       });
     }),
-    chatCompletion: requestThenStream(log, "ChatCompletion", chatCompletion(deps)),
     registerHoster: unary(log, "RegisterHoster", (request) => registerHoster(hosters, request)),
     getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
     listHosters: unary(log, "ListHosters", () => listHosters(hosters)),

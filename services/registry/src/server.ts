@@ -3,7 +3,7 @@ import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { startGrpcServer } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
 import { startMetricsServer } from "@mkt/runtime/metrics-server";
-import { connectNats, ensureUsageStream, eventNames, natsCredentials, type NatsConnection } from "@mkt/runtime/nats";
+import { connectNats, eventNames, natsCredentials, type NatsConnection } from "@mkt/runtime/nats";
 import { dependencyReadiness } from "@mkt/runtime/readiness";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
 import { readServiceTls } from "@mkt/runtime/service-tls";
@@ -15,28 +15,17 @@ import { catalogAnnouncer } from "./catalog/catalog-announcer.ts";
 import { hosterCatalog } from "./catalog/hoster-catalog.ts";
 import { compositeCatalog, type ModelCatalog } from "./catalog/model-catalog.ts";
 import { platformCatalog } from "./catalog/platform-catalog.ts";
-import type { ChatDeps } from "./chat/chat-completion.ts";
 import type { RegistryConfig } from "./config.ts";
 import { entities } from "./entities.ts";
 import { startHealthProber } from "./hosters/health-prober.ts";
 import { HosterStore } from "./hosters/hoster-store.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
-import { UsageMismatchRecorder } from "./hosters/usage-mismatch-recorder.ts";
+import { startHosterUsageConsumer, type HosterUsageConsumer } from "./hosters/hoster-usage-consumer.ts";
 import { createRegistryMetrics } from "./metrics/registry-metrics.ts";
 import { ProductStore } from "./products/product-store.ts";
 import { registryService } from "./registry-service.ts";
 import { REGISTRY_CALLERS } from "./registry-callers.ts";
-import { hosterAgent } from "./upstream/hoster-agent.ts";
-import { OutlierTracker } from "./upstream/outlier-tracker.ts";
-import { UpstreamPools } from "./upstream/upstream-pools.ts";
-import { EjectionProber } from "./upstream/ejection-prober.ts";
-import { OutboxReplayer } from "./usage/outbox-replayer.ts";
-import { UsageOutbox } from "./usage/usage-outbox.ts";
-import { UsagePublisher } from "./usage/usage-publisher.ts";
-import { UsageStream } from "./usage/usage-stream.ts";
-
-/** After the shutdown grace, how long cut streams get to send their final event before calls are forced closed. */
-const FINAL_EVENT_MS = 1_000;
+import { hosterAgent } from "@mkt/runtime/hoster-connector";
 
 /** Longest time a hoster row is reused for routing before it is read again. */
 const HOSTER_CACHE_MAX_MS = 5_000;
@@ -44,18 +33,13 @@ const HOSTER_CACHE_MAX_MS = 5_000;
 export interface RegistryOptions {
   /** The clock of hosters' check times; tests may set it. */
   clock?: () => Date;
-  /** How often hosters' usage mismatch counts are written (default 1 s). */
-  mismatchFlushMs?: number;
 }
 
 export interface RegistryHandle {
   port: number;
   /** The plain HTTP listener's port (METRICS_PORT, or the free one picked for 0): /metrics, /healthz, /readyz. */
   metricsPort: number;
-  /**
-   * Stop accepting → let running streams finish (grace) → stop the prober → close upstream pools
-   * → nats.drain() → orm.close().
-   */
+  /** Stop accepting → let running calls finish (grace) → stop the prober and consumer → nats.drain() → orm.close(). */
   close(graceMs?: number): Promise<void>;
 }
 
@@ -83,13 +67,9 @@ export async function startRegistry(
   );
   const names = eventNames(config.EVENTS_PREFIX);
   const accountsClient = createClient(AccountsServiceClient, config.ACCOUNTS_ADDR, tls);
-  const pools = new UpstreamPools({
-    connectTimeoutMs: config.UPSTREAM_CONNECT_TIMEOUT_MS,
-    allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
-  });
   const agent = hosterAgent({
     allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
-    connectTimeoutMs: Math.min(config.UPSTREAM_CONNECT_TIMEOUT_MS, config.HOSTER_CHECK_TIMEOUT_MS),
+    connectTimeoutMs: config.HOSTER_CHECK_TIMEOUT_MS,
   });
   const publishCatalogChange = catalogAnnouncer(nc, names.catalogChanged, log);
   const hosters: HostersContext = {
@@ -108,17 +88,6 @@ export async function startRegistry(
     clock: options.clock ?? (() => new Date()),
   };
   const metrics = createRegistryMetrics();
-  const mismatches = new UsageMismatchRecorder(
-    hosters.store,
-    metrics.usageMismatches,
-    log,
-    options.mismatchFlushMs ?? 1_000,
-  );
-  // Per replica, in memory: ejection reacts to what this replica sees within a few calls.
-  const outliers = new OutlierTracker({
-    ejectAfterFailures: config.UPSTREAM_EJECT_AFTER_FAILURES,
-    backoffMs: config.UPSTREAM_EJECT_BACKOFF_MS,
-  });
   const startedAt = new Date();
   const cloud: ModelCatalog[] =
     config.CLOUD_BASE_URL && config.CLOUD_API_KEY && config.CLOUD_MODELS
@@ -128,21 +97,9 @@ export async function startRegistry(
             config.CLOUD_MODELS,
             [{ url: config.CLOUD_BASE_URL, token: config.CLOUD_API_KEY }],
             startedAt,
-            outliers,
           ),
         ]
       : [];
-  const usageStream = new UsageStream(nc, names.usageCompleted, config.USAGE_PUBLISH_TIMEOUT_MS);
-  const outbox = new UsageOutbox(orm);
-  const replayer = new OutboxReplayer({
-    outbox,
-    stream: usageStream,
-    nc,
-    intervalMs: config.USAGE_OUTBOX_REPLAY_INTERVAL_MS,
-    metrics: { depth: metrics.usageOutboxDepth, replayed: metrics.usageOutboxReplayed },
-    log,
-  });
-  const cutStreams = new AbortController();
   const hosterRows = hosterCatalog({
     store: hosters.store,
     box: hosters.box,
@@ -150,7 +107,6 @@ export async function startRegistry(
     // within one probe interval (5 s at most) should that announcement be lost.
     cacheTtlMs: Math.min(config.HOSTER_PROBE_INTERVAL_MS, HOSTER_CACHE_MAX_MS),
     log,
-    outliers,
   });
   // Every replica drops its cached hoster rows on any replica's announcement, so an edge that
   // re-resolves after it reads the new state, whichever replica it asks.
@@ -172,60 +128,20 @@ export async function startRegistry(
       config.LOCAL_MODELS,
       config.LOCAL_MODEL_URL.map((url) => ({ url, token: config.LOCAL_MODEL_TOKEN })),
       startedAt,
-      outliers,
     ),
     ...cloud,
     hosterRows,
   );
-  const revival = new EjectionProber({
-    catalog,
-    outliers,
-    // A hoster's server only through the guarded agent; the operator's servers through their pool.
-    dispatcherFor: (target) =>
-      target.trust === "hoster" ? agent : pools.get(new URL(target.baseUrl).origin, "platform"),
-    timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS,
-    log,
-  });
-  const deps: ChatDeps = {
-    catalog,
-    pools,
-    limits: {
-      firstByteMs: config.UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-      idleMs: config.UPSTREAM_IDLE_TIMEOUT_MS,
-      totalMs: config.UPSTREAM_TOTAL_TIMEOUT_MS,
-      maxResponseBytes: config.UPSTREAM_MAX_RESPONSE_BYTES,
-    },
-    runaway: { ratio: config.OUTPUT_RUNAWAY_RATIO, slackTokens: config.OUTPUT_RUNAWAY_SLACK_TOKENS },
-    inflight: new Set(),
-    shutdown: cutStreams.signal,
-    outliers,
-    revival,
-    usage: new UsagePublisher(
-      usageStream,
-      outbox,
-      {
-        outboxWritten: metrics.usageOutboxWritten,
-        outboxDepth: metrics.usageOutboxDepth,
-        durabilityFailures: metrics.usageDurabilityFailures,
-        durable: metrics.usageDurable,
-      },
-      log,
-    ),
-    mismatches,
-    metrics,
-    log,
-  };
+  let usageFigures: HosterUsageConsumer | undefined;
   const cleanup = async () => {
-    await revival.close();
-    await mismatches.close();
+    await usageFigures?.stop();
     accountsClient.close();
-    await pools.close();
     await agent.close();
     await drainNats(nc, log);
     await orm.close();
   };
   try {
-    await ensureUsageStream(nc, names);
+    usageFigures = await startHosterUsageConsumer(nc, names, hosters.store, metrics.usageMismatches, log);
   } catch (err) {
     await cleanup();
     throw err;
@@ -233,7 +149,7 @@ export async function startRegistry(
   const grpc = await startGrpcServer(
     config.GRPC_HOST,
     config.GRPC_PORT,
-    [[RegistryServiceService, registryService(deps, hosters, log), REGISTRY_CALLERS]],
+    [[RegistryServiceService, registryService({ catalog }, hosters, log), REGISTRY_CALLERS]],
     { tls, log },
   ).catch(async (err: unknown) => {
     await cleanup();
@@ -251,12 +167,9 @@ export async function startRegistry(
     await cleanup();
     throw err;
   });
-  // After the stream exists: what a crash (or an outage before a restart) left is replayed now.
-  replayer.start();
   const stopProber = startHealthProber(hosters, {
     intervalMs: config.HOSTER_PROBE_INTERVAL_MS,
     unhealthyAfter: config.HOSTER_UNHEALTHY_AFTER,
-    outliers,
   });
   log.info(
     {
@@ -274,20 +187,10 @@ export async function startRegistry(
     metricsPort: metricsServer.port,
     close(graceMs = config.SHUTDOWN_GRACE_MS) {
       closing ??= (async () => {
-        // At the grace, streams still running end themselves with a final event (in order after
-        // their chunks); calls still open after that are forced closed.
-        const cut = setTimeout(() => cutStreams.abort(), graceMs);
-        await grpc.close(graceMs + FINAL_EVENT_MS);
-        clearTimeout(cut);
+        await grpc.close(graceMs);
         await stopProber();
-        await revival.close();
-        // Streams still running after the grace period are cut here; each handler then makes
-        // its usage event durable, which must happen before NATS drains.
-        await pools.close();
         await agent.close();
-        await Promise.allSettled([...deps.inflight]);
-        await replayer.stop();
-        await mismatches.close();
+        await usageFigures?.stop();
         await metricsServer.close();
         accountsClient.close();
         await drainNats(nc, log);
@@ -300,7 +203,7 @@ export async function startRegistry(
 
 /**
  * Drains NATS; when it is unreachable (a shutdown during an outage) the drain fails, and the
- * connection is closed instead so the database still closes: events not acked are in the outbox.
+ * connection is closed instead so the database still closes.
  */
 async function drainNats(nc: NatsConnection, log: Logger): Promise<void> {
   try {

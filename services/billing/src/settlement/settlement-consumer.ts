@@ -56,15 +56,14 @@ export async function startSettlementConsumer(
     durable_name: names.settlerConsumer,
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
-    // usage.completed from registry and usage.cut from the edges.
-    filter_subject: names.usageAll,
+    filter_subject: names.usageCompleted,
     ack_wait: ACK_WAIT_NS,
   };
   try {
     await jsm.consumers.info(names.usageStream, names.settlerConsumer);
     await jsm.consumers.update(names.usageStream, names.settlerConsumer, {
       ack_wait: ACK_WAIT_NS,
-      filter_subject: names.usageAll,
+      filter_subject: names.usageCompleted,
     });
   } catch {
     await jsm.consumers.add(names.usageStream, config);

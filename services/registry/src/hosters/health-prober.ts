@@ -1,10 +1,8 @@
 import { SecretBoxError } from "@mkt/runtime/secret-box";
-import { hosterUpstreamKey } from "../catalog/hoster-catalog.ts";
-import type { OutlierTracker } from "../upstream/outlier-tracker.ts";
 import { hosterKeyContext } from "./hoster.entity.ts";
 import type { ProbeTarget } from "./hoster-store.ts";
 import type { HostersContext } from "./hosters-context.ts";
-import { checkHealth, checkModels, ServerCheckError } from "./server-checks.ts";
+import { checkHealth, checkModels, ServerCheckError } from "@mkt/runtime/server-checks";
 import { repeatEvery } from "@mkt/runtime/periodic";
 
 /** Probes at most this many hosters at once, so a long list of slow servers cannot pile up sockets. */
@@ -33,22 +31,14 @@ async function probe(ctx: HostersContext, target: ProbeTarget): Promise<string |
   }
 }
 
-/**
- * Probes every registered hoster once and records each result. A success also ends the hoster's
- * ejection for live failures in this replica (`outliers`): the probe is the proof it is back.
- */
-export async function probeAllHosters(
-  ctx: HostersContext,
-  unhealthyAfter: number,
-  outliers?: Pick<OutlierTracker, "recovered">,
-): Promise<void> {
+/** Probes every registered hoster once and records each result. */
+export async function probeAllHosters(ctx: HostersContext, unhealthyAfter: number): Promise<void> {
   const queue = await ctx.store.probeTargets();
   const worker = async () => {
     for (let target = queue.shift(); target; target = queue.shift()) {
       const error = await probe(ctx, target);
       const flipped = await ctx.store.recordProbe(target.id, ctx.clock(), error, unhealthyAfter);
       if (flipped) ctx.announce(target.id);
-      if (!error) outliers?.recovered(hosterUpstreamKey(target.id));
       if (error) ctx.log.debug({ hosterId: target.id, error }, "hoster probe failed");
     }
   };
@@ -64,11 +54,11 @@ export async function probeAllHosters(
  */
 export function startHealthProber(
   ctx: HostersContext,
-  options: { intervalMs: number; unhealthyAfter: number; outliers?: Pick<OutlierTracker, "recovered"> },
+  options: { intervalMs: number; unhealthyAfter: number },
 ): () => Promise<void> {
   return repeatEvery(
     options.intervalMs,
-    () => probeAllHosters(ctx, options.unhealthyAfter, options.outliers),
+    () => probeAllHosters(ctx, options.unhealthyAfter),
     ctx.log,
     "hoster probe round",
   );

@@ -180,11 +180,18 @@ export class HosterStore {
     return rows.some((r) => r.before !== r.after);
   }
 
-  /** Adds to a hoster's usage_mismatches (one statement on the current value, so replicas add up). */
-  async addUsageMismatches(id: string, count: number): Promise<void> {
-    await this.#orm.em
-      .fork()
-      .execute(`update hosters set usage_mismatches = usage_mismatches + ? where id = ?`, [count, id]);
+  /**
+   * Adds to hosters' usage_mismatches, all of them in one statement on the current values (so
+   * replicas add up). Ids that are not registered hosters are ignored.
+   */
+  async addUsageMismatches(counts: ReadonlyMap<string, number>): Promise<void> {
+    if (counts.size === 0) return;
+    await this.#orm.em.fork().execute(
+      `update hosters h set usage_mismatches = h.usage_mismatches + c.n
+         from unnest(?::uuid[], ?::bigint[]) as c(id, n)
+        where h.id = c.id`,
+      [[...counts.keys()], [...counts.values()]],
+    );
   }
 
   async #select(where: string, params: unknown[]): Promise<StoredHoster[]> {

@@ -2,7 +2,7 @@ import type { Logger } from "@mkt/runtime/logger";
 import type { PromiseClient } from "@mkt/runtime/grpc-client";
 import type { SecretBox } from "@mkt/runtime/secret-box";
 import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
-import type { ServerCheckSettings } from "./server-checks.ts";
+import type { ServerCheckSettings } from "@mkt/runtime/server-checks";
 import type { HosterStore } from "./hoster-store.ts";
 import type { ProductStore } from "../products/product-store.ts";
 import type { AnnounceCatalogChange } from "../catalog/catalog-announcer.ts";

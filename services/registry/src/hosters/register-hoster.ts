@@ -1,12 +1,12 @@
 import { AppError } from "@mkt/runtime/errors";
 import { newId } from "@mkt/runtime/ids";
 import type { RegisterHosterRequest, RegisterHosterResponse } from "@mkt/proto/registry/v1/registry";
-import { assertPublicEndpoint } from "../upstream/endpoint-guard.ts";
+import { assertPublicEndpoint } from "@mkt/runtime/endpoint-guard";
 import { hosterKeyContext } from "./hoster.entity.ts";
 import { hosterView } from "./hoster-view.ts";
 import type { HostersContext } from "./hosters-context.ts";
 import { validateRegistration } from "./registration-request.ts";
-import { ServerCheckError, verifyHosterServer } from "./server-checks.ts";
+import { ServerCheckError, verifyHosterServer } from "@mkt/runtime/server-checks";
 
 /**
  * POST /hosters/register, a small saga. Order, and why:

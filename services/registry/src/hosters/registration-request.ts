@@ -1,6 +1,6 @@
 import { AppError } from "@mkt/runtime/errors";
 import type { RegisterHosterRequest } from "@mkt/proto/registry/v1/registry";
-import { parseEndpointUrl } from "../upstream/endpoint-guard.ts";
+import { parseEndpointUrl } from "@mkt/runtime/endpoint-guard";
 
 export const MAX_NAME_CHARS = 100;
 export const MAX_MODELS = 50;

@@ -12,11 +12,12 @@ export const protobufPackage = "marketplace.events.v1";
 export const protobufFileName = "marketplace/events/v1/events.proto";
 
 /**
- * Published by registry to JetStream subject `usage.completed` once per chat request, on every
- * exit path, with Nats-Msg-Id = request_id; for a streamed answer registry's death cut, by the
- * edge on `usage.cut` (same message id: JetStream keeps one). It carries counts and outcome, never
- * money: billing prices it from the route's price snapshot (or the subscription's terms) and the
- * lease's worst case.
+ * Published by the edge that relayed the answer to JetStream subject `usage.completed` once per chat
+ * request, on every exit path, with Nats-Msg-Id = request_id; when JetStream does not ack in time
+ * the edge hands it to billing's RecordUsage instead (settled once either way). It carries counts
+ * and outcome, never money: billing prices it from the route's price snapshot (or the
+ * subscription's terms) and the lease's worst case; registry keeps each hoster's usage-report
+ * figures from it.
  */
 export interface UsageCompleted {
   requestId: string;
@@ -33,12 +34,12 @@ export interface UsageCompleted {
   /** Full request duration at the edge, receipt to last byte. */
   latencyMs: bigint;
   success: boolean;
-  /** Error code (DESIGN.md section 4) when success is false. */
+  /** The public error code (the `code` of the error object the client got) when success is false. */
   errorCode: string;
   /** RFC 3339 UTC time the edge received the request. */
   startedAt: string;
   /**
-   * The admission lease the request was admitted on (DESIGN.md §2.3): billing charges at most
+   * The admission lease the request was admitted on (docs/leases.md): billing charges at most
    * `worst_case_micros` and releases that much of the lease's hold. Every edge sets it; an event
    * without one is recorded at no cost (and logged), like one naming an unknown lease.
    */
@@ -58,8 +59,8 @@ export interface UsageCompleted {
   inputPricePer1mMicros: bigint;
   outputPricePer1mMicros: bigint;
   /**
-   * From the edge's receipt to the answer's first token (its first chunk with a choice, reaching
-   * the registry); absent when no token reached the caller.
+   * From the edge's receipt to the answer's first token (its first chunk with a choice, read from
+   * the upstream); absent when no token reached the caller.
    */
   timeToFirstTokenMs?:
     | bigint
@@ -75,6 +76,24 @@ export interface UsageCompleted {
    * case), the split its answer's `usage.cost` was computed with. 0 for other requests.
    */
   includedTokens: bigint;
+  /**
+   * What the upstream's own usage report claimed (absent when it sent none or sent garbage):
+   * untrusted, kept for the hoster's figures; billing uses input_tokens / output_tokens.
+   */
+  reportedInputTokens?: bigint | undefined;
+  reportedOutputTokens?:
+    | bigint
+    | undefined;
+  /**
+   * The edge's verdict on that report: "" (none or within tolerance), invalid_report, input or
+   * output (the report claimed more than the edge counted, beyond the tolerance).
+   */
+  usageMismatch: string;
+  /**
+   * The HTTP status of the upstream's answer (0 when no upstream answered: refused before the
+   * call, a connection failure or a timeout before headers).
+   */
+  upstreamStatus: number;
 }
 
 /**
@@ -129,6 +148,10 @@ function createBaseUsageCompleted(): UsageCompleted {
     timeToFirstTokenMs: undefined,
     finishReason: "",
     includedTokens: 0n,
+    reportedInputTokens: undefined,
+    reportedOutputTokens: undefined,
+    usageMismatch: "",
+    upstreamStatus: 0,
   };
 }
 
@@ -223,6 +246,24 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
         throw new globalThis.Error("value provided for field message.includedTokens of type int64 too large");
       }
       writer.uint32(176).int64(message.includedTokens);
+    }
+    if (message.reportedInputTokens !== undefined) {
+      if (BigInt.asIntN(64, message.reportedInputTokens) !== message.reportedInputTokens) {
+        throw new globalThis.Error("value provided for field message.reportedInputTokens of type int64 too large");
+      }
+      writer.uint32(184).int64(message.reportedInputTokens);
+    }
+    if (message.reportedOutputTokens !== undefined) {
+      if (BigInt.asIntN(64, message.reportedOutputTokens) !== message.reportedOutputTokens) {
+        throw new globalThis.Error("value provided for field message.reportedOutputTokens of type int64 too large");
+      }
+      writer.uint32(192).int64(message.reportedOutputTokens);
+    }
+    if (message.usageMismatch !== "") {
+      writer.uint32(202).string(message.usageMismatch);
+    }
+    if (message.upstreamStatus !== 0) {
+      writer.uint32(208).int32(message.upstreamStatus);
     }
     return writer;
   },
@@ -408,6 +449,38 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
             message.includedTokens = reader.int64() as bigint;
             continue;
           }
+          case 23: {
+            if (tag !== 184) {
+              break;
+            }
+
+            message.reportedInputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 24: {
+            if (tag !== 192) {
+              break;
+            }
+
+            message.reportedOutputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 25: {
+            if (tag !== 202) {
+              break;
+            }
+
+            message.usageMismatch = reader.string();
+            continue;
+          }
+          case 26: {
+            if (tag !== 208) {
+              break;
+            }
+
+            message.upstreamStatus = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -519,6 +592,26 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
         : isSet(object.included_tokens)
         ? BigInt(object.included_tokens)
         : 0n,
+      reportedInputTokens: isSet(object.reportedInputTokens)
+        ? BigInt(object.reportedInputTokens)
+        : isSet(object.reported_input_tokens)
+        ? BigInt(object.reported_input_tokens)
+        : undefined,
+      reportedOutputTokens: isSet(object.reportedOutputTokens)
+        ? BigInt(object.reportedOutputTokens)
+        : isSet(object.reported_output_tokens)
+        ? BigInt(object.reported_output_tokens)
+        : undefined,
+      usageMismatch: isSet(object.usageMismatch)
+        ? globalThis.String(object.usageMismatch)
+        : isSet(object.usage_mismatch)
+        ? globalThis.String(object.usage_mismatch)
+        : "",
+      upstreamStatus: isSet(object.upstreamStatus)
+        ? globalThis.Number(object.upstreamStatus)
+        : isSet(object.upstream_status)
+        ? globalThis.Number(object.upstream_status)
+        : 0,
     };
   },
 
@@ -587,6 +680,18 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
     if (message.includedTokens !== 0n) {
       obj.includedTokens = message.includedTokens.toString();
     }
+    if (message.reportedInputTokens !== undefined) {
+      obj.reportedInputTokens = message.reportedInputTokens.toString();
+    }
+    if (message.reportedOutputTokens !== undefined) {
+      obj.reportedOutputTokens = message.reportedOutputTokens.toString();
+    }
+    if (message.usageMismatch !== "") {
+      obj.usageMismatch = message.usageMismatch;
+    }
+    if (message.upstreamStatus !== 0) {
+      obj.upstreamStatus = Math.round(message.upstreamStatus);
+    }
     return obj;
   },
 
@@ -634,6 +739,14 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
     message.includedTokens = (object.includedTokens !== undefined && object.includedTokens !== null)
       ? BigInt(object.includedTokens)
       : 0n;
+    message.reportedInputTokens = (object.reportedInputTokens !== undefined && object.reportedInputTokens !== null)
+      ? BigInt(object.reportedInputTokens)
+      : undefined;
+    message.reportedOutputTokens = (object.reportedOutputTokens !== undefined && object.reportedOutputTokens !== null)
+      ? BigInt(object.reportedOutputTokens)
+      : undefined;
+    message.usageMismatch = object.usageMismatch ?? "";
+    message.upstreamStatus = object.upstreamStatus ?? 0;
     return message;
   },
 };

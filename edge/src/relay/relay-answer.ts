@@ -1,0 +1,387 @@
+import { AppError } from "@mkt/runtime/errors";
+import type { Logger } from "@mkt/runtime/logger";
+import type { Route } from "@mkt/proto/registry/v1/registry";
+import type { UpstreamDirectory, UpstreamTarget } from "../routing/upstream-target.ts";
+import { billedUsage, type BilledUsage } from "./billed-usage.ts";
+import { ChunkAccumulator } from "./chunk-accumulator.ts";
+import type { EjectionProber } from "./ejection-prober.ts";
+import type { OutlierTracker } from "./outlier-tracker.ts";
+import { runawayLimit, type RunawayGuard } from "./output-budget.ts";
+import type { RelayMetrics } from "./relay-metrics.ts";
+import type { RelayRequest } from "./relay-request.ts";
+import { upstreamBody } from "./request-body.ts";
+import { streamChat, UpstreamFailure, type UpstreamLimits } from "./stream-chat.ts";
+import type { UpstreamPools } from "./upstream-pools.ts";
+import { isUpstreamFault, liveCandidates } from "./upstream-failover.ts";
+import { usageMismatch, type UsageMismatch } from "./usage-check.ts";
+import { usageCost } from "./usage-cost.ts";
+import { usageCompleted } from "./usage-event.ts";
+import type { UsagePublisher } from "./usage-publisher.ts";
+
+export interface RelayDeps {
+  /** The routing table: a route's upstream servers, with their credentials. */
+  upstreams: UpstreamDirectory;
+  pools: UpstreamPools;
+  limits: UpstreamLimits;
+  /** How far past max_tokens (by our count) a choice may run before the relay cuts it. */
+  runaway: RunawayGuard;
+  /** Ejects servers after live failures in a row; the relay skips ejected ones. */
+  outliers: Pick<OutlierTracker, "isEjected" | "succeeded" | "failed">;
+  /** Probes a model's servers back into routing once every one of them is ejected. */
+  revival?: Pick<EjectionProber, "ejected">;
+  /** Makes the usage event durable (JetStream or billing's RecordUsage), group-committed. */
+  usage: Pick<UsagePublisher, "publish">;
+  metrics: Pick<RelayMetrics, "upstreamRequests" | "upstreamFirstEvent" | "outputRunaways">;
+  log: Logger;
+}
+
+/** What the relay tells its client, in order. */
+export type RelayEvent =
+  /** chat.completion.chunk JSON texts read together, to write together. */
+  | { chunks: string[] }
+  /** The whole chat.completion JSON of a non-streamed answer (its usage event is durable). */
+  | { completion: string }
+  /** A failure after the first event: the stream's final event. */
+  | { error: AppError }
+  /** The answer is whole and its usage event durable: the stream's last bytes may go. */
+  | { end: true };
+
+/** How the client side steers the relay. */
+export interface RelayControl {
+  /** Aborts when the client leaves: the upstream call stops, the answer is `client_cancelled`. */
+  clientGone: AbortSignal;
+  /**
+   * Aborts when the edge must end the answer itself (its shutdown grace is over, or it has been
+   * cut off from billing too long): the answer ends with a `service_unavailable` error event
+   * after what was relayed.
+   */
+  cut?: AbortSignal;
+  /** The message of that error event. */
+  cutMessage?: () => string;
+  /** False once the client's connection is closed (checked before an answer counts as delivered). */
+  clientConnected: () => boolean;
+}
+
+/** What the caller is told; generic on purpose: never an upstream body, URL or token. */
+const UPSTREAM_MESSAGES = {
+  upstream_error: "The model server failed to answer the request.",
+  upstream_timeout: "The model server did not answer in time.",
+} as const;
+
+const SHUTTING_DOWN = "The server is shutting down; please retry the request.";
+
+const NOTHING_BILLED: BilledUsage = { inputTokens: 0n, outputTokens: 0n };
+
+/** A chat completion's id is ours: the request id, which also keys its usage. */
+const completionId = (requestId: string) => `chatcmpl-${requestId}`;
+
+/**
+ * Relays one admitted request from the first upstream that answers, as a stream of RelayEvents the
+ * caller writes in its API's format. It reads top to bottom:
+ *
+ * 1. **Answer** (`answerFrom`): each route's live servers in order, then the client's fallback
+ *    routes (`models`), moving on only from a server's fault and only while nothing has reached
+ *    the client; the chunks are rewritten under our id, counted and relayed as they arrive
+ *    (backpressure: the upstream is read no faster than the client takes them). The runaway guard
+ *    cuts a choice that runs well past max_tokens.
+ * 2. **Whole** (`wholeAnswer`): billed tokens (the upstream's report, never above our counts), the
+ *    report's verdict, `usage.cost`; the usage event made durable; then the last bytes.
+ * 3. **Early end** (`endedEarly`): an error before the first event is thrown (an HTTP error);
+ *    after it, a final error event; a client that left ends it quietly. Billed what was relayed.
+ *
+ * On every exit path exactly one usage.completed is published.
+ */
+export async function* relayAnswer(
+  deps: RelayDeps,
+  request: RelayRequest,
+  control: RelayControl,
+): AsyncGenerator<RelayEvent, void, undefined> {
+  const answer = new Answer(deps, request, control);
+  try {
+    yield* answerFrom(deps, request, answer);
+    yield* wholeAnswer(deps, request, answer);
+  } catch (err) {
+    const event = endedEarly(answer, err);
+    if (event) yield event;
+  } finally {
+    // A client that stopped reading (the route returned) lands here with nothing recorded yet.
+    await answer.record("client_cancelled");
+  }
+}
+
+/** One request's relay state: the route answering, its accumulator and what reached the client. */
+class Answer {
+  readonly started = Date.now();
+  readonly log: Logger;
+  /** Aborts the upstream call: the client left, or the edge cut the answer. */
+  readonly upstreamCancel = new AbortController();
+  route: Route;
+  accumulator: ChunkAccumulator | undefined;
+  /** Events the client was given (chunks or the completion). */
+  written = 0;
+  upstreamStatus = 0;
+  #cut = false;
+  #recorded = false;
+  readonly #deps: RelayDeps;
+  readonly #request: RelayRequest;
+  readonly #control: RelayControl;
+  /** max_tokens bounds each of the client's `n` choices upstream: the request may use n caps. */
+  readonly outputCap: bigint;
+
+  constructor(deps: RelayDeps, request: RelayRequest, control: RelayControl) {
+    this.#deps = deps;
+    this.#request = request;
+    this.#control = control;
+    this.route = request.route;
+    this.log = deps.log.child({ requestId: request.requestId });
+    this.outputCap = request.maxOutputTokens * (request.choices > 1n ? request.choices : 1n);
+    const onGone = () => this.upstreamCancel.abort();
+    const onCut = () => {
+      this.#cut = true;
+      this.upstreamCancel.abort();
+    };
+    if (control.clientGone.aborted) onGone();
+    else control.clientGone.addEventListener("abort", onGone, { once: true });
+    if (control.cut?.aborted) onCut();
+    else control.cut?.addEventListener("abort", onCut, { once: true });
+  }
+
+  /** The edge cut the answer (shutdown, isolation) while its client was still there. */
+  get cutByEdge(): boolean {
+    return this.#cut && !this.#control.clientGone.aborted;
+  }
+
+  cutError(): AppError {
+    return new AppError("service_unavailable", this.#control.cutMessage?.() ?? SHUTTING_DOWN);
+  }
+
+  clientConnected(): boolean {
+    return !this.#control.clientGone.aborted && this.#control.clientConnected();
+  }
+
+  /** A fresh accumulator for the route about to be tried. */
+  startOn(route: Route): ChunkAccumulator {
+    this.route = route;
+    this.accumulator = new ChunkAccumulator(
+      completionId(this.#request.requestId),
+      route.modelId,
+      runawayLimit(this.#request.maxOutputTokens, this.#deps.runaway),
+    );
+    return this.accumulator;
+  }
+
+  billed(): BilledUsage {
+    return billedUsage({
+      reported: this.accumulator?.reportedUsage,
+      promptTokens: this.#request.promptTokens,
+      deliveredOutputTokens: this.accumulator?.deliveredTokens() ?? 0n,
+      maxOutputTokens: this.outputCap,
+    });
+  }
+
+  /**
+   * Publishes the request's one usage event (later calls do nothing) and waits until it is
+   * durable or USAGE_DURABLE_TIMEOUT_MS has passed. `billed` defaults to what reached the client.
+   */
+  async record(errorCode: string, billed?: BilledUsage, mismatch?: UsageMismatch): Promise<void> {
+    if (this.#recorded) return;
+    this.#recorded = true;
+    const acc = this.accumulator;
+    const charged = billed ?? (this.written > 0 ? this.billed() : NOTHING_BILLED);
+    const finishReason = errorCode === "" ? (acc?.finishReason ?? "") : errorCode === "client_cancelled" ? "" : "error";
+    this.#deps.metrics.upstreamRequests.inc({ provider: this.route.provider || "none", code: errorCode || "ok" });
+    if (acc?.cutByGuard) this.#reportRunaway(acc);
+    await this.#deps.usage.publish(
+      usageCompleted(
+        this.#request,
+        {
+          route: this.route,
+          inputTokens: charged.inputTokens,
+          outputTokens: charged.outputTokens,
+          errorCode,
+          finishReason,
+          firstTokenAt: this.written > 0 ? acc?.firstChoiceAt : undefined,
+          reported: acc?.reportedUsage,
+          mismatch,
+          upstreamStatus: this.upstreamStatus,
+        },
+        this.started,
+      ),
+    );
+  }
+
+  /** The runaway guard cut a choice: the upstream ignored max_tokens. Worth a line and a per-hoster count. */
+  #reportRunaway(acc: ChunkAccumulator): void {
+    const { provider, hosterId, modelId } = this.route;
+    this.#deps.metrics.outputRunaways.inc({ provider, hoster_id: hosterId });
+    this.log.warn(
+      {
+        provider,
+        hosterId: hosterId || undefined,
+        modelId,
+        maxTokens: Number(this.#request.maxOutputTokens),
+        choiceLimit: acc.choiceLimit,
+      },
+      "upstream ran past max_tokens; the runaway guard cut the answer",
+    );
+  }
+}
+
+/**
+ * Stage 1: the answer's chunks, from the first server that answers. Failover (same model and
+ * price, then the client's fallbacks, each within the admitted worst case) only while nothing has
+ * reached the client; a cancelled request stops at once.
+ */
+async function* answerFrom(deps: RelayDeps, request: RelayRequest, answer: Answer): AsyncGenerator<RelayEvent> {
+  const routes = [request.route, ...request.fallbackRoutes];
+  const cancelled = answer.upstreamCancel.signal;
+  for (const [r, route] of routes.entries()) {
+    const lastRoute = r === routes.length - 1;
+    let targets: UpstreamTarget[];
+    try {
+      targets = liveCandidates(deps.upstreams, deps.outliers, route);
+    } catch (err) {
+      if (lastRoute || !(err instanceof AppError) || err.code !== "no_healthy_upstream") throw err;
+      answer.log.warn({ modelId: route.modelId }, "no live upstream for the model; trying the next model");
+      continue;
+    }
+    for (const [i, target] of targets.entries()) {
+      try {
+        yield* relayFrom(deps, request, answer, answer.startOn(route), target);
+        deps.outliers.succeeded(target.key);
+        if (i > 0 || r > 0) answer.log.info({ upstream: target.key, modelId: route.modelId }, "served after failover");
+        return;
+      } catch (err) {
+        if (cancelled.aborted || !isUpstreamFault(err)) throw err;
+        if (deps.outliers.failed(target.key)) {
+          answer.log.warn({ upstream: target.key }, "upstream ejected after failures");
+          // Not awaited: the client's answer does not wait for the model's other servers.
+          deps.revival
+            ?.ejected(route)
+            .catch((probeErr: unknown) => answer.log.warn({ err: probeErr }, "probing ejected upstreams failed"));
+        }
+        if (answer.written > 0 || (lastRoute && i === targets.length - 1)) throw err;
+        answer.log.warn({ upstream: target.key, code: err.code }, "upstream failed before the first byte; trying the next");
+      }
+    }
+  }
+}
+
+/** One server's answer: its SSE events read, rewritten, counted and relayed as they arrive. */
+async function* relayFrom(
+  deps: RelayDeps,
+  request: RelayRequest,
+  answer: Answer,
+  acc: ChunkAccumulator,
+  target: UpstreamTarget,
+): AsyncGenerator<RelayEvent> {
+  const body = upstreamBody(request.body, target.upstreamModel, request.maxOutputTokens);
+  const events = streamChat(deps.pools, target, body, deps.limits, answer.upstreamCancel.signal, answer.log, {
+    onStatus: (status) => (answer.upstreamStatus = status),
+  });
+  const sent = performance.now();
+  let waitingForFirst = true;
+  for await (const batch of events) {
+    if (waitingForFirst) {
+      waitingForFirst = false;
+      deps.metrics.upstreamFirstEvent.observe({ provider: answer.route.provider }, (performance.now() - sent) / 1000);
+    }
+    // The chunks of one read go out as one write. Those taken before a bad one are relayed before
+    // its error: they count as delivered (and billed) once the accumulator took them.
+    const texts: string[] = [];
+    try {
+      for (const data of batch) {
+        if (!request.stream) acc.accept(data);
+        else {
+          const text = acc.relayText(data);
+          if (text !== undefined) texts.push(text);
+        }
+        if (acc.stoppedByGuard) break;
+      }
+    } finally {
+      if (texts.length > 0) {
+        answer.written += texts.length;
+        yield { chunks: texts };
+      }
+    }
+    // Every choice ended, one cut by the guard: the rest of a runaway is not worth reading.
+    if (acc.stoppedByGuard) break; // leaving the loop closes the upstream connection (streamChat's finally)
+  }
+  if (!acc.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
+}
+
+/**
+ * Stage 2: the answer is whole. Billed tokens and cost, the report's verdict; the usage event is
+ * made durable before the last bytes (the completion of a non-streamed answer, the end of a
+ * stream), so no client holds an answer whose usage could be lost. A client gone by then is
+ * `client_cancelled`, billed what was relayed.
+ */
+async function* wholeAnswer(deps: RelayDeps, request: RelayRequest, answer: Answer): AsyncGenerator<RelayEvent> {
+  const acc = answer.accumulator;
+  if (!acc?.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
+  const delivered = acc.deliveredTokens();
+  const billed = answer.billed();
+  const mismatch = checkReportedUsage(request, answer.route, acc, delivered, answer.outputCap);
+  const cost = usageCost(request, answer.route, billed);
+  if (request.stream && request.includeUsage) {
+    yield { chunks: [JSON.stringify(acc.usageChunk(billed, cost))] };
+  }
+  if (!answer.clientConnected()) throw new UpstreamFailure("client_cancelled", "client left before the answer's end");
+  await answer.record("", billed, mismatch);
+  if (request.stream) {
+    yield { end: true };
+  } else {
+    answer.written++;
+    yield { completion: JSON.stringify(acc.completion(billed, cost)) };
+  }
+}
+
+/**
+ * Stage 3: the answer ended early. Returns the final error event when the client already has a
+ * 200 and chunks; throws the error when nothing reached it (an ordinary HTTP error); records the
+ * usage (billed what was relayed) without waiting for it to be durable: the client's answer is
+ * over either way.
+ */
+function endedEarly(answer: Answer, err: unknown): RelayEvent | undefined {
+  const cut = answer.cutByEdge;
+  const cancelled =
+    !cut && (answer.upstreamCancel.signal.aborted || (err instanceof UpstreamFailure && err.code === "client_cancelled"));
+  const appError = cut ? answer.cutError() : cancelled ? undefined : toAppError(err, answer.log);
+  const errorCode = appError?.code ?? "client_cancelled";
+  answer.log.info({ errorCode, written: answer.written }, "chat completion ended early");
+  void answer.record(errorCode);
+  if (!appError) return undefined;
+  if (answer.written > 0) return { error: appError };
+  throw appError;
+}
+
+function toAppError(err: unknown, log: Logger): AppError {
+  if (err instanceof AppError) return err;
+  if (err instanceof UpstreamFailure && err.code !== "client_cancelled") {
+    return new AppError(err.code, UPSTREAM_MESSAGES[err.code]);
+  }
+  log.error({ err }, "chat completion failed");
+  return new AppError("internal_error", "Internal error.");
+}
+
+/**
+ * The verdict on a hoster's usage report: more than the edge relayed or the cap allows
+ * (usageMismatch says how an answer the runaway guard cut is judged). Platform servers are the
+ * operator's own and are not judged.
+ */
+function checkReportedUsage(
+  request: RelayRequest,
+  route: Route,
+  acc: ChunkAccumulator,
+  delivered: bigint,
+  outputCap: bigint,
+): UsageMismatch | undefined {
+  if (route.provider !== "hoster") return undefined;
+  return usageMismatch({
+    reported: acc.reportedUsage,
+    promptTokens: request.promptTokens,
+    deliveredOutputTokens: delivered,
+    maxOutputTokens: outputCap,
+    relayedWhole: !acc.cutByGuard,
+  });
+}
