@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { createLogger } from "@mkt/runtime/logger";
-import { connectNats, ensureUsageStream, eventNames, userInbox, type NatsConnection } from "@mkt/runtime/nats";
+import { connectNats, eventNames, userInbox, type NatsConnection } from "@mkt/runtime/nats";
 import { NATS_USERS, type NatsUser } from "@mkt/runtime/nats-permissions";
 import { natsPasswordVariable, renderNatsServerConfig } from "@mkt/runtime/nats-server-config";
 import { freshEventsPrefix } from "@mkt/testkit/env";
@@ -12,18 +12,19 @@ import { testCertificates } from "@mkt/testkit/test-certificates";
 import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
 import { CatalogChanged, KeyRevoked, KeyRevokedAck, UsageCompleted } from "@mkt/proto/events/v1/events";
 import { startTestBilling, type TestBilling } from "../../services/billing/test/billing-harness.ts";
-import { UsageStream } from "../../services/registry/src/usage/usage-stream.ts";
+import { startHosterUsageConsumer } from "../../services/registry/src/hosters/hoster-usage-consumer.ts";
+import { createRegistryMetrics } from "../../services/registry/src/metrics/registry-metrics.ts";
+import { createRelayMetrics } from "../../edge/src/relay/relay-metrics.ts";
+import { UsagePublisher } from "../../edge/src/relay/usage-publisher.ts";
 import { LeaseTable } from "../../edge/src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../../edge/src/leases/lease-recall.ts";
 import { followKeyRevocations } from "../../edge/src/key-revocations.ts";
 import { PrincipalCache } from "../../edge/src/principal-cache.ts";
-import { CutAnswers } from "../../edge/src/chat/cut-answers.ts";
-import { RelayedOutput } from "../../edge/src/chat/relayed-output.ts";
-import { ChatCompletionRequest } from "@mkt/proto/registry/v1/registry";
+import { Registry } from "prom-client";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 
-// The NATS users of issue 20 §1 on a nats-server of this file's own, started with the very
+// The NATS users on a nats-server of this file's own, started with the very
 // configuration the deployments mount (renderNatsServerConfig): each service's real traffic goes
 // through, and a forged usage.completed, keys.revoked or lease recall is refused by the server.
 
@@ -147,15 +148,21 @@ describe("NATS users", () => {
     ).rejects.toMatchObject({ name: "AuthorizationError" });
   });
 
-  it("registry publishes usage.completed with JetStream's ack, and billing's consumer settles it", async () => {
-    // What registry does at start and for every request (services/registry/src/server.ts).
-    await ensureUsageStream(as.registry, names);
-    const stream = new UsageStream(as.registry, names.usageCompleted, 2_000);
+  it("the edge publishes usage.completed with JetStream's ack, and billing's consumer settles it", async () => {
+    // What the edge's relay does for every answer (edge/src/relay/usage-publisher.ts).
+    const publisher = new UsagePublisher({
+      nc: as.edge,
+      subject: names.usageCompleted,
+      ackTimeoutMs: 2_000,
+      durableTimeoutMs: 5_000,
+      metrics: createRelayMetrics(new Registry()),
+      log,
+    });
     const accountId = randomUUID();
-    const event = usageEvent(accountId);
-    const { requestId } = UsageCompleted.decode(event);
-    await stream.publish(event, requestId);
-    expect(await usageRecord(requestId)).toMatchObject({ account_id: accountId });
+    const event = UsageCompleted.decode(usageEvent(accountId));
+    await publisher.publish(event);
+    expect(publisher.pending).toBe(0);
+    expect(await usageRecord(event.requestId)).toMatchObject({ account_id: accountId });
     // ... and acks it: nothing is left pending or waiting for an ack (a refused ack would be redelivered).
     const jsm = await jetstreamManager(as.billing);
     const deadline = Date.now() + 5_000;
@@ -169,12 +176,13 @@ describe("NATS users", () => {
       unacked: 0,
       redelivered: 0,
     });
+    await publisher.close();
   });
 
   it("refuses usage.completed from every other service, and the stream never holds it", async () => {
-    const jsm = await jetstreamManager(as.registry);
+    const jsm = await jetstreamManager(as.billing);
     const before = (await jsm.streams.info(names.usageStream)).state.messages;
-    for (const user of ["edge", "accounts", "billing"] as const) {
+    for (const user of ["registry", "accounts", "billing"] as const) {
       const event = usageEvent(randomUUID());
       await expect(jetstream(as[user]).publish(names.usageCompleted, event, { timeout: 2_000 })).rejects.toMatchObject(
         refusedRequest(names.usageCompleted),
@@ -187,56 +195,38 @@ describe("NATS users", () => {
     expect((await jsm.streams.info(names.usageStream)).state.messages).toBe(before);
   });
 
-  it("an edge reports an answer registry's failure cut on usage.cut, which billing settles; nobody else may", async () => {
-    // The edge's CutAnswers, connected as `edge`, reporting what it relayed before the cut.
-    const cutAnswers = new CutAnswers(as.edge, names.usageCut, log);
-    const relayed = new RelayedOutput();
-    relayed.add([
-      Buffer.from(JSON.stringify({ model: "demo-small", choices: [{ index: 0, delta: { content: "Hello there" } }] })),
-    ]);
-    const accountId = randomUUID();
-    const requestId = `req_${randomUUID()}`;
-    const route = {
-      modelId: "demo-small",
-      provider: "local",
-      inputPricePer1mMicros: 500_000n,
-      outputPricePer1mMicros: 1_500_000n,
-    };
-    cutAnswers.report(
-      ChatCompletionRequest.fromPartial({
-        requestId,
-        accountId,
-        keyId: "key_1",
-        route,
-        maxOutputTokens: 100n,
-        promptTokens: 12n,
-        receivedAtMs: BigInt(Date.now()),
-      }),
-      relayed,
-      "service_unavailable",
+  it("registry reads usage.completed with a durable consumer of its own (hosters' figures)", async () => {
+    const written: Array<ReadonlyMap<string, number>> = [];
+    const consumer = await startHosterUsageConsumer(
+      as.registry,
+      names,
+      { addUsageMismatches: async (counts) => void written.push(counts) },
+      createRegistryMetrics().usageMismatches,
+      log,
     );
-    await cutAnswers.close();
-    const [row] = await waitForRows(() =>
-      billing.query(
-        `select success, error_code, input_tokens, output_tokens from usage_records where request_id = $1`,
-        [requestId],
-      ),
-    );
-    // "Hello there": two o200k tokens.
-    expect(row).toEqual({ success: false, error_code: "service_unavailable", input_tokens: "12", output_tokens: "2" });
-
-    const jsm = await jetstreamManager(as.registry);
-    const before = (await jsm.streams.info(names.usageStream)).state.messages;
-    for (const user of ["accounts", "billing", "registry"] as const) {
-      const event = usageEvent(randomUUID());
-      await expect(jetstream(as[user]).publish(names.usageCut, event, { timeout: 2_000 })).rejects.toMatchObject(
-        refusedRequest(names.usageCut),
-      );
+    const hosterId = randomUUID();
+    const event = UsageCompleted.fromPartial({
+      requestId: `req_${randomUUID()}`,
+      accountId: randomUUID(),
+      provider: "hoster",
+      hosterId,
+      usageMismatch: "output",
+    });
+    await jetstream(as.edge).publish(names.usageCompleted, UsageCompleted.encode(event).finish(), {
+      msgID: event.requestId,
+    });
+    const deadline = Date.now() + 10_000;
+    while (!written.some((counts) => counts.get(hosterId) === 1) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
     }
-    expect((await jsm.streams.info(names.usageStream)).state.messages).toBe(before);
+    await consumer.stop();
+    expect(written.some((counts) => counts.get(hosterId) === 1)).toBe(true);
+    const jsm = await jetstreamManager(as.registry);
+    const info = await jsm.consumers.info(names.usageStream, names.hosterStatsConsumer);
+    expect({ pending: info.num_pending, unacked: info.num_ack_pending }).toEqual({ pending: 0, unacked: 0 });
   });
 
-  it("lets only billing read the usage stream: others can neither pull from its consumer nor subscribe", async () => {
+  it("lets only billing read its settlement consumer: others can neither pull from it nor subscribe to usage", async () => {
     for (const user of ["edge", "accounts", "registry"] as const) {
       const next = `$JS.API.CONSUMER.MSG.NEXT.${names.usageStream}.${names.settlerConsumer}`;
       await expect(as[user].request(next, new Uint8Array(), { timeout: 2_000 })).rejects.toMatchObject(

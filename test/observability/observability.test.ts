@@ -10,7 +10,8 @@ import { join } from "node:path";
 import Fastify from "fastify";
 import { parse } from "yaml";
 import { describe, expect, it } from "vitest";
-import { installMetrics } from "../../edge/src/plugins/metrics.ts";
+import { edgeMetricsRegistry, installMetrics } from "../../edge/src/plugins/metrics.ts";
+import { createRelayMetrics } from "../../edge/src/relay/relay-metrics.ts";
 import { createBillingMetrics } from "../../services/billing/src/metrics/billing-metrics.ts";
 import { createRegistryMetrics } from "../../services/registry/src/metrics/registry-metrics.ts";
 import { root } from "../deploy/manifests.ts";
@@ -50,10 +51,12 @@ function promtool(...args: string[]): string {
   }
 }
 
-/** Everything the edge, the registry and billing export, from their own registration code. */
+/** Everything the edge (its relay too), the registry and billing export, from their own registration code. */
 async function exported(): Promise<Set<string>> {
   const app = Fastify();
-  installMetrics(app);
+  const metrics = edgeMetricsRegistry();
+  installMetrics(app, metrics);
+  createRelayMetrics(metrics);
   const edge = await app.inject({ method: "GET", url: "/metrics" });
   await app.close();
   const registry = await createRegistryMetrics().registry.metrics();

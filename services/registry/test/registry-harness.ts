@@ -13,11 +13,9 @@ import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit
 import { allowedCallerClient, testCertificates } from "@mkt/testkit/test-certificates";
 import { CatalogChanged, UsageCompleted } from "@mkt/proto/events/v1/events";
 import {
-  ChatCompletionRequest,
   RegistryServiceClient,
   type ArchiveProductRequest,
   type ArchiveProductResponse,
-  ChatCompletionResponse,
   type CreateProductRequest,
   type CreateProductResponse,
   type GetHosterRequest,
@@ -166,7 +164,8 @@ export const TEST_MODELS = [
 ];
 
 /**
- * Everything a registry test file needs: fake upstream, accounts double, registry, NATS reader.
+ * Everything a registry test file needs: fake upstream, accounts double, registry, NATS reader
+ * (the edge's relay harness, edge/test/relay/relay-harness.ts, adds the relay on top).
  * `natsUrl` points registry and the reader at another NATS (a test's private nats-server).
  */
 export async function startHarness(env: Record<string, string> = {}, { natsUrl = TEST_NATS_URL } = {}) {
@@ -204,8 +203,8 @@ export async function startHarness(env: Record<string, string> = {}, { natsUrl =
     UPSTREAM_IDLE_TIMEOUT_MS: "1500",
     ...env,
   });
-  const registry = await startRegistry(config, log, { mismatchFlushMs: 100 });
-  // Chats are relayed for the edge, so the streaming client holds the edge's certificate.
+  const registry = await startRegistry(config, log);
+  // The routing table is streamed to edges only, so this client holds the edge's certificate.
   const grpcClient = createClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, certs.tls("edge"));
   const callers = allowedCallerClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, REGISTRY_CALLERS, certs);
   const client = callers.client as unknown as {
@@ -252,78 +251,12 @@ export async function startHarness(env: Record<string, string> = {}, { natsUrl =
     secretsKey,
     registry,
     client,
-    /** The edge's streaming client, for a test that drives a ChatCompletion call by hand. */
-    streamClient: grpcClient,
+    /** A client with the edge's certificate (WatchCatalog's one caller). */
+    edgeClient: grpcClient,
     logLines,
     published,
     catalogChanges,
     route,
-    /** A ChatCompletion request as the edge sends it. */
-    async chatRequest(modelName: string, overrides: Partial<ChatCompletionRequest> = {}, body: object = {}) {
-      const requestId = `req_${randomUUID()}`;
-      return ChatCompletionRequest.fromPartial({
-        requestId,
-        leaseId: randomUUID(),
-        accountId: randomUUID(),
-        keyId: "key_1",
-        route: await route(modelName),
-        body: Buffer.from(
-          JSON.stringify({ model: modelName, messages: [{ role: "user", content: "Say hello" }], ...body }),
-        ),
-        stream: true,
-        includeUsage: false,
-        maxOutputTokens: 100n,
-        promptTokens: 20n,
-        receivedAtMs: BigInt(Date.now() - 5),
-        ...overrides,
-      });
-    },
-    /**
-     * Runs a ChatCompletion to its end as the edge does: sends the request, then half-closes on
-     * the `end` event (its client has the answer). `cancelAfter` cancels the call after that many
-     * events instead; `afterEnd: "cancel"` cancels on the `end` event instead of half-closing (a
-     * client lost between registry's last event and the edge's last write).
-     */
-    chat(request: ChatCompletionRequest, cancelAfter?: number, { afterEnd = "half-close" } = {}) {
-      return new Promise<{
-        events: ChatCompletionResponse[];
-        /** gRPC messages received (a batch of chunks is one, the `end` event too). */
-        messages: number;
-        /** The answer ended with registry's `end` event (it was whole). */
-        whole: boolean;
-        error?: ServiceError;
-        cancelled?: boolean;
-      }>((resolve) => {
-        const events: ChatCompletionResponse[] = [];
-        let messages = 0;
-        let whole = false;
-        const call = grpcClient.chatCompletion();
-        call.write(request);
-        call.on("data", (event: ChatCompletionResponse) => {
-          messages++;
-          // The end of a whole answer is reported as `whole`, not among the events.
-          if (event.end) {
-            whole = true;
-            if (afterEnd === "half-close") call.end();
-            else {
-              call.cancel();
-              resolve({ events, messages, whole, cancelled: true });
-            }
-            return;
-          }
-          // A batch of chunks is the same chunks in order: tests look at them one by one.
-          if (event.chunks)
-            events.push(...event.chunks.chunks.map((chunk) => ChatCompletionResponse.fromPartial({ chunk })));
-          else events.push(event);
-          if (cancelAfter !== undefined && events.length >= cancelAfter) {
-            call.cancel();
-            resolve({ events, messages, whole, cancelled: true });
-          }
-        });
-        call.on("error", (error: ServiceError) => resolve({ events, messages, whole, error }));
-        call.on("end", () => resolve({ events, messages, whole }));
-      });
-    },
     /** The usage.completed events JetStream holds for a request. */
     async storedEvents(requestId: string): Promise<UsageCompleted[]> {
       // A request made while the connection is down is lost (a fault test's NATS restarting).
@@ -368,11 +301,4 @@ export async function waitFor<T>(read: () => Promise<T> | T, done: (v: T) => boo
     if (done(value) || Date.now() > deadline) return value;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-}
-
-/** Decodes the JSON of a chunk or completion event. */
-export function eventJson(event: ChatCompletionResponse): Record<string, unknown> {
-  const bytes = event.chunk ?? event.completion;
-  if (!bytes) throw new Error("event carries no JSON");
-  return JSON.parse(Buffer.from(bytes).toString("utf8")) as Record<string, unknown>;
 }

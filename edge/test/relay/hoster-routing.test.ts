@@ -4,10 +4,11 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
-import { ChatCompletionRequest, type RouteScope } from "@mkt/proto/registry/v1/registry";
+import type { RouteScope } from "@mkt/proto/registry/v1/registry";
+import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { eventJson, startHarness, waitFor, type Harness } from "./registry-harness.ts";
-import { jsonAnswer, modelList, startRealHoster, startScriptedHoster } from "./hoster-servers.ts";
+import { eventJson, startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
+import { jsonAnswer, modelList, startRealHoster, startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";
 
 const LLAMA = "llama-3-8b.Q4_K_M.gguf";
 const QWEN = "qwen2.5-7b";
@@ -54,18 +55,15 @@ async function refusal(promise: Promise<unknown>): Promise<AppError> {
   return err;
 }
 
-/** A ChatCompletion request as the edge sends it for a scoped key. */
+/** A request as the edge admits it for a scoped key, its route from the edge's table. */
 async function scopedChatRequest(
   scope: RouteScope,
   model: string,
-  overrides: Partial<ChatCompletionRequest> = {},
+  overrides: Partial<RelayRequest> = {},
   harness: Harness = h,
 ) {
-  const { route } = await harness.client.resolveRoute({ model, scope });
-  return ChatCompletionRequest.fromPartial({
-    requestId: `req_${randomUUID()}`,
-    leaseId: randomUUID(),
-    accountId: randomUUID(),
+  const route = await harness.route(model, scope);
+  return harness.chatRequest(model, {
     keyId: "key_scoped",
     route,
     body: Buffer.from(JSON.stringify({ model, messages: [{ role: "user", content: "Say hello" }] })),
@@ -79,7 +77,7 @@ async function scopedChatRequest(
 }
 
 /** The one usage.completed event published for a request. */
-async function usageEvent(request: ChatCompletionRequest, harness: Harness = h): Promise<UsageCompleted> {
+async function usageEvent(request: RelayRequest, harness: Harness = h): Promise<UsageCompleted> {
   const events = await waitFor(
     () => harness.published.filter((e) => e.requestId === request.requestId),
     (found) => found.length > 0,
@@ -90,7 +88,7 @@ async function usageEvent(request: ChatCompletionRequest, harness: Harness = h):
 
 beforeAll(async () => {
   // Frequent probes, so a server that goes away is marked unhealthy within a second.
-  h = await startHarness({ HOSTER_PROBE_INTERVAL_MS: "200", HOSTER_UNHEALTHY_AFTER: "2" });
+  h = await startRelayHarness({ HOSTER_PROBE_INTERVAL_MS: "200", HOSTER_UNHEALTHY_AFTER: "2" });
   acme = await startRealHoster({ models: [LLAMA, QWEN] });
   other = await startRealHoster({ models: [MISTRAL] });
   acmeId = await register(acme, "Acme GPUs", [
@@ -233,10 +231,10 @@ describe("ChatCompletion to a hoster", () => {
       const failing = await scopedChatRequest(scopeOf(hosterId), "tiny-1");
       const { events, error } = await h.chat(failing);
       expect(events).toEqual([]);
-      const appError = AppError.fromGrpc(error!);
+      const appError = error!;
       expect(appError.code).toBe("upstream_error");
       expect(appError.httpStatus).toBe(502);
-      expect(JSON.stringify([error?.message, error?.details, appError.toBody()])).not.toContain(token);
+      expect(JSON.stringify([error?.message, appError.toBody()])).not.toContain(token);
       expect(await usageEvent(failing)).toMatchObject({
         provider: "hoster",
         hosterId,
@@ -275,7 +273,7 @@ describe("an unhealthy hoster", () => {
     expect((await h.client.resolveRoute({ model: "auto", scope: scopeOf(acmeId) })).route?.hosterId).toBe(acmeId);
     // A route resolved before the hoster went down (the edge may hold one) is refused at call time.
     const { error } = await h.chat(resolvedEarlier);
-    expect(AppError.fromGrpc(error!).code).toBe("no_healthy_upstream");
+    expect(error!.code).toBe("no_healthy_upstream");
     expect(await usageEvent(resolvedEarlier)).toMatchObject({ success: false, errorCode: "no_healthy_upstream" });
 
     server = await startRealHoster({ models: [LLAMA], token, port });
@@ -294,7 +292,7 @@ describe("an unhealthy hoster", () => {
 
 describe("without ALLOW_PRIVATE_UPSTREAMS", () => {
   it("calls hosters only through the guarded connector, while the trusted local server is still called", async () => {
-    const strict = await startHarness({ ALLOW_PRIVATE_UPSTREAMS: "false" });
+    const strict = await startRelayHarness({ ALLOW_PRIVATE_UPSTREAMS: "false" });
     const token = "scripted-hoster-token-private";
     const scripted = await startScriptedHoster((req, res) => scriptedAnswer(req, res, token, () => false));
     const db = new pg.Client({ connectionString: strict.databaseUrl });
@@ -315,7 +313,7 @@ describe("without ALLOW_PRIVATE_UPSTREAMS", () => {
 
       const request = await scopedChatRequest(scopeOf(hosterId), "tiny-1", {}, strict);
       const { error } = await strict.chat(request);
-      expect(AppError.fromGrpc(error!).code).toBe("upstream_error");
+      expect(error!.code).toBe("upstream_error");
       expect(scripted.requests).toEqual([]);
       expect(await usageEvent(request, strict)).toMatchObject({ provider: "hoster", errorCode: "upstream_error" });
 

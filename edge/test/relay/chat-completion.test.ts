@@ -3,21 +3,21 @@ import { status } from "@grpc/grpc-js";
 import { AppError } from "@mkt/runtime/errors";
 import { countTextTokens } from "@mkt/runtime/tokens";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import type { ChatCompletionRequest } from "@mkt/proto/registry/v1/registry";
-import { CONTENT, eventJson, startHarness, UPSTREAM_TOKEN, waitFor, type Harness } from "./registry-harness.ts";
+import type { RelayRequest } from "../../src/relay/relay-request.ts";
+import { CONTENT, eventJson, startRelayHarness, UPSTREAM_TOKEN, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
 
 const DELIVERED = BigInt(countTextTokens(CONTENT.join("")));
 
 let h: Harness;
 beforeAll(async () => {
-  h = await startHarness();
+  h = await startRelayHarness();
 });
 afterAll(async () => {
   await h?.close();
 });
 
 /** Exactly one publish and one stored event for the request; returns it. */
-async function theUsageEvent(request: ChatCompletionRequest): Promise<UsageCompleted> {
+async function theUsageEvent(request: RelayRequest): Promise<UsageCompleted> {
   await waitFor(
     () => h.published.filter((e) => e.requestId === request.requestId),
     (events) => events.length > 0,
@@ -213,11 +213,11 @@ describe("ChatCompletion failures", () => {
     const { events, error } = await h.chat(request);
     expect(events).toEqual([]);
     expect(error?.code).toBe(status.UNAVAILABLE);
-    const appError = AppError.fromGrpc(error);
+    const appError = error!;
     expect(appError.code).toBe("upstream_error");
     expect(appError.httpStatus).toBe(502);
     expect(appError.message).not.toMatch(/internal upstream detail/);
-    noSecretIn(error?.message, error?.details, appError.toBody());
+    noSecretIn(error?.message, appError.toBody());
     const event = await theUsageEvent(request);
     expect(event).toMatchObject({ success: false, errorCode: "upstream_error", inputTokens: 0n, outputTokens: 0n });
     // Nothing reached the caller: no first token; the answer was an error.
@@ -230,9 +230,9 @@ describe("ChatCompletion failures", () => {
     const { error } = await h.chat(request);
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(error?.code).toBe(status.DEADLINE_EXCEEDED);
-    const appError = AppError.fromGrpc(error);
+    const appError = error!;
     expect(appError.code).toBe("upstream_timeout");
-    noSecretIn(error?.details, appError.toBody());
+    noSecretIn(appError.toBody());
     const event = await theUsageEvent(request);
     expect(event).toMatchObject({ success: false, errorCode: "upstream_timeout", inputTokens: 0n, outputTokens: 0n });
     await h.upstream.calls.at(-1)!.aborted; // and the upstream request was abandoned
@@ -284,7 +284,7 @@ describe("ChatCompletion failures", () => {
     const request = await h.chatRequest("demo-small");
     request.route = { ...request.route!, modelId: "retired-model" };
     const { error } = await h.chat(request);
-    expect(AppError.fromGrpc(error).code).toBe("no_healthy_upstream");
+    expect(error!.code).toBe("no_healthy_upstream");
     expect(await theUsageEvent(request)).toMatchObject({ success: false, errorCode: "no_healthy_upstream" });
   });
 
@@ -296,11 +296,11 @@ describe("ChatCompletion failures", () => {
 
 describe("ChatCompletion against an unreachable upstream", () => {
   it("answers upstream_error when the connection is refused", async () => {
-    const down = await startHarness({ LOCAL_MODEL_URL: "http://127.0.0.1:9" });
+    const down = await startRelayHarness({ LOCAL_MODEL_URL: "http://127.0.0.1:9" });
     try {
       const request = await down.chatRequest("demo-small");
       const { error } = await down.chat(request);
-      expect(AppError.fromGrpc(error).code).toBe("upstream_error");
+      expect(error!.code).toBe("upstream_error");
       const stored = await down.storedEvents(request.requestId);
       expect(stored).toHaveLength(1);
       expect(stored[0]).toMatchObject({ success: false, errorCode: "upstream_error" });
@@ -324,7 +324,7 @@ describe("upstream connections", () => {
 
 describe("ChatCompletion deadlines and shutdown", () => {
   it("cuts a stream at the total timeout, before the idle timeout would", async () => {
-    const quick = await startHarness({ UPSTREAM_TOTAL_TIMEOUT_MS: "600", UPSTREAM_IDLE_TIMEOUT_MS: "5000" });
+    const quick = await startRelayHarness({ UPSTREAM_TOTAL_TIMEOUT_MS: "600", UPSTREAM_IDLE_TIMEOUT_MS: "5000" });
     try {
       const request = await quick.chatRequest("stalling");
       const started = Date.now();
@@ -341,7 +341,7 @@ describe("ChatCompletion deadlines and shutdown", () => {
   });
 
   it("still records usage for a stream cut by shutdown", async () => {
-    const doomed = await startHarness();
+    const doomed = await startRelayHarness();
     try {
       const request = await doomed.chatRequest("stalling");
       const running = doomed.chat(request);

@@ -3,10 +3,11 @@ import type { AddressInfo } from "node:net";
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
-import { ChatCompletionRequest, type RouteScope } from "@mkt/proto/registry/v1/registry";
+import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
+import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { CONTENT, eventJson, startHarness, UPSTREAM_TOKEN, waitFor, type Harness } from "./registry-harness.ts";
-import { jsonAnswer, modelList, startScriptedHoster } from "./hoster-servers.ts";
+import { CONTENT, eventJson, startRelayHarness, UPSTREAM_TOKEN, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
+import { jsonAnswer, modelList, startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";
 
 type Mode = "ok" | "500" | "400" | "reset" | "mid" | "slow" | "down";
 
@@ -65,7 +66,7 @@ async function answer(res: ServerResponse, mode: Mode = "ok"): Promise<void> {
 type Replica = Awaited<ReturnType<typeof startReplica>>;
 
 /** The one usage event of a request. */
-async function usageOf(h: Harness, request: ChatCompletionRequest): Promise<UsageCompleted> {
+async function usageOf(h: Harness, request: RelayRequest): Promise<UsageCompleted> {
   const events = await waitFor(
     () => h.published.filter((e) => e.requestId === request.requestId),
     (found) => found.length > 0,
@@ -87,7 +88,7 @@ describe("failover between the servers of one model", () => {
   beforeAll(async () => {
     [first, second] = await Promise.all([startReplica(), startReplica()]);
     // Ejection is out of the way here (its own tests follow).
-    h = await startHarness({ LOCAL_MODEL_URL: `${first.url},${second.url}`, UPSTREAM_EJECT_AFTER_FAILURES: "1000" });
+    h = await startRelayHarness({ LOCAL_MODEL_URL: `${first.url},${second.url}`, UPSTREAM_EJECT_AFTER_FAILURES: "1000" });
   });
   afterAll(async () => {
     await h?.close();
@@ -142,7 +143,7 @@ describe("failover between the servers of one model", () => {
     try {
       const request = await h.chatRequest("demo-small");
       const { error } = await h.chat(request);
-      expect(AppError.fromGrpc(error).code).toBe("upstream_error");
+      expect(error!.code).toBe("upstream_error");
       expect(await usageOf(h, request)).toMatchObject({ success: false, outputTokens: 0n, inputTokens: 0n });
     } finally {
       second.state.mode = "ok";
@@ -150,7 +151,7 @@ describe("failover between the servers of one model", () => {
   });
 
   it("moves a request off a server that refuses connections", async () => {
-    const down = await startHarness({ LOCAL_MODEL_URL: `http://127.0.0.1:9,${second.url}` });
+    const down = await startRelayHarness({ LOCAL_MODEL_URL: `http://127.0.0.1:9,${second.url}` });
     try {
       const request = await down.chatRequest("demo-small");
       const { events, error } = await down.chat(request);
@@ -170,7 +171,7 @@ describe("outlier ejection of local servers", () => {
   let h: Harness;
   beforeAll(async () => {
     [first, second] = await Promise.all([startReplica(), startReplica()]);
-    h = await startHarness({
+    h = await startRelayHarness({
       LOCAL_MODEL_URL: `${first.url},${second.url}`,
       UPSTREAM_EJECT_AFTER_FAILURES: "2",
       UPSTREAM_EJECT_BACKOFF_MS: String(BACKOFF_MS),
@@ -189,7 +190,7 @@ describe("outlier ejection of local servers", () => {
   }
 
   it("sends a server no calls for the back-off after failures in a row, then tries it again", async () => {
-    expect((await h.client.resolveRoute({ model: "auto" })).route?.modelId).toBe("demo-small");
+    expect((await h.route("auto")).modelId).toBe("demo-small");
     // A success between two failures starts the count again.
     first.state.mode = "500";
     await served();
@@ -235,7 +236,7 @@ describe("outlier ejection of local servers", () => {
     for (let i = 0; i < 2; i++) {
       // The body is the caller's problem: no other server is tried.
       const { error } = await h.chat(await h.chatRequest("demo-small"));
-      expect(AppError.fromGrpc(error).code).toBe("upstream_error");
+      expect(error!.code).toBe("upstream_error");
     }
     expect(second.state.chats).toBe(secondBefore);
     first.state.mode = "ok";
@@ -249,7 +250,7 @@ describe("outlier ejection of local servers", () => {
     second.state.mode = "500";
     for (let i = 0; i < 2; i++) {
       const { error } = await h.chat(await h.chatRequest("demo-small"));
-      expect(AppError.fromGrpc(error).code).toBe("upstream_error");
+      expect(error!.code).toBe("upstream_error");
     }
     const calls = first.state.chats + second.state.chats;
     const request = await h.chatRequest("demo-small").catch((err: unknown) => err);
@@ -257,22 +258,22 @@ describe("outlier ejection of local servers", () => {
     // otherwise) passes over it.
     expect(request).toBeInstanceOf(AppError);
     expect((request as AppError).code).toBe("no_healthy_upstream");
-    expect((await h.client.resolveRoute({ model: "auto" })).route?.modelId).toBe("broken");
+    expect((await h.route("auto")).modelId).toBe("broken");
 
     // A route resolved before the ejection is refused at ChatCompletion time too.
-    const late = ChatCompletionRequest.fromPartial({
+    const late = await h.chatRequest("", {
       requestId: `req_${randomUUID()}`,
       leaseId: randomUUID(),
       accountId: randomUUID(),
       keyId: "key_1",
-      route: { modelId: "demo-small", provider: "local", contextWindow: 8192n, maxOutputTokensCap: 4096n },
+      route: Route.fromPartial({ modelId: "demo-small", provider: "local", contextWindow: 8192n, maxOutputTokensCap: 4096n }),
       body: Buffer.from(JSON.stringify({ model: "demo-small", messages: [{ role: "user", content: "hi" }] })),
       stream: true,
       maxOutputTokens: 100n,
       promptTokens: 20n,
     });
     const { error } = await h.chat(late);
-    expect(AppError.fromGrpc(error).code).toBe("no_healthy_upstream");
+    expect(error!.code).toBe("no_healthy_upstream");
     expect(first.state.chats + second.state.chats).toBe(calls);
     expect(await usageOf(h, late)).toMatchObject({ success: false, errorCode: "no_healthy_upstream" });
   });
@@ -284,7 +285,7 @@ describe("a model's only server, ejected", () => {
   beforeAll(async () => {
     only = await startReplica(UPSTREAM_TOKEN, ["ok"]);
     // A back-off far longer than the test: only the probes can bring the server back.
-    h = await startHarness({
+    h = await startRelayHarness({
       LOCAL_MODEL_URL: only.url,
       UPSTREAM_EJECT_AFTER_FAILURES: "2",
       UPSTREAM_EJECT_BACKOFF_MS: "600000",
@@ -299,7 +300,7 @@ describe("a model's only server, ejected", () => {
     only.state.mode = "down";
     for (let i = 0; i < 2; i++) {
       const { error } = await h.chat(await h.chatRequest("demo-small"));
-      expect(AppError.fromGrpc(error).code).toBe("upstream_error");
+      expect(error!.code).toBe("upstream_error");
     }
     // Ejected, and its probes keep failing: the model has no server.
     await new Promise((r) => setTimeout(r, 600));
@@ -342,7 +343,7 @@ describe("outlier ejection of a hoster", () => {
       req.resume();
       req.on("end", () => void answer(res));
     });
-    h = await startHarness({
+    h = await startRelayHarness({
       // Probes fail quietly while the test wants them to (the hoster never turns unhealthy), and
       // ejection outlives the test: only a successful probe can end it.
       HOSTER_PROBE_INTERVAL_MS: "100",
@@ -369,8 +370,8 @@ describe("outlier ejection of a hoster", () => {
     });
     const scope: RouteScope = { subscriptionId: randomUUID(), productId: randomUUID(), hosterId: registered!.hosterId };
     const scopedRequest = async () => {
-      const { route } = await h.client.resolveRoute({ model: MODEL, scope });
-      return ChatCompletionRequest.fromPartial({
+      const route = await h.route(MODEL, scope);
+      return h.chatRequest("", {
         requestId: `req_${randomUUID()}`,
         leaseId: randomUUID(),
         accountId: randomUUID(),
@@ -390,7 +391,7 @@ describe("outlier ejection of a hoster", () => {
     const early = await scopedRequest();
     for (let i = 0; i < 2; i++) {
       const { error } = await h.chat(await scopedRequest());
-      expect(AppError.fromGrpc(error).code).toBe("upstream_error");
+      expect(error!.code).toBe("upstream_error");
     }
     expect(chats).toBe(2);
     // Ejected: routing and ChatCompletion both refuse, and the hoster gets no call, while its
@@ -399,7 +400,7 @@ describe("outlier ejection of a hoster", () => {
     const refused = await scopedRequest().catch((err: unknown) => err);
     expect((refused as AppError).code).toBe("no_healthy_upstream");
     const { error } = await h.chat({ ...early, requestId: `req_${randomUUID()}`, leaseId: randomUUID() });
-    expect(AppError.fromGrpc(error).code).toBe("no_healthy_upstream");
+    expect(error!.code).toBe("no_healthy_upstream");
     expect(chats).toBe(2);
     expect((await h.client.getHoster({ hosterId: scope.hosterId })).hoster?.status).toBe("healthy");
 
@@ -412,7 +413,7 @@ describe("outlier ejection of a hoster", () => {
       3_000,
     );
     expect(back).not.toBeInstanceOf(Error);
-    const { events, error: none } = await h.chat(back as ChatCompletionRequest);
+    const { events, error: none } = await h.chat(back as RelayRequest);
     expect(none).toBeUndefined();
     expect(textOf(events)).toBe(CONTENT.join(""));
     expect(chats).toBe(3);

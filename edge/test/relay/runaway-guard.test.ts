@@ -1,14 +1,15 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countTextTokens } from "@mkt/runtime/tokens";
-import { ChatCompletionRequest, type ChatCompletionResponse } from "@mkt/proto/registry/v1/registry";
-import { eventJson, startHarness, waitFor, type Harness } from "./registry-harness.ts";
+import type { RelayRequest } from "../../src/relay/relay-request.ts";
+import type { HarnessEvent } from "./relay-harness.ts";
+import { eventJson, startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
 import {
   answerText,
   startWordCountingHoster,
   type WordCounterBehaviour,
   type WordCountingHoster,
-} from "./fixtures/word-counting-hoster.ts";
+} from "../../../services/registry/test/fixtures/word-counting-hoster.ts";
 
 // Hosters whose model counts one token per word, so its count of an answer is well below ours
 // (DESIGN.md §5, issue 16): the upstream judges max_tokens, the relay only guards against runaways.
@@ -24,7 +25,7 @@ const servers = {} as Record<WordCounterBehaviour, WordCountingHoster>;
 const ids = {} as Record<WordCounterBehaviour, string>;
 
 beforeAll(async () => {
-  h = await startHarness();
+  h = await startRelayHarness();
   let n = 0;
   for (const behaviour of BEHAVIOURS) {
     const server = await startWordCountingHoster({ behaviour, models: [MODEL] });
@@ -51,10 +52,10 @@ afterAll(async () => {
 async function chatWith(
   behaviour: WordCounterBehaviour,
   options: { maxTokens: bigint; stream: boolean },
-): Promise<{ request: ChatCompletionRequest; events: ChatCompletionResponse[] }> {
+): Promise<{ request: RelayRequest; events: HarnessEvent[] }> {
   const scope = { subscriptionId: randomUUID(), productId: randomUUID(), hosterId: ids[behaviour] };
-  const { route } = await h.client.resolveRoute({ model: MODEL, scope });
-  const request = ChatCompletionRequest.fromPartial({
+  const route = await h.route(MODEL, scope);
+  const request = await h.chatRequest("", {
     requestId: `req_${randomUUID()}`,
     leaseId: randomUUID(),
     accountId: randomUUID(),
@@ -74,7 +75,7 @@ async function chatWith(
 }
 
 /** What the caller received: its text, finish reasons and usage, streamed or not. */
-function answerOf(events: ChatCompletionResponse[]) {
+function answerOf(events: HarnessEvent[]) {
   const json = events.map(eventJson);
   const completion = events[0]?.completion ? json[0] : undefined;
   if (completion) {
@@ -95,7 +96,7 @@ function answerOf(events: ChatCompletionResponse[]) {
   };
 }
 
-async function usageEvent(request: ChatCompletionRequest) {
+async function usageEvent(request: RelayRequest) {
   const found = await waitFor(
     () => h.published.filter((e) => e.requestId === request.requestId),
     (events) => events.length > 0,

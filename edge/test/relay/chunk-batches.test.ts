@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startScriptedHoster } from "./hoster-servers.ts";
-import { eventJson, startHarness, type Harness } from "./registry-harness.ts";
+import { startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";
+import { eventJson, startRelayHarness, type RelayHarness as Harness } from "./relay-harness.ts";
 
 const PIECES = ["One", " two", " three", " four", " five"];
 
@@ -23,7 +23,7 @@ beforeAll(async () => {
       );
     });
   });
-  h = await startHarness({
+  h = await startRelayHarness({
     LOCAL_MODEL_URL: upstream.url,
     LOCAL_MODELS: JSON.stringify([
       {

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { costMicros, microsToUsd } from "@mkt/runtime/money";
-import type { ChatCompletionRequest } from "@mkt/proto/registry/v1/registry";
+import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { eventJson, startHarness, waitFor, type Harness } from "./registry-harness.ts";
+import { eventJson, startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
 
 // The answer's usage.cost (DESIGN.md §3): what settlement will post for the billed tokens, by the
 // one cost function, from the route's prices or the subscription's terms the edge passes, at most
@@ -10,7 +10,7 @@ import { eventJson, startHarness, waitFor, type Harness } from "./registry-harne
 
 let h: Harness;
 beforeAll(async () => {
-  h = await startHarness();
+  h = await startRelayHarness();
 });
 afterAll(async () => {
   await h?.close();
@@ -19,13 +19,13 @@ afterAll(async () => {
 type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number; cost: number };
 
 /** The usage object the caller got: the non-streamed completion's, or a stream's last chunk's. */
-async function answerUsage(request: ChatCompletionRequest): Promise<Usage> {
+async function answerUsage(request: RelayRequest): Promise<Usage> {
   const { events, error } = await h.chat(request);
   expect(error).toBeUndefined();
   return eventJson(events.at(-1)!).usage as Usage;
 }
 
-async function usageEvent(request: ChatCompletionRequest): Promise<UsageCompleted> {
+async function usageEvent(request: RelayRequest): Promise<UsageCompleted> {
   const [event] = await waitFor(
     () => h.published.filter((e) => e.requestId === request.requestId),
     (found) => found.length > 0,

@@ -2,9 +2,9 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countTextTokens } from "@mkt/runtime/tokens";
-import { ChatCompletionRequest } from "@mkt/proto/registry/v1/registry";
-import { startHarness, waitFor, type Harness } from "./registry-harness.ts";
-import { jsonAnswer, modelList, startScriptedHoster } from "./hoster-servers.ts";
+import type { RelayRequest } from "../../src/relay/relay-request.ts";
+import { startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
+import { jsonAnswer, modelList, startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";
 
 const MODEL = "scripted-7b";
 const TOKEN = "scripted-hoster-token-1234";
@@ -56,7 +56,7 @@ const servers: Array<{ close(): Promise<void> }> = [];
 const ids = {} as Record<Name, string>;
 
 beforeAll(async () => {
-  h = await startHarness();
+  h = await startRelayHarness();
   let n = 0;
   for (const [name, report] of Object.entries(HOSTERS) as Array<[Name, Report]>) {
     const server = await startScriptedHoster(hosterAnswering(report));
@@ -82,9 +82,9 @@ afterAll(async () => {
 /** Runs one streamed chat completion on a hoster's model, as a scoped key of that hoster would. */
 async function chatWith(name: Name): Promise<void> {
   const scope = { subscriptionId: randomUUID(), productId: randomUUID(), hosterId: ids[name] };
-  const { route } = await h.client.resolveRoute({ model: MODEL, scope });
+  const route = await h.route(MODEL, scope);
   const { events, error } = await h.chat(
-    ChatCompletionRequest.fromPartial({
+    await h.chatRequest("", {
       requestId: `req_${randomUUID()}`,
       leaseId: randomUUID(),
       accountId: randomUUID(),

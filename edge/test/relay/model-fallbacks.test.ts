@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
-import type { ChatCompletionRequest } from "@mkt/proto/registry/v1/registry";
+import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { CONTENT, eventJson, startHarness, waitFor, type Harness } from "./registry-harness.ts";
+import { CONTENT, eventJson, startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
 
 // The client's `models` fallbacks, as the edge passes them: routes after the first, tried in
 // order while nothing has reached the caller. The fake upstream picks its behaviour by model
@@ -10,13 +10,13 @@ import { CONTENT, eventJson, startHarness, waitFor, type Harness } from "./regis
 
 let h: Harness;
 beforeAll(async () => {
-  h = await startHarness({ UPSTREAM_EJECT_AFTER_FAILURES: "1000", UPSTREAM_IDLE_TIMEOUT_MS: "300" });
+  h = await startRelayHarness({ UPSTREAM_EJECT_AFTER_FAILURES: "1000", UPSTREAM_IDLE_TIMEOUT_MS: "300" });
 });
 afterAll(async () => {
   await h?.close();
 });
 
-async function usageOf(request: ChatCompletionRequest): Promise<UsageCompleted> {
+async function usageOf(request: RelayRequest): Promise<UsageCompleted> {
   const events = await waitFor(
     () => h.published.filter((e) => e.requestId === request.requestId),
     (found) => found.length > 0,
@@ -87,7 +87,7 @@ describe("fallback routes (the client's `models`)", () => {
     const request = await withFallbacks("broken", ["broken"]);
     request.fallbackRoutes = [{ ...request.fallbackRoutes[0]!, modelId: "retired-model" }];
     const { error } = await h.chat(request);
-    expect(AppError.fromGrpc(error).code).toBe("no_healthy_upstream");
+    expect(error!.code).toBe("no_healthy_upstream");
     expect(await usageOf(request)).toMatchObject({ success: false, inputTokens: 0n, outputTokens: 0n });
   });
 });
