@@ -261,7 +261,10 @@ async function* answerFrom(deps: RelayDeps, request: RelayRequest, answer: Answe
             .catch((probeErr: unknown) => answer.log.warn({ err: probeErr }, "probing ejected upstreams failed"));
         }
         if (answer.written > 0 || (lastRoute && i === targets.length - 1)) throw err;
-        answer.log.warn({ upstream: target.key, code: err.code }, "upstream failed before the first byte; trying the next");
+        answer.log.warn(
+          { upstream: target.key, code: err.code },
+          "upstream failed before the first byte; trying the next",
+        );
       }
     }
   }
@@ -345,7 +348,8 @@ async function* wholeAnswer(deps: RelayDeps, request: RelayRequest, answer: Answ
 function endedEarly(answer: Answer, err: unknown): RelayEvent | undefined {
   const cut = answer.cutByEdge;
   const cancelled =
-    !cut && (answer.upstreamCancel.signal.aborted || (err instanceof UpstreamFailure && err.code === "client_cancelled"));
+    !cut &&
+    (answer.upstreamCancel.signal.aborted || (err instanceof UpstreamFailure && err.code === "client_cancelled"));
   const appError = cut ? answer.cutError() : cancelled ? undefined : toAppError(err, answer.log);
   const errorCode = appError?.code ?? "client_cancelled";
   answer.log.info({ errorCode, written: answer.written }, "chat completion ended early");

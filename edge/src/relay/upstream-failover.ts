@@ -27,11 +27,7 @@ export function isUpstreamFault(err: unknown): err is UpstreamFailure {
  * The servers to try for a route, in order, without the ejected ones. None (the model is gone,
  * its hoster unhealthy, or every server ejected) is no_healthy_upstream (503).
  */
-export function liveCandidates(
-  upstreams: UpstreamDirectory,
-  outliers: EjectionView,
-  route: Route,
-): UpstreamTarget[] {
+export function liveCandidates(upstreams: UpstreamDirectory, outliers: EjectionView, route: Route): UpstreamTarget[] {
   const live = upstreams.candidatesFor(route).filter((t) => !outliers.isEjected(t.key));
   if (live.length === 0) {
     throw new AppError("no_healthy_upstream", `No upstream is available for the model \`${route.modelId}\`.`);

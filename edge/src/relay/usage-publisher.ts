@@ -163,7 +163,10 @@ export class UsagePublisher {
     }
     if (!this.#fallingBack) {
       this.#fallingBack = true;
-      this.#log.warn({ err: error, events: unacked.length }, "JetStream did not ack usage events in time; recording them through billing");
+      this.#log.warn(
+        { err: error, events: unacked.length },
+        "JetStream did not ack usage events in time; recording them through billing",
+      );
     }
     if (!(await this.#record(unacked))) this.#wait(unacked);
   }
@@ -183,7 +186,10 @@ export class UsagePublisher {
     try {
       await recordUsage(entries.map((entry) => entry.event));
     } catch (err) {
-      this.#log.error({ err, events: entries.length }, "billing's RecordUsage failed too; usage events are held in memory and retried");
+      this.#log.error(
+        { err, events: entries.length },
+        "billing's RecordUsage failed too; usage events are held in memory and retried",
+      );
       return false;
     }
     this.#options.metrics.usageRecordFallbacks.inc(entries.length);

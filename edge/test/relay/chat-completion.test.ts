@@ -4,7 +4,14 @@ import { AppError } from "@mkt/runtime/errors";
 import { countTextTokens } from "@mkt/runtime/tokens";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
-import { CONTENT, eventJson, startRelayHarness, UPSTREAM_TOKEN, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
+import {
+  CONTENT,
+  eventJson,
+  startRelayHarness,
+  UPSTREAM_TOKEN,
+  waitFor,
+  type RelayHarness as Harness,
+} from "./relay-harness.ts";
 
 const DELIVERED = BigInt(countTextTokens(CONTENT.join("")));
 

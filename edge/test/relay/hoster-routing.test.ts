@@ -8,7 +8,12 @@ import type { RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { eventJson, startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
-import { jsonAnswer, modelList, startRealHoster, startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";
+import {
+  jsonAnswer,
+  modelList,
+  startRealHoster,
+  startScriptedHoster,
+} from "../../../services/registry/test/hoster-servers.ts";
 
 const LLAMA = "llama-3-8b.Q4_K_M.gguf";
 const QWEN = "qwen2.5-7b";

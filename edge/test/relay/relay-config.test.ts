@@ -34,7 +34,9 @@ describe("the relay's settings (the edge's configuration)", () => {
       expect(() => loadEdgeConfig({ ...base, OUTPUT_RUNAWAY_RATIO: bad })).toThrow(/OUTPUT_RUNAWAY_RATIO/);
     }
     for (const bad of ["-1", "1.5", "lots", "1000001"]) {
-      expect(() => loadEdgeConfig({ ...base, OUTPUT_RUNAWAY_SLACK_TOKENS: bad })).toThrow(/OUTPUT_RUNAWAY_SLACK_TOKENS/);
+      expect(() => loadEdgeConfig({ ...base, OUTPUT_RUNAWAY_SLACK_TOKENS: bad })).toThrow(
+        /OUTPUT_RUNAWAY_SLACK_TOKENS/,
+      );
     }
   });
 });

@@ -90,7 +90,11 @@ export async function startRelayHarness(env: Record<string, string> = {}, option
     metrics,
     route,
     /** A request as the edge admits it: a fresh id and lease, the route from the table. */
-    async chatRequest(modelName: string, overrides: Partial<RelayRequest> = {}, body: object = {}): Promise<RelayRequest> {
+    async chatRequest(
+      modelName: string,
+      overrides: Partial<RelayRequest> = {},
+      body: object = {},
+    ): Promise<RelayRequest> {
       return {
         requestId: `req_${randomUUID()}`,
         accountId: randomUUID(),

@@ -6,7 +6,14 @@ import { AppError } from "@mkt/runtime/errors";
 import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { CONTENT, eventJson, startRelayHarness, UPSTREAM_TOKEN, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
+import {
+  CONTENT,
+  eventJson,
+  startRelayHarness,
+  UPSTREAM_TOKEN,
+  waitFor,
+  type RelayHarness as Harness,
+} from "./relay-harness.ts";
 import { jsonAnswer, modelList, startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";
 
 type Mode = "ok" | "500" | "400" | "reset" | "mid" | "slow" | "down";
@@ -88,7 +95,10 @@ describe("failover between the servers of one model", () => {
   beforeAll(async () => {
     [first, second] = await Promise.all([startReplica(), startReplica()]);
     // Ejection is out of the way here (its own tests follow).
-    h = await startRelayHarness({ LOCAL_MODEL_URL: `${first.url},${second.url}`, UPSTREAM_EJECT_AFTER_FAILURES: "1000" });
+    h = await startRelayHarness({
+      LOCAL_MODEL_URL: `${first.url},${second.url}`,
+      UPSTREAM_EJECT_AFTER_FAILURES: "1000",
+    });
   });
   afterAll(async () => {
     await h?.close();
@@ -266,7 +276,12 @@ describe("outlier ejection of local servers", () => {
       leaseId: randomUUID(),
       accountId: randomUUID(),
       keyId: "key_1",
-      route: Route.fromPartial({ modelId: "demo-small", provider: "local", contextWindow: 8192n, maxOutputTokensCap: 4096n }),
+      route: Route.fromPartial({
+        modelId: "demo-small",
+        provider: "local",
+        contextWindow: 8192n,
+        maxOutputTokensCap: 4096n,
+      }),
       body: Buffer.from(JSON.stringify({ model: "demo-small", messages: [{ role: "user", content: "hi" }] })),
       stream: true,
       maxOutputTokens: 100n,
