@@ -10,6 +10,8 @@ export const REGISTRY_CALLERS = {
   resolveRoute: ["edge"],
   listModels: ["edge"],
   chatCompletion: ["edge"],
+  // The routing table carries upstream tokens: the edge alone may hold them.
+  watchCatalog: ["edge"],
   registerHoster: ["edge"],
   getHoster: ["edge"],
   listHosters: ["edge"],

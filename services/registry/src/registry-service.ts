@@ -1,4 +1,4 @@
-import { requestThenStream, unary } from "@mkt/runtime/grpc-server";
+import { requestThenStream, serverStream, unary } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
 import {
   ListModelsResponse,
@@ -6,6 +6,7 @@ import {
   ResolveRouteResponse,
   type RegistryServiceServer,
 } from "@mkt/proto/registry/v1/registry";
+import type { CatalogFeed } from "./catalog/catalog-feed.ts";
 import { resolveModel } from "./catalog/resolve-route.ts";
 import { chatCompletion, type ChatDeps } from "./chat/chat-completion.ts";
 import { getHoster, listHosters } from "./hosters/hoster-handlers.ts";
@@ -14,7 +15,12 @@ import { registerHoster } from "./hosters/register-hoster.ts";
 import { archiveProduct, createProduct, getProduct, listProducts, updateProduct } from "./products/product-handlers.ts";
 
 /** The RegistryService gRPC handlers. */
-export function registryService(deps: ChatDeps, hosters: HostersContext, log: Logger): RegistryServiceServer {
+export function registryService(
+  deps: ChatDeps,
+  hosters: HostersContext,
+  catalogFeed: Pick<CatalogFeed, "watch">,
+  log: Logger,
+): RegistryServiceServer {
   return {
     resolveRoute: unary(log, "ResolveRoute", async (request) => {
       const model = await resolveModel(deps.catalog, request.model.trim(), request.scope);
@@ -36,6 +42,7 @@ export function registryService(deps: ChatDeps, hosters: HostersContext, log: Lo
       });
     }),
     chatCompletion: requestThenStream(log, "ChatCompletion", chatCompletion(deps)),
+    watchCatalog: serverStream(log, "WatchCatalog", (call) => catalogFeed.watch(call)),
     registerHoster: unary(log, "RegisterHoster", (request) => registerHoster(hosters, request)),
     getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
     listHosters: unary(log, "ListHosters", () => listHosters(hosters)),

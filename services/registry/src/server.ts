@@ -8,10 +8,12 @@ import { dependencyReadiness } from "@mkt/runtime/readiness";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
 import { readServiceTls } from "@mkt/runtime/service-tls";
 import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
-import { CatalogChanged } from "@mkt/proto/events/v1/events";
 import { RegistryServiceService } from "@mkt/proto/registry/v1/registry";
 import { migrations } from "../migrations/index.ts";
 import { catalogAnnouncer } from "./catalog/catalog-announcer.ts";
+import { CatalogFeed } from "./catalog/catalog-feed.ts";
+import { followCatalogNudges } from "./catalog/catalog-nudges.ts";
+import { buildCatalogTable, platformTableModels, type PlatformOffer } from "./catalog/catalog-table.ts";
 import { hosterCatalog } from "./catalog/hoster-catalog.ts";
 import { compositeCatalog, type ModelCatalog } from "./catalog/model-catalog.ts";
 import { platformCatalog } from "./catalog/platform-catalog.ts";
@@ -40,6 +42,12 @@ const FINAL_EVENT_MS = 1_000;
 
 /** Longest time a hoster row is reused for routing before it is read again. */
 const HOSTER_CACHE_MAX_MS = 5_000;
+
+/** A burst of catalog changes within this long is sent to the edges as one table. */
+const CATALOG_DEBOUNCE_MS = 50;
+
+/** The routing table is rebuilt this often even without a nudge (one lost while NATS was down). */
+const CATALOG_RESYNC_MS = 30_000;
 
 export interface RegistryOptions {
   /** The clock of hosters' check times; tests may set it. */
@@ -100,8 +108,10 @@ export async function startRegistry(
     checks: { agent, timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS },
     allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
     announce: (hosterId) => {
-      // This replica forgets at once, before any edge can hear of the change and ask it again.
+      // This replica forgets at once, before any edge can hear of the change and ask it again,
+      // and sends its watchers the new table without waiting for NATS to echo the nudge.
       hosterRows.forget(hosterId);
+      catalogFeed.changed();
       publishCatalogChange(hosterId);
     },
     log,
@@ -120,18 +130,35 @@ export async function startRegistry(
     backoffMs: config.UPSTREAM_EJECT_BACKOFF_MS,
   });
   const startedAt = new Date();
-  const cloud: ModelCatalog[] =
-    config.CLOUD_BASE_URL && config.CLOUD_API_KEY && config.CLOUD_MODELS
-      ? [
-          platformCatalog(
-            "cloud",
-            config.CLOUD_MODELS,
-            [{ url: config.CLOUD_BASE_URL, token: config.CLOUD_API_KEY }],
-            startedAt,
-            outliers,
-          ),
-        ]
-      : [];
+  // Local models first, then cloud: normal keys see them in this order, so `auto` picks a local one.
+  const offers: PlatformOffer[] = [
+    {
+      provider: "local",
+      models: config.LOCAL_MODELS,
+      servers: config.LOCAL_MODEL_URL.map((url) => ({ url, token: config.LOCAL_MODEL_TOKEN })),
+    },
+  ];
+  if (config.CLOUD_BASE_URL && config.CLOUD_API_KEY && config.CLOUD_MODELS) {
+    offers.push({
+      provider: "cloud",
+      models: config.CLOUD_MODELS,
+      servers: [{ url: config.CLOUD_BASE_URL, token: config.CLOUD_API_KEY }],
+    });
+  }
+  const platformModels = platformTableModels(offers, startedAt);
+  const catalogFeed = new CatalogFeed({
+    build: () =>
+      buildCatalogTable({
+        platformModels,
+        hosters: hosters.store,
+        products: hosters.products,
+        box: hosters.box,
+        log,
+      }),
+    debounceMs: CATALOG_DEBOUNCE_MS,
+    resyncMs: CATALOG_RESYNC_MS,
+    log,
+  });
   const usageStream = new UsageStream(nc, names.usageCompleted, config.USAGE_PUBLISH_TIMEOUT_MS);
   const outbox = new UsageOutbox(orm);
   const replayer = new OutboxReplayer({
@@ -153,28 +180,22 @@ export async function startRegistry(
     outliers,
   });
   // Every replica drops its cached hoster rows on any replica's announcement, so an edge that
-  // re-resolves after it reads the new state, whichever replica it asks.
-  nc.subscribe(names.catalogChanged, {
-    callback: (err, msg) => {
-      if (err) return log.warn({ err }, "catalog.changed subscription failed");
-      try {
-        hosterRows.forget(CatalogChanged.decode(msg.data).hosterId);
-      } catch {
-        hosterRows.forget("");
-      }
+  // re-resolves after it reads the new state, whichever replica it asks; and rebuilds its routing
+  // table, so a change made on one replica reaches the edges watching any other.
+  followCatalogNudges(
+    nc,
+    names.catalogChanged,
+    (hosterId) => {
+      hosterRows.forget(hosterId);
+      catalogFeed.changed();
     },
-  });
-  // Normal keys see the local then the cloud models (so `auto` picks a local one); a scoped key
-  // sees only its hoster's (each catalog's rule).
-  const catalog = compositeCatalog(
-    platformCatalog(
-      "local",
-      config.LOCAL_MODELS,
-      config.LOCAL_MODEL_URL.map((url) => ({ url, token: config.LOCAL_MODEL_TOKEN })),
-      startedAt,
-      outliers,
-    ),
-    ...cloud,
+    log,
+  );
+  // The first table is built now, so the edges' first watch gets it without waiting.
+  catalogFeed.changed();
+  // A scoped key sees only its hoster's models (each catalog's rule).
+  const catalog: ModelCatalog = compositeCatalog(
+    ...offers.map((offer) => platformCatalog(offer.provider, offer.models, offer.servers, startedAt, outliers)),
     hosterRows,
   );
   const revival = new EjectionProber({
@@ -216,6 +237,7 @@ export async function startRegistry(
     log,
   };
   const cleanup = async () => {
+    await catalogFeed.close();
     await revival.close();
     await mismatches.close();
     accountsClient.close();
@@ -233,7 +255,7 @@ export async function startRegistry(
   const grpc = await startGrpcServer(
     config.GRPC_HOST,
     config.GRPC_PORT,
-    [[RegistryServiceService, registryService(deps, hosters, log), REGISTRY_CALLERS]],
+    [[RegistryServiceService, registryService(deps, hosters, catalogFeed, log), REGISTRY_CALLERS]],
     { tls, log },
   ).catch(async (err: unknown) => {
     await cleanup();
@@ -277,7 +299,11 @@ export async function startRegistry(
         // At the grace, streams still running end themselves with a final event (in order after
         // their chunks); calls still open after that are forced closed.
         const cut = setTimeout(() => cutStreams.abort(), graceMs);
-        await grpc.close(graceMs + FINAL_EVENT_MS);
+        // Watches never end by themselves: ended now (the edges keep their tables and watch
+        // another replica, or this one once it is back), as the server stops taking new calls.
+        const closed = grpc.close(graceMs + FINAL_EVENT_MS);
+        await catalogFeed.close();
+        await closed;
         clearTimeout(cut);
         await stopProber();
         await revival.close();
