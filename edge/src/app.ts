@@ -9,6 +9,7 @@ import type { EdgeConfig } from "./config.ts";
 import type { CutAnswers } from "./chat/cut-answers.ts";
 import type { LeaseTable } from "./leases/lease-table.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
+import type { RoutingTable } from "./routing/routing-table.ts";
 import { adminAuth } from "./plugins/admin-auth.ts";
 import { apiKeyAuth } from "./plugins/api-key-auth.ts";
 import { installCsrfGuard, sessionAuth } from "./plugins/session-auth.ts";
@@ -31,7 +32,6 @@ import { keyRoutes } from "./routes/keys.ts";
 import { modelRoutes } from "./routes/models.ts";
 import { productRoutes } from "./routes/products.ts";
 import type { RouteDeps } from "./routes/route-deps.ts";
-import type { RouteCache } from "./chat/route-cache.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { subscriptionRoutes } from "./routes/subscriptions.ts";
 import { usageRoutes } from "./routes/usage.ts";
@@ -44,8 +44,8 @@ export interface AppDeps {
   log: Logger;
   backends: Backends;
   principals: PrincipalCache;
-  /** Resolved routes, kept honest by catalog.changed (server.ts follows it). */
-  routes: RouteCache;
+  /** Registry's routing table, kept current by WatchCatalog (server.ts watches it). */
+  routing: RoutingTable;
   promptTokens: PromptTokenCounter;
   leases: LeaseTable;
   cutAnswers: CutAnswers;
@@ -97,7 +97,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       "request",
     );
   });
-  const chatMetrics = installMetrics(app);
+  const chatMetrics = installMetrics(app, deps.routing);
   deps.leases.observeGrants(chatMetrics.grant);
   deps.cutAnswers.observe(chatMetrics.cutAnswers);
   await registerOpenApi(app);
@@ -106,7 +106,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     backends: deps.backends,
     promptTokens: deps.promptTokens,
     leases: deps.leases,
-    routes: deps.routes,
+    routing: deps.routing,
     cutAnswers: deps.cutAnswers,
     chatMetrics,
     shutdown: deps.shutdown,

@@ -5,13 +5,13 @@ import { buildApp } from "./app.ts";
 import { connectBackends } from "./backends.ts";
 import { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
-import { followCatalogChanges } from "./catalog-changes.ts";
-import { RouteCache } from "./chat/route-cache.ts";
 import { followKeyRevocations } from "./key-revocations.ts";
 import { startLeaseHeartbeat } from "./leases/lease-heartbeat.ts";
 import { followLeaseRecalls } from "./leases/lease-recall.ts";
 import { LeaseTable } from "./leases/lease-table.ts";
 import { PrincipalCache } from "./principal-cache.ts";
+import { watchCatalog } from "./routing/catalog-watch.ts";
+import { RoutingTable } from "./routing/routing-table.ts";
 import { startPrincipalRevalidation } from "./principal-revalidation.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
 import { newEdgeId } from "./edge-id.ts";
@@ -42,11 +42,13 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const principals = new PrincipalCache({ ttlMs: config.LEASE_TTL_MS, edgeId });
   const names = eventNames(config.EVENTS_PREFIX);
   const stopRevocations = followKeyRevocations(nc, names.keysRevoked, principals, log);
-  const routes = new RouteCache(config.ROUTE_CACHE_TTL_MS);
-  const stopCatalogChanges = followCatalogChanges(nc, names.catalogChanged, routes, log);
+  // Chat routes resolve from registry's table, in memory; while registry is down the edge keeps
+  // routing from the last table it received.
+  const routing = new RoutingTable();
+  const stopCatalogWatch = watchCatalog(backends.registryStream, routing, log);
   const leases = new LeaseTable({ billing: backends.billing, ttlMs: config.LEASE_TTL_MS, log, edgeId });
   const stopRecalls = followLeaseRecalls(nc, names.leaseRecall(leases.edgeId), leases, log);
-  // The subscriptions are live at the server before any key or route is cached, or lease granted.
+  // The subscriptions are live at the server before any key is cached or lease granted.
   await nc.flush();
   const stopHeartbeat = startLeaseHeartbeat(leases, log);
   const stopRevalidation = startPrincipalRevalidation(principals, backends.accounts, log);
@@ -65,7 +67,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     log,
     backends,
     principals,
-    routes,
+    routing,
     promptTokens,
     leases,
     cutAnswers,
@@ -114,7 +116,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       }
       await stopRevalidation();
       stopRevocations();
-      stopCatalogChanges();
+      stopCatalogWatch();
       // Every answer has ended: the leases go back with their final totals, so billing releases
       // their unused credit and room now rather than after their deadline.
       await stopHeartbeat();

@@ -11,6 +11,7 @@ import Fastify from "fastify";
 import { parse } from "yaml";
 import { describe, expect, it } from "vitest";
 import { installMetrics } from "../../edge/src/plugins/metrics.ts";
+import { RoutingTable } from "../../edge/src/routing/routing-table.ts";
 import { createBillingMetrics } from "../../services/billing/src/metrics/billing-metrics.ts";
 import { createRegistryMetrics } from "../../services/registry/src/metrics/registry-metrics.ts";
 import { root } from "../deploy/manifests.ts";
@@ -53,7 +54,7 @@ function promtool(...args: string[]): string {
 /** Everything the edge, the registry and billing export, from their own registration code. */
 async function exported(): Promise<Set<string>> {
   const app = Fastify();
-  installMetrics(app);
+  installMetrics(app, new RoutingTable());
   const edge = await app.inject({ method: "GET", url: "/metrics" });
   await app.close();
   const registry = await createRegistryMetrics().registry.metrics();
