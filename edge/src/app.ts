@@ -10,6 +10,7 @@ import type { EdgeConfig } from "./config.ts";
 import type { RelayDeps } from "./relay/relay-answer.ts";
 import type { LeaseTable } from "./leases/lease-table.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
+import type { RoutingTable } from "./routing/routing-table.ts";
 import { adminAuth } from "./plugins/admin-auth.ts";
 import { apiKeyAuth } from "./plugins/api-key-auth.ts";
 import { installCsrfGuard, sessionAuth } from "./plugins/session-auth.ts";
@@ -32,7 +33,6 @@ import { keyRoutes } from "./routes/keys.ts";
 import { modelRoutes } from "./routes/models.ts";
 import { productRoutes } from "./routes/products.ts";
 import type { AnswerCut, RouteDeps } from "./routes/route-deps.ts";
-import type { RouteCache } from "./chat/route-cache.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { subscriptionRoutes } from "./routes/subscriptions.ts";
 import { usageRoutes } from "./routes/usage.ts";
@@ -45,8 +45,8 @@ export interface AppDeps {
   log: Logger;
   backends: Backends;
   principals: PrincipalCache;
-  /** Resolved routes, kept honest by catalog.changed (server.ts follows it). */
-  routes: RouteCache;
+  /** Registry's routing table, kept current by WatchCatalog (server.ts watches it). */
+  routing: RoutingTable;
   promptTokens: PromptTokenCounter;
   leases: LeaseTable;
   relay: RelayDeps;
@@ -100,7 +100,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       "request",
     );
   });
-  const chatMetrics = installMetrics(app, deps.metrics);
+  const chatMetrics = installMetrics(app, deps.metrics, deps.routing);
   deps.leases.observeGrants(chatMetrics.grant);
   await registerOpenApi(app);
 
@@ -108,7 +108,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     backends: deps.backends,
     promptTokens: deps.promptTokens,
     leases: deps.leases,
-    routes: deps.routes,
+    routing: deps.routing,
     relay: deps.relay,
     chatMetrics,
     cut: deps.cut,

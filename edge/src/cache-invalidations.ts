@@ -5,7 +5,7 @@ import type { NatsConnection } from "@mkt/runtime/nats";
 export interface InvalidatedCache {
   /**
    * Off: the feed is down, so messages are being lost; each cache decides what it still trusts
-   * (the route cache nothing, the principal cache its entries for one more TTL). On: the feed is
+   * (the principal cache its entries for one more TTL). On: the feed is
    * back (after a reconnect), and what was cached before is forgotten.
    */
   setEnabled(enabled: boolean): void;
@@ -15,8 +15,7 @@ export interface InvalidatedCache {
  * Keeps a cache honest from a NATS subject: each message is applied (`apply` decodes it and drops
  * what it names; a message that cannot be read calls `applyUnreadable`, which must trust nothing
  * cached), and while the connection is down the cache is told so (off), since messages sent
- * meanwhile are lost. The principal cache (keys.revoked) and the route cache (catalog.changed) both follow this
- * one scheme. Returns a function that stops following and turns the cache off.
+ * meanwhile are lost. The principal cache follows keys.revoked this way. Returns a function that stops following and turns the cache off.
  */
 export function followInvalidations(
   nc: NatsConnection,

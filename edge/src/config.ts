@@ -49,10 +49,6 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       TRUSTED_PROXIES: proxyList({ default: [] }),
       // Chat prompts can be long; Fastify's 1 MiB default would refuse big contexts.
       BODY_LIMIT_BYTES: intBetween(1024, 64 * 1024 * 1024)({ default: 16 * 1024 * 1024 }),
-      // Resolved routes are reused this long (0: ask registry every time). Registry's
-      // catalog.changed drops them at once, so the TTL only bounds a lost announcement; see
-      // chat/route-cache.ts.
-      ROUTE_CACHE_TTL_MS: intBetween(0, 60_000)({ default: 60_000 }),
       // Worker threads counting prompt tokens; each holds its own tokenizer (about 85 MB of RSS).
       PROMPT_TOKEN_THREADS: intBetween(1, 32)({ default: 1 }),
       // Request bodies up to this size have their prompt counted on the main thread (~5 µs for a

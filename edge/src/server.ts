@@ -4,18 +4,18 @@ import { buildApp } from "./app.ts";
 import { connectBackends } from "./backends.ts";
 import { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
-import { followCatalogChanges } from "./catalog-changes.ts";
-import { RouteCache } from "./chat/route-cache.ts";
 import { followKeyRevocations } from "./key-revocations.ts";
 import { startLeaseHeartbeat } from "./leases/lease-heartbeat.ts";
 import { followLeaseRecalls } from "./leases/lease-recall.ts";
 import { LeaseTable } from "./leases/lease-table.ts";
 import { PrincipalCache } from "./principal-cache.ts";
+import { watchCatalog } from "./routing/catalog-watch.ts";
+import { RoutingTable } from "./routing/routing-table.ts";
 import { startPrincipalRevalidation } from "./principal-revalidation.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
 import { newEdgeId } from "./edge-id.ts";
 import { edgeMetricsRegistry } from "./plugins/metrics.ts";
-import { startRelay } from "./relay/relay-setup.ts";
+import { edgeOutliers, startRelay } from "./relay/relay-setup.ts";
 
 /** After the grace period, how long answers get to send their final error event before their sockets are cut. */
 const FINAL_EVENT_MS = 1_000;
@@ -43,11 +43,15 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const principals = new PrincipalCache({ ttlMs: config.LEASE_TTL_MS, edgeId });
   const names = eventNames(config.EVENTS_PREFIX);
   const stopRevocations = followKeyRevocations(nc, names.keysRevoked, principals, log);
-  const routes = new RouteCache(config.ROUTE_CACHE_TTL_MS);
-  const stopCatalogChanges = followCatalogChanges(nc, names.catalogChanged, routes, log);
+  // Chat routes resolve from registry's table, in memory; while registry is down the edge keeps
+  // routing from the last table it received. A model whose every server this edge ejected is
+  // unhealthy in it too.
+  const outliers = edgeOutliers(config);
+  const routing = new RoutingTable(outliers);
+  const stopCatalogWatch = watchCatalog(backends.registryStream, routing, log);
   const leases = new LeaseTable({ billing: backends.billing, ttlMs: config.LEASE_TTL_MS, log, edgeId });
   const stopRecalls = followLeaseRecalls(nc, names.leaseRecall(leases.edgeId), leases, log);
-  // The subscriptions are live at the server before any key or route is cached, or lease granted.
+  // The subscriptions are live at the server before any key is cached or lease granted.
   await nc.flush();
   const stopHeartbeat = startLeaseHeartbeat(leases, log);
   const stopRevalidation = startPrincipalRevalidation(principals, backends.accounts, log);
@@ -58,7 +62,14 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     accountQueue: config.PROMPT_TOKEN_ACCOUNT_QUEUE,
   });
   const metrics = edgeMetricsRegistry();
-  const relay = startRelay(config, { nc, subject: names.usageCompleted, upstreams: routes, metrics, log });
+  const relay = startRelay(config, {
+    nc,
+    subject: names.usageCompleted,
+    upstreams: routing,
+    outliers,
+    metrics,
+    log,
+  });
   let closing = false;
   const shutdown = new AbortController();
 
@@ -67,7 +78,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     log,
     backends,
     principals,
-    routes,
+    routing,
     promptTokens,
     leases,
     relay: relay.deps,
@@ -116,7 +127,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       }
       await stopRevalidation();
       stopRevocations();
-      stopCatalogChanges();
+      stopCatalogWatch();
       // Every answer has ended: the leases go back with their final totals, so billing releases
       // their unused credit and room now rather than after their deadline.
       await stopHeartbeat();

@@ -11,7 +11,12 @@ import {
   CreateAccountRequest,
   GetAccountsRequest,
 } from "@mkt/proto/accounts/v1/accounts";
-import { GetProductRequest, RegisterHosterRequest, RegistryServiceClient } from "@mkt/proto/registry/v1/registry";
+import {
+  GetProductRequest,
+  RegisterHosterRequest,
+  RegistryServiceClient,
+  type WatchCatalogResponse,
+} from "@mkt/proto/registry/v1/registry";
 import { startSystem, type RunningSystem } from "./system.ts";
 
 // The caller tables of accounts and registry (services/*/src/*-callers.ts), enforced on their
@@ -43,6 +48,20 @@ function registry(tls: ServiceTls) {
   const client = createClient(RegistryServiceClient, system.grpcAddresses.registry, tls);
   opened.push(client);
   return promiseClient(client);
+}
+
+/** The first message of a WatchCatalog stream, or the error that ended it. */
+function firstTable(tls: ServiceTls): Promise<WatchCatalogResponse | AppError> {
+  const client = createClient(RegistryServiceClient, system.grpcAddresses.registry, tls);
+  opened.push(client);
+  const call = client.watchCatalog({});
+  return new Promise((resolve) => {
+    call.on("data", (response: WatchCatalogResponse) => {
+      resolve(response);
+      call.cancel();
+    });
+    call.on("error", (err) => resolve(AppError.fromGrpc(err)));
+  });
 }
 
 /** The error a call was answered with, or undefined when it succeeded. */
@@ -94,5 +113,17 @@ describe("registry's callers", () => {
     const hoster = RegisterHosterRequest.fromPartial({ name: "H", email: "h@example.com" });
     expect((await outcome(registry(certs.tls("billing")).registerHoster(hoster, options)))?.code).toBe("forbidden");
     expect((await outcome(registry(certs.tls("edge")).registerHoster(hoster, options)))?.code).not.toBe("forbidden");
+  });
+
+  it("streams the routing table, which carries upstream tokens, to the edge only", async () => {
+    const table = await firstTable(certs.tls("edge"));
+    expect(table).not.toBeInstanceOf(AppError);
+    expect((table as WatchCatalogResponse).table?.platformModels.length).toBeGreaterThan(0);
+    for (const caller of ["billing", "accounts", "registry"] as const) {
+      const refused = await firstTable(certs.tls(caller));
+      expect(refused, caller).toBeInstanceOf(AppError);
+      expect((refused as AppError).code).toBe("forbidden");
+      expect((refused as AppError).message).toMatch(new RegExp(`${caller} may not call .*WatchCatalog`));
+    }
   });
 });

@@ -36,6 +36,14 @@ export interface RunningSystem {
   close(): Promise<void>;
 }
 
+/** startSystem's registry runs in the test process: a test can take it away and bring it back. */
+export interface RestartableRegistry {
+  /** Stops registry (its port then refuses connections, as during a restart). */
+  stopRegistry(): Promise<void>;
+  /** Starts registry again, on the same state and the same port, after stopRegistry. */
+  restartRegistry(): Promise<void>;
+}
+
 /**
  * The whole system in this test process: every service is its real implementation listening on
  * a loopback port, talking real gRPC over mTLS (each with its own certificate, checked against
@@ -64,7 +72,7 @@ export async function startSystem(
     /** A nats-server of the test's own (fault tests stop it); the shared one by default. */
     natsUrl?: string;
   } = {},
-): Promise<RunningSystem> {
+): Promise<RunningSystem & RestartableRegistry> {
   const log = createLogger("e2e", process.env.E2E_LOG_LEVEL ?? "silent");
   const databases = await freshServiceDatabases(overrides.postgresUrl);
   const eventsPrefix = freshEventsPrefix();
@@ -95,22 +103,21 @@ export async function startSystem(
     }),
     log,
   );
-  const registry = await startRegistry(
-    loadRegistryConfig({
-      ...common,
-      ...database("registry"),
-      ...certs.env("registry"),
-      METRICS_PORT: "0",
-      ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
-      LOCAL_MODEL_URL: model.url,
-      LOCAL_MODEL_TOKEN: modelToken,
-      SECRETS_KEY: secretsKey,
-      // Test hoster servers listen on loopback.
-      ALLOW_PRIVATE_UPSTREAMS: "true",
-      ...overrides.registry,
-    }),
-    log,
-  );
+  const registryConfig = loadRegistryConfig({
+    ...common,
+    ...database("registry"),
+    ...certs.env("registry"),
+    METRICS_PORT: "0",
+    ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
+    LOCAL_MODEL_URL: model.url,
+    LOCAL_MODEL_TOKEN: modelToken,
+    SECRETS_KEY: secretsKey,
+    // Test hoster servers listen on loopback.
+    ALLOW_PRIVATE_UPSTREAMS: "true",
+    ...overrides.registry,
+  });
+  let registry = await startRegistry(registryConfig, log);
+  const registryPort = registry.port;
   // Registry starts before billing, on a port the OS picks: billing calls registry (when a
   // customer subscribes), never the other way round. A port reserved up front could be taken by
   // another test file's outgoing connection before registry listened on it (EADDRINUSE).
@@ -159,6 +166,10 @@ export async function startSystem(
       registry: `127.0.0.1:${registry.port}`,
     },
     renewSubscriptions: (now) => billing.renewSubscriptions(now),
+    stopRegistry: () => registry.close(0),
+    async restartRegistry() {
+      registry = await startRegistry({ ...registryConfig, GRPC_PORT: registryPort }, log);
+    },
     async close() {
       try {
         await Promise.all(edges.map((edge) => edge.close()));

@@ -12,6 +12,7 @@ import { parse } from "yaml";
 import { describe, expect, it } from "vitest";
 import { edgeMetricsRegistry, installMetrics } from "../../edge/src/plugins/metrics.ts";
 import { createRelayMetrics } from "../../edge/src/relay/relay-metrics.ts";
+import { RoutingTable } from "../../edge/src/routing/routing-table.ts";
 import { createBillingMetrics } from "../../services/billing/src/metrics/billing-metrics.ts";
 import { createRegistryMetrics } from "../../services/registry/src/metrics/registry-metrics.ts";
 import { root } from "../deploy/manifests.ts";
@@ -55,7 +56,7 @@ function promtool(...args: string[]): string {
 async function exported(): Promise<Set<string>> {
   const app = Fastify();
   const metrics = edgeMetricsRegistry();
-  installMetrics(app, metrics);
+  installMetrics(app, metrics, new RoutingTable());
   createRelayMetrics(metrics);
   const edge = await app.inject({ method: "GET", url: "/metrics" });
   await app.close();

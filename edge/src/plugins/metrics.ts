@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
-import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import { FIRST_TOKEN_BUCKETS_SECONDS } from "@mkt/runtime/first-token-buckets";
+import type { RoutingTable } from "../routing/routing-table.ts";
 
 /** Request durations: API calls take milliseconds, streamed chat completions up to minutes. */
 const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -36,7 +37,30 @@ export interface ChatMetrics {
  * registry of its own (not prom-client's global one, made by `edgeMetricsRegistry`), so several
  * apps in one process do not share counters.
  */
-export function installMetrics(app: FastifyInstance, registry: Registry): ChatMetrics {
+export function installMetrics(
+  app: FastifyInstance,
+  registry: Registry,
+  routing: Pick<RoutingTable, "version" | "receivedAt">,
+): ChatMetrics {
+  const startedAt = Date.now();
+  // How stale the edge's routing is: it grows while registry is down (the edge keeps routing from
+  // its last table), and counts from the edge's start until its first table.
+  new Gauge({
+    name: "mkt_routing_table_age_seconds",
+    help: "Seconds since the edge received its routing table from registry (since its start, before the first).",
+    registers: [registry],
+    collect() {
+      this.set((Date.now() - (routing.receivedAt ?? startedAt)) / 1_000);
+    },
+  });
+  new Gauge({
+    name: "mkt_routing_table_version",
+    help: "Version of the routing table the edge routes from (0 before the first); edges on the same table agree.",
+    registers: [registry],
+    collect() {
+      this.set(Number(routing.version));
+    },
+  });
   const requests = new Counter({
     name: "mkt_http_requests_total",
     help: "HTTP requests answered by the edge, by method, route pattern and status.",

@@ -1,8 +1,8 @@
 import type { onRequestAsyncHookHandler } from "fastify";
 import type { Backends } from "../backends.ts";
 import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
-import type { RouteCache } from "../chat/route-cache.ts";
 import type { LeaseTable } from "../leases/lease-table.ts";
+import type { RoutingTable } from "../routing/routing-table.ts";
 import type { ChatMetrics } from "../plugins/metrics.ts";
 import type { RelayDeps } from "../relay/relay-answer.ts";
 import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
@@ -14,9 +14,9 @@ export interface RouteDeps {
   promptTokens: PromptTokenCounter;
   /** The edge's admission leases: chat requests are admitted against them. */
   leases: LeaseTable;
-  /** Resolved chat routes, reused until registry announces a change (or ROUTE_CACHE_TTL_MS). */
-  routes: RouteCache;
-  /** The relay to the upstreams, with the routing table it calls them from. */
+  /** Registry's routing table, kept current by WatchCatalog: chat routes resolve from it. */
+  routing: RoutingTable;
+  /** The relay to the upstreams of that table. */
   relay: RelayDeps;
   /** The chat route's steps, exposed at GET /metrics. */
   chatMetrics: ChatMetrics;

@@ -9,19 +9,17 @@ import type { Route } from "@mkt/proto/registry/v1/registry";
 export type UpstreamTrust = "platform" | "hoster";
 
 /**
- * Where and how to call a model, from registry's routing table: the server's base URL, its bearer
- * token (held in memory only: never logged, never in an error or a metric) and its model name.
+ * Where and how to call a model, from registry's routing table: an OpenAI-compatible server's base
+ * URL (`/v1/chat/completions` is appended), its bearer token and the name it knows the model by.
+ * `key` names the server for outlier ejection and logs (`<provider> <origin+path> <model id>`, or
+ * `hoster <id>`) and never holds the token. The token lives in the edge's memory only: never in a
+ * log line, an error, a metric or a response.
  */
 export interface UpstreamTarget {
-  /** Base URL of an OpenAI-compatible server; `/v1/chat/completions` is appended. */
   baseUrl: string;
   token: string;
   upstreamModel: string;
   trust: UpstreamTrust;
-  /**
-   * Names the server for outlier ejection: `<provider> <url> <model id>` for a platform server's
-   * model, `hoster <id>` for a hoster. Logged and used as a key; never holds the token.
-   */
   key: string;
 }
 

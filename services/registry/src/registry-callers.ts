@@ -9,6 +9,8 @@ import type { RegistryServiceServer } from "@mkt/proto/registry/v1/registry";
 export const REGISTRY_CALLERS = {
   resolveRoute: ["edge"],
   listModels: ["edge"],
+  // The routing table carries upstream tokens: the edge alone may hold them.
+  watchCatalog: ["edge"],
   registerHoster: ["edge"],
   getHoster: ["edge"],
   listHosters: ["edge"],

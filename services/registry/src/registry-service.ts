@@ -1,4 +1,4 @@
-import { unary } from "@mkt/runtime/grpc-server";
+import { serverStream, unary } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
 import {
   ListModelsResponse,
@@ -6,6 +6,7 @@ import {
   ResolveRouteResponse,
   type RegistryServiceServer,
 } from "@mkt/proto/registry/v1/registry";
+import type { CatalogFeed } from "./catalog/catalog-feed.ts";
 import { resolveModel } from "./catalog/resolve-route.ts";
 import type { ModelCatalog } from "./catalog/model-catalog.ts";
 import { getHoster, listHosters } from "./hosters/hoster-handlers.ts";
@@ -17,6 +18,7 @@ import { archiveProduct, createProduct, getProduct, listProducts, updateProduct 
 export function registryService(
   deps: { catalog: ModelCatalog },
   hosters: HostersContext,
+  catalogFeed: Pick<CatalogFeed, "watch">,
   log: Logger,
 ): RegistryServiceServer {
   return {
@@ -39,6 +41,7 @@ export function registryService(
         ),
       });
     }),
+    watchCatalog: serverStream(log, "WatchCatalog", (call) => catalogFeed.watch(call)),
     registerHoster: unary(log, "RegisterHoster", (request) => registerHoster(hosters, request)),
     getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
     listHosters: unary(log, "ListHosters", () => listHosters(hosters)),

@@ -8,10 +8,12 @@ import { dependencyReadiness } from "@mkt/runtime/readiness";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
 import { readServiceTls } from "@mkt/runtime/service-tls";
 import { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
-import { CatalogChanged } from "@mkt/proto/events/v1/events";
 import { RegistryServiceService } from "@mkt/proto/registry/v1/registry";
 import { migrations } from "../migrations/index.ts";
 import { catalogAnnouncer } from "./catalog/catalog-announcer.ts";
+import { CatalogFeed } from "./catalog/catalog-feed.ts";
+import { followCatalogNudges } from "./catalog/catalog-nudges.ts";
+import { buildCatalogTable, platformTableModels, type PlatformOffer } from "./catalog/catalog-table.ts";
 import { hosterCatalog } from "./catalog/hoster-catalog.ts";
 import { compositeCatalog, type ModelCatalog } from "./catalog/model-catalog.ts";
 import { platformCatalog } from "./catalog/platform-catalog.ts";
@@ -30,6 +32,12 @@ import { hosterAgent } from "@mkt/runtime/hoster-connector";
 /** Longest time a hoster row is reused for routing before it is read again. */
 const HOSTER_CACHE_MAX_MS = 5_000;
 
+/** A burst of catalog changes within this long is sent to the edges as one table. */
+const CATALOG_DEBOUNCE_MS = 50;
+
+/** The routing table is rebuilt this often even without a nudge (one lost while NATS was down). */
+const CATALOG_RESYNC_MS = 30_000;
+
 export interface RegistryOptions {
   /** The clock of hosters' check times; tests may set it. */
   clock?: () => Date;
@@ -39,7 +47,10 @@ export interface RegistryHandle {
   port: number;
   /** The plain HTTP listener's port (METRICS_PORT, or the free one picked for 0): /metrics, /healthz, /readyz. */
   metricsPort: number;
-  /** Stop accepting → let running calls finish (grace) → stop the prober and consumer → nats.drain() → orm.close(). */
+  /**
+   * Stop accepting → end the catalog watches, let running calls finish (grace) → stop the prober
+   * and the usage consumer → nats.drain() → orm.close().
+   */
   close(graceMs?: number): Promise<void>;
 }
 
@@ -80,8 +91,10 @@ export async function startRegistry(
     checks: { agent, timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS },
     allowPrivate: config.ALLOW_PRIVATE_UPSTREAMS,
     announce: (hosterId) => {
-      // This replica forgets at once, before any edge can hear of the change and ask it again.
+      // This replica forgets at once, before any edge can hear of the change and ask it again,
+      // and sends its watchers the new table without waiting for NATS to echo the nudge.
       hosterRows.forget(hosterId);
+      catalogFeed.changed();
       publishCatalogChange(hosterId);
     },
     log,
@@ -89,17 +102,35 @@ export async function startRegistry(
   };
   const metrics = createRegistryMetrics();
   const startedAt = new Date();
-  const cloud: ModelCatalog[] =
-    config.CLOUD_BASE_URL && config.CLOUD_API_KEY && config.CLOUD_MODELS
-      ? [
-          platformCatalog(
-            "cloud",
-            config.CLOUD_MODELS,
-            [{ url: config.CLOUD_BASE_URL, token: config.CLOUD_API_KEY }],
-            startedAt,
-          ),
-        ]
-      : [];
+  // Local models first, then cloud: normal keys see them in this order, so `auto` picks a local one.
+  const offers: PlatformOffer[] = [
+    {
+      provider: "local",
+      models: config.LOCAL_MODELS,
+      servers: config.LOCAL_MODEL_URL.map((url) => ({ url, token: config.LOCAL_MODEL_TOKEN })),
+    },
+  ];
+  if (config.CLOUD_BASE_URL && config.CLOUD_API_KEY && config.CLOUD_MODELS) {
+    offers.push({
+      provider: "cloud",
+      models: config.CLOUD_MODELS,
+      servers: [{ url: config.CLOUD_BASE_URL, token: config.CLOUD_API_KEY }],
+    });
+  }
+  const platformModels = platformTableModels(offers, startedAt);
+  const catalogFeed = new CatalogFeed({
+    build: () =>
+      buildCatalogTable({
+        platformModels,
+        hosters: hosters.store,
+        products: hosters.products,
+        box: hosters.box,
+        log,
+      }),
+    debounceMs: CATALOG_DEBOUNCE_MS,
+    resyncMs: CATALOG_RESYNC_MS,
+    log,
+  });
   const hosterRows = hosterCatalog({
     store: hosters.store,
     box: hosters.box,
@@ -109,31 +140,27 @@ export async function startRegistry(
     log,
   });
   // Every replica drops its cached hoster rows on any replica's announcement, so an edge that
-  // re-resolves after it reads the new state, whichever replica it asks.
-  nc.subscribe(names.catalogChanged, {
-    callback: (err, msg) => {
-      if (err) return log.warn({ err }, "catalog.changed subscription failed");
-      try {
-        hosterRows.forget(CatalogChanged.decode(msg.data).hosterId);
-      } catch {
-        hosterRows.forget("");
-      }
+  // re-resolves after it reads the new state, whichever replica it asks; and rebuilds its routing
+  // table, so a change made on one replica reaches the edges watching any other.
+  followCatalogNudges(
+    nc,
+    names.catalogChanged,
+    (hosterId) => {
+      hosterRows.forget(hosterId);
+      catalogFeed.changed();
     },
-  });
-  // Normal keys see the local then the cloud models (so `auto` picks a local one); a scoped key
-  // sees only its hoster's (each catalog's rule).
-  const catalog = compositeCatalog(
-    platformCatalog(
-      "local",
-      config.LOCAL_MODELS,
-      config.LOCAL_MODEL_URL.map((url) => ({ url, token: config.LOCAL_MODEL_TOKEN })),
-      startedAt,
-    ),
-    ...cloud,
+    log,
+  );
+  // The first table is built now, so the edges' first watch gets it without waiting.
+  catalogFeed.changed();
+  // A scoped key sees only its hoster's models (each catalog's rule).
+  const catalog: ModelCatalog = compositeCatalog(
+    ...offers.map((offer) => platformCatalog(offer.provider, offer.models, offer.servers, startedAt)),
     hosterRows,
   );
   let usageFigures: HosterUsageConsumer | undefined;
   const cleanup = async () => {
+    await catalogFeed.close();
     await usageFigures?.stop();
     accountsClient.close();
     await agent.close();
@@ -149,7 +176,7 @@ export async function startRegistry(
   const grpc = await startGrpcServer(
     config.GRPC_HOST,
     config.GRPC_PORT,
-    [[RegistryServiceService, registryService({ catalog }, hosters, log), REGISTRY_CALLERS]],
+    [[RegistryServiceService, registryService({ catalog }, hosters, catalogFeed, log), REGISTRY_CALLERS]],
     { tls, log },
   ).catch(async (err: unknown) => {
     await cleanup();
@@ -187,7 +214,11 @@ export async function startRegistry(
     metricsPort: metricsServer.port,
     close(graceMs = config.SHUTDOWN_GRACE_MS) {
       closing ??= (async () => {
-        await grpc.close(graceMs);
+        // Watches never end by themselves: ended now (the edges keep their tables and watch
+        // another replica, or this one once it is back), as the server stops taking new calls.
+        const closed = grpc.close(graceMs);
+        await catalogFeed.close();
+        await closed;
         await stopProber();
         await agent.close();
         await usageFigures?.stop();

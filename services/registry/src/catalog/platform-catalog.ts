@@ -31,6 +31,26 @@ const serverName = (url: string) => {
 };
 
 /**
+ * How to call one platform model on one of the operator's servers. Shared by this catalog and
+ * the routing table registry streams to the edges, so both name a server's ejection key alike.
+ */
+export function platformUpstream(
+  provider: PlatformProvider,
+  server: PlatformServer,
+  model: ConfiguredModel,
+): UpstreamTarget {
+  return {
+    baseUrl: server.url,
+    token: server.token,
+    upstreamModel: model.upstreamModel,
+    trust: "platform",
+    // Per model: a server whose one model is broken keeps serving the others. Logged, so
+    // origin and path only (never credentials a URL might hold).
+    key: `${provider} ${serverName(server.url)} ${model.modelId}`,
+  };
+}
+
+/**
  * Platform-served models from configuration, served by the servers the operator configured (the
  * local model server's replicas, or the cloud API): every server serves every model, and they are
  * tried in the configured order. They are called through the ordinary (unguarded) upstream pools,
@@ -60,15 +80,7 @@ export function platformCatalog(
       contextWindow: m.contextWindow,
       maxOutputTokensCap: PLATFORM_MAX_OUTPUT_TOKENS,
     }),
-    upstreams: servers.map((server): UpstreamTarget => ({
-      baseUrl: server.url,
-      token: server.token,
-      upstreamModel: m.upstreamModel,
-      trust: "platform",
-      // Per model: a server whose one model is broken keeps serving the others. Logged, so
-      // origin and path only (never credentials a URL might hold).
-      key: `${provider} ${serverName(server.url)} ${m.modelId}`,
-    })),
+    upstreams: servers.map((server) => platformUpstream(provider, server, m)),
   }));
   const byId = new Map(entries.map((e) => [e.modelId, e]));
 

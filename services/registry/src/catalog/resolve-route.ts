@@ -1,21 +1,6 @@
-import { AppError } from "@mkt/runtime/errors";
+import { modelNotFound, noHealthyUpstream } from "@mkt/runtime/route-errors";
 import type { RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { CatalogModel, ModelCatalog } from "./model-catalog.ts";
-
-/** Echo a client's model name as OpenAI does, but bounded: a message must not grow with a hostile input. */
-const shown = (model: string) => (model.length > 200 ? `${model.slice(0, 200)}…` : model);
-
-export function modelNotFound(model: string): AppError {
-  return new AppError(
-    "model_not_found",
-    `The model \`${shown(model)}\` does not exist or you do not have access to it.`,
-    { param: "model" },
-  );
-}
-
-export function noHealthyUpstream(model: string): AppError {
-  return new AppError("no_healthy_upstream", `No healthy server is available for the model \`${shown(model)}\`.`);
-}
 
 /**
  * Resolves a client's model name among the models the caller may use: exact model id first, then

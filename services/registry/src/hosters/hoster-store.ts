@@ -60,7 +60,7 @@ interface ModelRow {
 
 /**
  * The hosters and hoster_models tables. Reads name their columns explicitly so the sealed token
- * is only ever read by the prober and the hoster catalog, which need it.
+ * is only ever read by the prober, the hoster catalog and the routing table, which need it.
  */
 export class HosterStore {
   readonly #orm: Orm;
@@ -139,6 +139,37 @@ export class HosterStore {
       createdAt: new Date(row.created_at),
       models: models.get(row.id) ?? [],
     };
+  }
+
+  /**
+   * Every registered hoster as routing needs it, oldest first, in one query (models aggregated
+   * per hoster): the routing table is rebuilt on every catalog change, so its cost must not grow
+   * with one round trip per hoster.
+   */
+  async allRoutable(): Promise<RoutableHoster[]> {
+    const rows = (await this.#orm.em.fork().execute(
+      `select h.id, h.name, h.endpoint_url, h.api_key_sealed, h.status, h.created_at,
+              coalesce(json_agg(json_build_object('model_id', m.model_id, 'model_alias', m.model_alias,
+                                                  'context_window', m.context_window::text)
+                                order by m.model_id) filter (where m.model_id is not null), '[]') as models
+       from hosters h left join hoster_models m on m.hoster_id = h.id
+       where h.status <> 'registering'
+       group by h.id
+       order by h.created_at, h.id`,
+    )) as Array<HosterRow & { api_key_sealed: string; models: Array<Omit<ModelRow, "hoster_id">> }>;
+    return rows.map((row) => ({
+      id: row.id,
+      name: row.name,
+      endpointUrl: row.endpoint_url,
+      apiKeySealed: row.api_key_sealed,
+      status: row.status,
+      createdAt: new Date(row.created_at),
+      models: row.models.map((m) => ({
+        modelId: m.model_id,
+        modelAlias: m.model_alias,
+        contextWindow: BigInt(m.context_window),
+      })),
+    }));
   }
 
   /** The hosters the prober checks: every registered one. */

@@ -11,7 +11,9 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -50,6 +52,93 @@ export interface Route {
   outputPricePer1mMicros: bigint;
   contextWindow: bigint;
   maxOutputTokensCap: bigint;
+}
+
+export interface WatchCatalogRequest {
+}
+
+/** One message per table sent (the response is wrapped so the table's shape can be reused). */
+export interface WatchCatalogResponse {
+  table?: CatalogTable | undefined;
+}
+
+/** Everything an edge needs to route a chat request, for every model and every key scope. */
+export interface CatalogTable {
+  /**
+   * Increases with every table a replica builds: milliseconds since the epoch when built, bumped
+   * past the previous one, so a restarted or another replica numbers its tables higher too (clock
+   * skew aside). For an operator to compare edges; an edge applies whatever its stream sends.
+   */
+  version: bigint;
+  /**
+   * Models served by the operator's servers, for account keys, in routing order (local, then
+   * cloud): `auto` picks the first healthy one.
+   */
+  platformModels: PlatformModel[];
+  /** Every registered hoster, healthy or not, oldest first: for scoped keys, each sees its own. */
+  hosters: RoutableHoster[];
+}
+
+/** An OpenAI-compatible server able to serve a model, and how to call it. */
+export interface UpstreamServer {
+  /** Base URL; `/v1/chat/completions` is appended. */
+  baseUrl: string;
+  /** The bearer token the server requires. */
+  token: string;
+  /** The model name the server knows the model by. */
+  upstreamModel: string;
+  /**
+   * platform (the operator's server, called as it is) | hoster (a third party's, called only
+   * through the guarded connector).
+   */
+  trust: string;
+  /**
+   * Names the server for outlier ejection and logs: `<provider> <origin+path> <model id>` for a
+   * platform server's model. Never holds the token.
+   */
+  key: string;
+}
+
+/** A model of the local model server (LOCAL_MODELS) or the cloud API (CLOUD_MODELS). */
+export interface PlatformModel {
+  modelId: string;
+  /** Empty when none is configured. */
+  modelAlias: string;
+  /** local | cloud */
+  provider: string;
+  ownedBy: string;
+  /** Unix seconds. */
+  created: bigint;
+  inputPricePer1mMicros: bigint;
+  outputPricePer1mMicros: bigint;
+  contextWindow: bigint;
+  maxOutputTokensCap: bigint;
+  /** Every server serving it, in the order to try them. */
+  upstreams: UpstreamServer[];
+}
+
+/**
+ * A hoster's server as routing needs it. Its one upstream is `endpoint_url` with `token`, each
+ * model called by its model_id, with trust `hoster` and the ejection key `upstream_key`.
+ */
+export interface RoutableHoster {
+  hosterId: string;
+  name: string;
+  /** healthy | unhealthy, as registry's health probes last found it. */
+  status: string;
+  /** Unix seconds. */
+  created: bigint;
+  models: HosterModel[];
+  endpointUrl: string;
+  /**
+   * The hoster's bearer token, opened from its sealed value; empty when registry could not open
+   * it (the hoster then has no usable server).
+   */
+  token: string;
+  /** `hoster <id>`: its health probe clears an ejection whatever its URL. */
+  upstreamKey: string;
+  /** Its active plans, oldest first. */
+  plans: Product[];
 }
 
 export interface ListModelsRequest {
@@ -757,6 +846,881 @@ export const Route: MessageFns<Route> = {
     message.maxOutputTokensCap = (object.maxOutputTokensCap !== undefined && object.maxOutputTokensCap !== null)
       ? BigInt(object.maxOutputTokensCap)
       : 0n;
+    return message;
+  },
+};
+
+function createBaseWatchCatalogRequest(): WatchCatalogRequest {
+  return {};
+}
+
+export const WatchCatalogRequest: MessageFns<WatchCatalogRequest> = {
+  encode(_: WatchCatalogRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchCatalogRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchCatalogRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): WatchCatalogRequest {
+    return {};
+  },
+
+  toJSON(_: WatchCatalogRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WatchCatalogRequest>, I>>(base?: I): WatchCatalogRequest {
+    return WatchCatalogRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WatchCatalogRequest>, I>>(_: I): WatchCatalogRequest {
+    const message = createBaseWatchCatalogRequest();
+    return message;
+  },
+};
+
+function createBaseWatchCatalogResponse(): WatchCatalogResponse {
+  return { table: undefined };
+}
+
+export const WatchCatalogResponse: MessageFns<WatchCatalogResponse> = {
+  encode(message: WatchCatalogResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.table !== undefined) {
+      CatalogTable.encode(message.table, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchCatalogResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchCatalogResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.table = CatalogTable.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WatchCatalogResponse {
+    return { table: isSet(object.table) ? CatalogTable.fromJSON(object.table) : undefined };
+  },
+
+  toJSON(message: WatchCatalogResponse): unknown {
+    const obj: any = {};
+    if (message.table !== undefined) {
+      obj.table = CatalogTable.toJSON(message.table);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WatchCatalogResponse>, I>>(base?: I): WatchCatalogResponse {
+    return WatchCatalogResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WatchCatalogResponse>, I>>(object: I): WatchCatalogResponse {
+    const message = createBaseWatchCatalogResponse();
+    message.table = (object.table !== undefined && object.table !== null)
+      ? CatalogTable.fromPartial(object.table)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCatalogTable(): CatalogTable {
+  return { version: 0n, platformModels: [], hosters: [] };
+}
+
+export const CatalogTable: MessageFns<CatalogTable> = {
+  encode(message: CatalogTable, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.version !== 0n) {
+      if (BigInt.asIntN(64, message.version) !== message.version) {
+        throw new globalThis.Error("value provided for field message.version of type int64 too large");
+      }
+      writer.uint32(8).int64(message.version);
+    }
+    for (const v of message.platformModels) {
+      PlatformModel.encode(v!, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.hosters) {
+      RoutableHoster.encode(v!, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CatalogTable {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCatalogTable();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.version = reader.int64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.platformModels.push(PlatformModel.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.hosters.push(RoutableHoster.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CatalogTable {
+    return {
+      version: isSet(object.version) ? BigInt(object.version) : 0n,
+      platformModels: globalThis.Array.isArray(object?.platformModels)
+        ? object.platformModels.map((e: any) => PlatformModel.fromJSON(e))
+        : globalThis.Array.isArray(object?.platform_models)
+        ? object.platform_models.map((e: any) => PlatformModel.fromJSON(e))
+        : [],
+      hosters: globalThis.Array.isArray(object?.hosters)
+        ? object.hosters.map((e: any) => RoutableHoster.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: CatalogTable): unknown {
+    const obj: any = {};
+    if (message.version !== 0n) {
+      obj.version = message.version.toString();
+    }
+    if (message.platformModels?.length) {
+      obj.platformModels = message.platformModels.map((e) => PlatformModel.toJSON(e));
+    }
+    if (message.hosters?.length) {
+      obj.hosters = message.hosters.map((e) => RoutableHoster.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CatalogTable>, I>>(base?: I): CatalogTable {
+    return CatalogTable.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CatalogTable>, I>>(object: I): CatalogTable {
+    const message = createBaseCatalogTable();
+    message.version = (object.version !== undefined && object.version !== null) ? BigInt(object.version) : 0n;
+    message.platformModels = object.platformModels?.map((e) => PlatformModel.fromPartial(e)) || [];
+    message.hosters = object.hosters?.map((e) => RoutableHoster.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseUpstreamServer(): UpstreamServer {
+  return { baseUrl: "", token: "", upstreamModel: "", trust: "", key: "" };
+}
+
+export const UpstreamServer: MessageFns<UpstreamServer> = {
+  encode(message: UpstreamServer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.baseUrl !== "") {
+      writer.uint32(10).string(message.baseUrl);
+    }
+    if (message.token !== "") {
+      writer.uint32(18).string(message.token);
+    }
+    if (message.upstreamModel !== "") {
+      writer.uint32(26).string(message.upstreamModel);
+    }
+    if (message.trust !== "") {
+      writer.uint32(34).string(message.trust);
+    }
+    if (message.key !== "") {
+      writer.uint32(42).string(message.key);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpstreamServer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpstreamServer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.upstreamModel = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.trust = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpstreamServer {
+    return {
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : "",
+      token: isSet(object.token) ? globalThis.String(object.token) : "",
+      upstreamModel: isSet(object.upstreamModel)
+        ? globalThis.String(object.upstreamModel)
+        : isSet(object.upstream_model)
+        ? globalThis.String(object.upstream_model)
+        : "",
+      trust: isSet(object.trust) ? globalThis.String(object.trust) : "",
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+    };
+  },
+
+  toJSON(message: UpstreamServer): unknown {
+    const obj: any = {};
+    if (message.baseUrl !== "") {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    if (message.upstreamModel !== "") {
+      obj.upstreamModel = message.upstreamModel;
+    }
+    if (message.trust !== "") {
+      obj.trust = message.trust;
+    }
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UpstreamServer>, I>>(base?: I): UpstreamServer {
+    return UpstreamServer.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UpstreamServer>, I>>(object: I): UpstreamServer {
+    const message = createBaseUpstreamServer();
+    message.baseUrl = object.baseUrl ?? "";
+    message.token = object.token ?? "";
+    message.upstreamModel = object.upstreamModel ?? "";
+    message.trust = object.trust ?? "";
+    message.key = object.key ?? "";
+    return message;
+  },
+};
+
+function createBasePlatformModel(): PlatformModel {
+  return {
+    modelId: "",
+    modelAlias: "",
+    provider: "",
+    ownedBy: "",
+    created: 0n,
+    inputPricePer1mMicros: 0n,
+    outputPricePer1mMicros: 0n,
+    contextWindow: 0n,
+    maxOutputTokensCap: 0n,
+    upstreams: [],
+  };
+}
+
+export const PlatformModel: MessageFns<PlatformModel> = {
+  encode(message: PlatformModel, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.modelId !== "") {
+      writer.uint32(10).string(message.modelId);
+    }
+    if (message.modelAlias !== "") {
+      writer.uint32(18).string(message.modelAlias);
+    }
+    if (message.provider !== "") {
+      writer.uint32(26).string(message.provider);
+    }
+    if (message.ownedBy !== "") {
+      writer.uint32(34).string(message.ownedBy);
+    }
+    if (message.created !== 0n) {
+      if (BigInt.asIntN(64, message.created) !== message.created) {
+        throw new globalThis.Error("value provided for field message.created of type int64 too large");
+      }
+      writer.uint32(40).int64(message.created);
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.inputPricePer1mMicros) !== message.inputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.inputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(48).int64(message.inputPricePer1mMicros);
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.outputPricePer1mMicros) !== message.outputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.outputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(56).int64(message.outputPricePer1mMicros);
+    }
+    if (message.contextWindow !== 0n) {
+      if (BigInt.asIntN(64, message.contextWindow) !== message.contextWindow) {
+        throw new globalThis.Error("value provided for field message.contextWindow of type int64 too large");
+      }
+      writer.uint32(64).int64(message.contextWindow);
+    }
+    if (message.maxOutputTokensCap !== 0n) {
+      if (BigInt.asIntN(64, message.maxOutputTokensCap) !== message.maxOutputTokensCap) {
+        throw new globalThis.Error("value provided for field message.maxOutputTokensCap of type int64 too large");
+      }
+      writer.uint32(72).int64(message.maxOutputTokensCap);
+    }
+    for (const v of message.upstreams) {
+      UpstreamServer.encode(v!, writer.uint32(82).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PlatformModel {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePlatformModel();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.modelId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.modelAlias = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.ownedBy = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.created = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.inputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.outputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.contextWindow = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.maxOutputTokensCap = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.upstreams.push(UpstreamServer.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PlatformModel {
+    return {
+      modelId: isSet(object.modelId)
+        ? globalThis.String(object.modelId)
+        : isSet(object.model_id)
+        ? globalThis.String(object.model_id)
+        : "",
+      modelAlias: isSet(object.modelAlias)
+        ? globalThis.String(object.modelAlias)
+        : isSet(object.model_alias)
+        ? globalThis.String(object.model_alias)
+        : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      ownedBy: isSet(object.ownedBy)
+        ? globalThis.String(object.ownedBy)
+        : isSet(object.owned_by)
+        ? globalThis.String(object.owned_by)
+        : "",
+      created: isSet(object.created) ? BigInt(object.created) : 0n,
+      inputPricePer1mMicros: isSet(object.inputPricePer1mMicros)
+        ? BigInt(object.inputPricePer1mMicros)
+        : isSet(object.input_price_per_1m_micros)
+        ? BigInt(object.input_price_per_1m_micros)
+        : 0n,
+      outputPricePer1mMicros: isSet(object.outputPricePer1mMicros)
+        ? BigInt(object.outputPricePer1mMicros)
+        : isSet(object.output_price_per_1m_micros)
+        ? BigInt(object.output_price_per_1m_micros)
+        : 0n,
+      contextWindow: isSet(object.contextWindow)
+        ? BigInt(object.contextWindow)
+        : isSet(object.context_window)
+        ? BigInt(object.context_window)
+        : 0n,
+      maxOutputTokensCap: isSet(object.maxOutputTokensCap)
+        ? BigInt(object.maxOutputTokensCap)
+        : isSet(object.max_output_tokens_cap)
+        ? BigInt(object.max_output_tokens_cap)
+        : 0n,
+      upstreams: globalThis.Array.isArray(object?.upstreams)
+        ? object.upstreams.map((e: any) => UpstreamServer.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: PlatformModel): unknown {
+    const obj: any = {};
+    if (message.modelId !== "") {
+      obj.modelId = message.modelId;
+    }
+    if (message.modelAlias !== "") {
+      obj.modelAlias = message.modelAlias;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.ownedBy !== "") {
+      obj.ownedBy = message.ownedBy;
+    }
+    if (message.created !== 0n) {
+      obj.created = message.created.toString();
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      obj.inputPricePer1mMicros = message.inputPricePer1mMicros.toString();
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      obj.outputPricePer1mMicros = message.outputPricePer1mMicros.toString();
+    }
+    if (message.contextWindow !== 0n) {
+      obj.contextWindow = message.contextWindow.toString();
+    }
+    if (message.maxOutputTokensCap !== 0n) {
+      obj.maxOutputTokensCap = message.maxOutputTokensCap.toString();
+    }
+    if (message.upstreams?.length) {
+      obj.upstreams = message.upstreams.map((e) => UpstreamServer.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PlatformModel>, I>>(base?: I): PlatformModel {
+    return PlatformModel.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PlatformModel>, I>>(object: I): PlatformModel {
+    const message = createBasePlatformModel();
+    message.modelId = object.modelId ?? "";
+    message.modelAlias = object.modelAlias ?? "";
+    message.provider = object.provider ?? "";
+    message.ownedBy = object.ownedBy ?? "";
+    message.created = (object.created !== undefined && object.created !== null) ? BigInt(object.created) : 0n;
+    message.inputPricePer1mMicros =
+      (object.inputPricePer1mMicros !== undefined && object.inputPricePer1mMicros !== null)
+        ? BigInt(object.inputPricePer1mMicros)
+        : 0n;
+    message.outputPricePer1mMicros =
+      (object.outputPricePer1mMicros !== undefined && object.outputPricePer1mMicros !== null)
+        ? BigInt(object.outputPricePer1mMicros)
+        : 0n;
+    message.contextWindow = (object.contextWindow !== undefined && object.contextWindow !== null)
+      ? BigInt(object.contextWindow)
+      : 0n;
+    message.maxOutputTokensCap = (object.maxOutputTokensCap !== undefined && object.maxOutputTokensCap !== null)
+      ? BigInt(object.maxOutputTokensCap)
+      : 0n;
+    message.upstreams = object.upstreams?.map((e) => UpstreamServer.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseRoutableHoster(): RoutableHoster {
+  return {
+    hosterId: "",
+    name: "",
+    status: "",
+    created: 0n,
+    models: [],
+    endpointUrl: "",
+    token: "",
+    upstreamKey: "",
+    plans: [],
+  };
+}
+
+export const RoutableHoster: MessageFns<RoutableHoster> = {
+  encode(message: RoutableHoster, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.status !== "") {
+      writer.uint32(26).string(message.status);
+    }
+    if (message.created !== 0n) {
+      if (BigInt.asIntN(64, message.created) !== message.created) {
+        throw new globalThis.Error("value provided for field message.created of type int64 too large");
+      }
+      writer.uint32(32).int64(message.created);
+    }
+    for (const v of message.models) {
+      HosterModel.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.endpointUrl !== "") {
+      writer.uint32(50).string(message.endpointUrl);
+    }
+    if (message.token !== "") {
+      writer.uint32(58).string(message.token);
+    }
+    if (message.upstreamKey !== "") {
+      writer.uint32(66).string(message.upstreamKey);
+    }
+    for (const v of message.plans) {
+      Product.encode(v!, writer.uint32(74).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RoutableHoster {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRoutableHoster();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.created = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.models.push(HosterModel.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.endpointUrl = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.upstreamKey = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.plans.push(Product.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RoutableHoster {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      created: isSet(object.created) ? BigInt(object.created) : 0n,
+      models: globalThis.Array.isArray(object?.models) ? object.models.map((e: any) => HosterModel.fromJSON(e)) : [],
+      endpointUrl: isSet(object.endpointUrl)
+        ? globalThis.String(object.endpointUrl)
+        : isSet(object.endpoint_url)
+        ? globalThis.String(object.endpoint_url)
+        : "",
+      token: isSet(object.token) ? globalThis.String(object.token) : "",
+      upstreamKey: isSet(object.upstreamKey)
+        ? globalThis.String(object.upstreamKey)
+        : isSet(object.upstream_key)
+        ? globalThis.String(object.upstream_key)
+        : "",
+      plans: globalThis.Array.isArray(object?.plans)
+        ? object.plans.map((e: any) => Product.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: RoutableHoster): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.created !== 0n) {
+      obj.created = message.created.toString();
+    }
+    if (message.models?.length) {
+      obj.models = message.models.map((e) => HosterModel.toJSON(e));
+    }
+    if (message.endpointUrl !== "") {
+      obj.endpointUrl = message.endpointUrl;
+    }
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    if (message.upstreamKey !== "") {
+      obj.upstreamKey = message.upstreamKey;
+    }
+    if (message.plans?.length) {
+      obj.plans = message.plans.map((e) => Product.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RoutableHoster>, I>>(base?: I): RoutableHoster {
+    return RoutableHoster.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RoutableHoster>, I>>(object: I): RoutableHoster {
+    const message = createBaseRoutableHoster();
+    message.hosterId = object.hosterId ?? "";
+    message.name = object.name ?? "";
+    message.status = object.status ?? "";
+    message.created = (object.created !== undefined && object.created !== null) ? BigInt(object.created) : 0n;
+    message.models = object.models?.map((e) => HosterModel.fromPartial(e)) || [];
+    message.endpointUrl = object.endpointUrl ?? "";
+    message.token = object.token ?? "";
+    message.upstreamKey = object.upstreamKey ?? "";
+    message.plans = object.plans?.map((e) => Product.fromPartial(e)) || [];
     return message;
   },
 };
@@ -3740,6 +4704,24 @@ export const RegistryServiceService = {
     responseDeserialize: (value: Buffer): ListModelsResponse => ListModelsResponse.decode(value),
   },
   /**
+   * The routing table the edge resolves chat routes from and relays by: the whole table at once,
+   * then the whole table again after every change that can alter a route (a hoster registered, a
+   * hoster's health status flipped by its probe, a plan created, edited or archived, on any
+   * replica), a burst of changes sent once. The stream stays open until the caller cancels it or
+   * registry shuts down (then it ends with OK, and the caller opens another). It carries upstream
+   * credentials, so only the edge may call it, and the edge keeps them in memory only.
+   */
+  watchCatalog: {
+    path: "/marketplace.registry.v1.RegistryService/WatchCatalog" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: WatchCatalogRequest): Buffer => Buffer.from(WatchCatalogRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WatchCatalogRequest => WatchCatalogRequest.decode(value),
+    responseSerialize: (value: WatchCatalogResponse): Buffer =>
+      Buffer.from(WatchCatalogResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WatchCatalogResponse => WatchCatalogResponse.decode(value),
+  },
+  /**
    * Registers a hoster (POST /hosters/register): checks the invite with accounts, checks the
    * endpoint is a public address and that the server answers /health, lists every model on
    * /v1/models with the token and refuses /v1/models without it; then stores the hoster (token
@@ -3857,6 +4839,15 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
   /** Models a principal may call. */
   listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
   /**
+   * The routing table the edge resolves chat routes from and relays by: the whole table at once,
+   * then the whole table again after every change that can alter a route (a hoster registered, a
+   * hoster's health status flipped by its probe, a plan created, edited or archived, on any
+   * replica), a burst of changes sent once. The stream stays open until the caller cancels it or
+   * registry shuts down (then it ends with OK, and the caller opens another). It carries upstream
+   * credentials, so only the edge may call it, and the edge keeps them in memory only.
+   */
+  watchCatalog: handleServerStreamingCall<WatchCatalogRequest, WatchCatalogResponse>;
+  /**
    * Registers a hoster (POST /hosters/register): checks the invite with accounts, checks the
    * endpoint is a public address and that the server answers /health, lists every model on
    * /v1/models with the token and refuses /v1/models without it; then stores the hoster (token
@@ -3930,6 +4921,23 @@ export interface RegistryServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListModelsResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * The routing table the edge resolves chat routes from and relays by: the whole table at once,
+   * then the whole table again after every change that can alter a route (a hoster registered, a
+   * hoster's health status flipped by its probe, a plan created, edited or archived, on any
+   * replica), a burst of changes sent once. The stream stays open until the caller cancels it or
+   * registry shuts down (then it ends with OK, and the caller opens another). It carries upstream
+   * credentials, so only the edge may call it, and the edge keeps them in memory only.
+   */
+  watchCatalog(
+    request: WatchCatalogRequest,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WatchCatalogResponse>;
+  watchCatalog(
+    request: WatchCatalogRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WatchCatalogResponse>;
   /**
    * Registers a hoster (POST /hosters/register): checks the invite with accounts, checks the
    * endpoint is a public address and that the server answers /health, lists every model on

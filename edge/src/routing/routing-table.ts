@@ -1,0 +1,220 @@
+import { AppError } from "@mkt/runtime/errors";
+import { modelNotFound, noHealthyUpstream } from "@mkt/runtime/route-errors";
+import {
+  Route,
+  type CatalogTable,
+  type PlatformModel,
+  type RoutableHoster,
+  type RouteScope,
+} from "@mkt/proto/registry/v1/registry";
+import type { EjectionView, UpstreamDirectory, UpstreamTarget } from "./upstream-target.ts";
+
+/** A model a caller may name, with what decides its health. */
+interface Candidate {
+  modelId: string;
+  modelAlias: string;
+  route(scope: RouteScope | undefined): Route;
+  upstreams: UpstreamTarget[];
+  /** False while registry's probes find its hoster unhealthy (platform servers are not probed). */
+  probedHealthy: boolean;
+}
+
+/** One namespace of models (the platform's, or one hoster's), indexed the way names resolve. */
+interface Namespace {
+  /** In routing order: `auto` takes the first healthy one. */
+  ordered: Candidate[];
+  byId: Map<string, Candidate>;
+  byAlias: Map<string, Candidate>;
+  byFoldedId: Map<string, Candidate>;
+}
+
+interface IndexedHoster {
+  hoster: RoutableHoster;
+  models: Namespace;
+}
+
+const EMPTY: Namespace = { ordered: [], byId: new Map(), byAlias: new Map(), byFoldedId: new Map() };
+
+/** True when a request carries a subscription scope (a scoped key). */
+const isScoped = (scope: RouteScope | undefined): scope is RouteScope =>
+  !!scope && (scope.subscriptionId !== "" || scope.productId !== "" || scope.hosterId !== "");
+
+function namespace(candidates: Candidate[]): Namespace {
+  const index: Namespace = { ordered: candidates, byId: new Map(), byAlias: new Map(), byFoldedId: new Map() };
+  // The first model with a name wins, as a search in routing order would find it.
+  for (const c of candidates) {
+    if (!index.byId.has(c.modelId)) index.byId.set(c.modelId, c);
+    const alias = c.modelAlias.toLowerCase();
+    if (alias !== "" && !index.byAlias.has(alias)) index.byAlias.set(alias, c);
+    const folded = c.modelId.toLowerCase();
+    if (!index.byFoldedId.has(folded)) index.byFoldedId.set(folded, c);
+  }
+  return index;
+}
+
+function platformCandidate(m: PlatformModel): Candidate {
+  const route = Route.fromPartial({
+    modelId: m.modelId,
+    provider: m.provider,
+    inputPricePer1mMicros: m.inputPricePer1mMicros,
+    outputPricePer1mMicros: m.outputPricePer1mMicros,
+    contextWindow: m.contextWindow,
+    maxOutputTokensCap: m.maxOutputTokensCap,
+  });
+  return {
+    modelId: m.modelId,
+    modelAlias: m.modelAlias,
+    route: () => route,
+    upstreams: m.upstreams.map((u) => ({
+      baseUrl: u.baseUrl,
+      token: u.token,
+      upstreamModel: u.upstreamModel,
+      trust: u.trust === "hoster" ? "hoster" : "platform",
+      key: u.key,
+    })),
+    probedHealthy: true,
+  };
+}
+
+/**
+ * A hoster's models for its subscribers' scoped keys. Routes are priced at 0 because a
+ * subscription request is priced by billing from the subscription's terms (the plan the customer
+ * bought), not from the route; the output cap is the model's context window, which billing
+ * narrows further with the plan's limits. The hoster has one server, so no failover; one whose
+ * token registry could not open has none.
+ */
+function hosterNamespace(h: RoutableHoster): Namespace {
+  return namespace(
+    h.models.map((m) => ({
+      modelId: m.modelId,
+      modelAlias: m.modelAlias,
+      route: (scope) =>
+        Route.fromPartial({
+          modelId: m.modelId,
+          provider: "hoster",
+          hosterId: h.hosterId,
+          productId: scope?.productId ?? "",
+          inputPricePer1mMicros: 0n,
+          outputPricePer1mMicros: 0n,
+          contextWindow: m.contextWindow,
+          maxOutputTokensCap: m.contextWindow,
+        }),
+      upstreams:
+        h.token === ""
+          ? []
+          : [{ baseUrl: h.endpointUrl, token: h.token, upstreamModel: m.modelId, trust: "hoster", key: h.upstreamKey }],
+      probedHealthy: h.status === "healthy",
+    })),
+  );
+}
+
+/**
+ * The last routing table registry sent (WatchCatalog), indexed for the hot path: resolving a
+ * model name is a few map lookups, with no I/O. The rules are registry's ResolveRoute's: a name is
+ * an exact model id first, then an alias, then a model id, both case-insensitively; `auto` is the
+ * first healthy model. An account key sees the local then the cloud models; a scoped key only its
+ * own hoster's. A model is unhealthy while registry's probes find its hoster unhealthy, or while
+ * every one of its servers is ejected by the edge's own outlier detection.
+ */
+export class RoutingTable implements UpstreamDirectory {
+  readonly #outliers: EjectionView;
+  #table: CatalogTable | undefined;
+  #receivedAt: number | undefined;
+  #platform: Namespace = EMPTY;
+  #hosters = new Map<string, IndexedHoster>();
+  #loaded!: Promise<void>;
+  #markLoaded!: () => void;
+
+  constructor(outliers: EjectionView = { isEjected: () => false }) {
+    this.#outliers = outliers;
+    this.#loaded = new Promise((resolve) => (this.#markLoaded = resolve));
+  }
+
+  /** Replaces the table with the one registry just sent. */
+  apply(table: CatalogTable, receivedAt = Date.now()): void {
+    this.#platform = namespace(table.platformModels.map(platformCandidate));
+    this.#hosters = new Map(
+      table.hosters.map((h) => [h.hosterId.toLowerCase(), { hoster: h, models: hosterNamespace(h) }]),
+    );
+    this.#table = table;
+    this.#receivedAt = receivedAt;
+    this.#markLoaded();
+  }
+
+  /** The version of the table in use (0 before the first). */
+  get version(): bigint {
+    return this.#table?.version ?? 0n;
+  }
+
+  /** When the table in use arrived (milliseconds since the epoch), undefined before the first. */
+  get receivedAt(): number | undefined {
+    return this.#receivedAt;
+  }
+
+  /**
+   * Resolves once a table is in use. Routing from an empty table would answer model_not_found for
+   * every model while the edge is merely starting, so a request waits for the first table up to
+   * `timeoutMs`, then is refused 503 service_unavailable (with retry-after), never misrouted.
+   */
+  async ready(timeoutMs: number): Promise<void> {
+    if (this.#table) return;
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new AppError("service_unavailable", "The gateway is starting; try again shortly.")),
+        timeoutMs,
+      );
+    });
+    try {
+      await Promise.race([this.#loaded, timedOut]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * The route a model name resolves to for a caller (`scope` undefined for an account key).
+   * Throws model_not_found (param "model") for a name the caller may not use, whether or not it
+   * exists elsewhere, and no_healthy_upstream for a match (or `auto`) with no usable server.
+   */
+  resolve(model: string, scope: RouteScope | undefined): Route {
+    const models = this.#namespaceFor(scope);
+    const folded = model.toLowerCase();
+    const match = models.byId.get(model) ?? models.byAlias.get(folded) ?? models.byFoldedId.get(folded);
+    if (match) {
+      if (!this.#healthy(match)) throw noHealthyUpstream(match.modelId);
+      return match.route(scope);
+    }
+    if (folded === "auto" && models.ordered.length > 0) {
+      const healthy = models.ordered.find((c) => this.#healthy(c));
+      if (!healthy) throw noHealthyUpstream(model);
+      return healthy.route(scope);
+    }
+    throw modelNotFound(model);
+  }
+
+  /**
+   * The servers able to serve a route now, in the order to try them; each serves the route's very
+   * model at the route's price. Ejected servers are included (the caller skips them); empty when
+   * the model is gone, or its hoster is unhealthy, gone or without a usable token.
+   */
+  candidatesFor(route: Route): UpstreamTarget[] {
+    if (route.provider === "hoster") {
+      const found = this.#hosters.get(route.hosterId.toLowerCase());
+      const model = found?.models.byId.get(route.modelId);
+      return model?.probedHealthy ? model.upstreams : [];
+    }
+    const model = this.#platform.byId.get(route.modelId);
+    return model && model.route(undefined).provider === route.provider ? model.upstreams : [];
+  }
+
+  #namespaceFor(scope: RouteScope | undefined): Namespace {
+    if (!isScoped(scope)) return this.#platform;
+    if (scope.hosterId === "") return EMPTY;
+    return this.#hosters.get(scope.hosterId.toLowerCase())?.models ?? EMPTY;
+  }
+
+  #healthy(c: Candidate): boolean {
+    return c.probedHealthy && c.upstreams.some((u) => !this.#outliers.isEjected(u.key));
+  }
+}
