@@ -105,15 +105,6 @@ async function received(nc: NatsConnection, subject: string, act: () => Promise<
   return got;
 }
 
-async function waitForRows<R>(read: () => Promise<R[]>): Promise<R[]> {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    const rows = await read();
-    if (rows.length > 0 || Date.now() > deadline) return rows;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 async function usageRecord(requestId: string) {
   const deadline = Date.now() + 10_000;
   for (;;) {

@@ -51,7 +51,7 @@ export async function relayCompletion(
   }
   async function* frames(): AsyncGenerator<string> {
     try {
-      for (let event: RelayEvent | undefined = first; event; ) {
+      for (let event: RelayEvent | undefined = first; event;) {
         if ("chunks" in event) {
           // Chunks read together leave in one write (a translation may have nothing to say).
           const text = format.chunks(event.chunks);

@@ -87,7 +87,8 @@ const completionId = (requestId: string) => `chatcmpl-${requestId}`;
  * 2. **Whole** (`wholeAnswer`): billed tokens (the upstream's report, never above our counts), the
  *    report's verdict, `usage.cost`; the usage event made durable; then the last bytes.
  * 3. **Early end** (`endedEarly`): an error before the first event is thrown (an HTTP error);
- *    after it, a final error event; a client that left ends it quietly. Billed what was relayed.
+ *    after it, a final error event; a client that left ends it quietly. Billed what was relayed;
+ *    the relay ends once that usage event is durable too.
  *
  * On every exit path exactly one usage.completed is published.
  */
@@ -104,7 +105,8 @@ export async function* relayAnswer(
     const event = endedEarly(answer, err);
     if (event) yield event;
   } finally {
-    // A client that stopped reading (the route returned) lands here with nothing recorded yet.
+    // Every exit waits for its event; a client that stopped reading (the route returned) lands
+    // here with nothing recorded yet.
     await answer.record("client_cancelled");
   }
 }
@@ -121,7 +123,7 @@ class Answer {
   written = 0;
   upstreamStatus = 0;
   #cut = false;
-  #recorded = false;
+  #recording: Promise<void> | undefined;
   readonly #deps: RelayDeps;
   readonly #request: RelayRequest;
   readonly #control: RelayControl;
@@ -180,12 +182,19 @@ class Answer {
   }
 
   /**
-   * Publishes the request's one usage event (later calls do nothing) and waits until it is
-   * durable or USAGE_DURABLE_TIMEOUT_MS has passed. `billed` defaults to what reached the client.
+   * Publishes the request's one usage event (later calls wait for the same one) and waits until it
+   * is durable or USAGE_DURABLE_TIMEOUT_MS has passed. `billed` defaults to what reached the client.
    */
-  async record(errorCode: string, billed?: BilledUsage, mismatch?: UsageMismatch): Promise<void> {
-    if (this.#recorded) return;
-    this.#recorded = true;
+  record(errorCode: string, billed?: BilledUsage, mismatch?: UsageMismatch): Promise<void> {
+    this.#recording ??= this.#publish(errorCode, billed, mismatch);
+    return this.#recording;
+  }
+
+  async #publish(
+    errorCode: string,
+    billed: BilledUsage | undefined,
+    mismatch: UsageMismatch | undefined,
+  ): Promise<void> {
     const acc = this.accumulator;
     const charged = billed ?? (this.written > 0 ? this.billed() : NOTHING_BILLED);
     const finishReason = errorCode === "" ? (acc?.finishReason ?? "") : errorCode === "client_cancelled" ? "" : "error";
@@ -330,20 +339,16 @@ async function* wholeAnswer(deps: RelayDeps, request: RelayRequest, answer: Answ
     yield { chunks: [JSON.stringify(acc.usageChunk(billed, cost))] };
   }
   if (!answer.clientConnected()) throw new UpstreamFailure("client_cancelled", "client left before the answer's end");
+  // A non-streamed answer reaches its client in one piece: it counts as given once recorded.
+  if (!request.stream) answer.written++;
   await answer.record("", billed, mismatch);
-  if (request.stream) {
-    yield { end: true };
-  } else {
-    answer.written++;
-    yield { completion: JSON.stringify(acc.completion(billed, cost)) };
-  }
+  yield request.stream ? { end: true } : { completion: JSON.stringify(acc.completion(billed, cost)) };
 }
 
 /**
  * Stage 3: the answer ended early. Returns the final error event when the client already has a
- * 200 and chunks; throws the error when nothing reached it (an ordinary HTTP error); records the
- * usage (billed what was relayed) without waiting for it to be durable: the client's answer is
- * over either way.
+ * 200 and chunks; throws the error when nothing reached it (an ordinary HTTP error). The usage
+ * (billed what was relayed) is published at once; the relay's end waits for it.
  */
 function endedEarly(answer: Answer, err: unknown): RelayEvent | undefined {
   const cut = answer.cutByEdge;

@@ -1,7 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { status } from "@grpc/grpc-js";
-import { AppError } from "@mkt/runtime/errors";
+import type { AppError } from "@mkt/runtime/errors";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import { jsonAnswer, startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";

@@ -4,7 +4,10 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
 import { parseSecretsKey, SecretBox } from "@mkt/runtime/secret-box";
+import { connect } from "@nats-io/transport-node";
+import { CatalogChanged } from "@mkt/proto/events/v1/events";
 import type { RouteScope } from "@mkt/proto/registry/v1/registry";
+import { eventNames } from "@mkt/runtime/nats";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { eventJson, startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
@@ -276,7 +279,12 @@ describe("an unhealthy hoster", () => {
     // Still listed (the subscription still covers it), and another scope is unaffected.
     expect((await h.client.listModels({ scope })).models.map((m) => m.modelId)).toEqual([LLAMA]);
     expect((await h.client.resolveRoute({ model: "auto", scope: scopeOf(acmeId) })).route?.hosterId).toBe(acmeId);
-    // A route resolved before the hoster went down (the edge may hold one) is refused at call time.
+    // A route resolved before the hoster went down is refused at call time, once the edge's
+    // table has the news (registry sends it on the probe's change).
+    await waitFor(
+      () => h.table.candidatesFor(resolvedEarlier.route).length,
+      (n) => n === 0,
+    );
     const { error } = await h.chat(resolvedEarlier);
     expect(error!.code).toBe("no_healthy_upstream");
     expect(await usageEvent(resolvedEarlier)).toMatchObject({ success: false, errorCode: "no_healthy_upstream" });
@@ -315,6 +323,13 @@ describe("without ALLOW_PRIVATE_UPSTREAMS", () => {
         `insert into registry.hoster_models (hoster_id, model_id, model_alias, context_window) values ($1, 'tiny-1', '', 8192)`,
         [hosterId],
       );
+      // Written behind registry's back: its nudge makes registry send the edges the new table.
+      const nudger = await connect({ servers: strict.config.NATS_URL });
+      nudger.publish(
+        eventNames(strict.config.EVENTS_PREFIX).catalogChanged,
+        CatalogChanged.encode({ hosterId }).finish(),
+      );
+      await nudger.drain();
 
       const request = await scopedChatRequest(scopeOf(hosterId), "tiny-1", {}, strict);
       const { error } = await strict.chat(request);

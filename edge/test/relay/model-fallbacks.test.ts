@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AppError } from "@mkt/runtime/errors";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { CONTENT, eventJson, startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";

@@ -18,8 +18,14 @@ describe("the relay's settings (the edge's configuration)", () => {
     });
   });
 
-  it("rejects a non-positive timeout, naming it", () => {
-    for (const name of ["UPSTREAM_IDLE_TIMEOUT_MS", "USAGE_DURABLE_TIMEOUT_MS", "USAGE_PUBLISH_TIMEOUT_MS"]) {
+  it("rejects a non-positive timeout or ejection bound, naming it", () => {
+    for (const name of [
+      "UPSTREAM_IDLE_TIMEOUT_MS",
+      "USAGE_DURABLE_TIMEOUT_MS",
+      "USAGE_PUBLISH_TIMEOUT_MS",
+      "UPSTREAM_EJECT_AFTER_FAILURES",
+      "UPSTREAM_EJECT_BACKOFF_MS",
+    ]) {
       expect(() => loadEdgeConfig({ ...base, [name]: "0" })).toThrow(new RegExp(name));
     }
   });

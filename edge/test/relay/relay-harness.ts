@@ -44,6 +44,8 @@ export async function startRelayHarness(env: Record<string, string> = {}, option
   const base = await startRegistryHarness(env, options);
   const config = loadEdgeConfig({
     ADMIN_TOKEN: "mk_admin_relay_harness_0123456789abcdef",
+    // The relay calls no service: its certificates do not matter here.
+    TLS_MODE: "off",
     ALLOW_PRIVATE_UPSTREAMS: "true",
     UPSTREAM_FIRST_BYTE_TIMEOUT_MS: "1500",
     UPSTREAM_IDLE_TIMEOUT_MS: "1500",
@@ -121,9 +123,14 @@ export async function startRelayHarness(env: Record<string, string> = {}, option
     /**
      * Relays a request to its end as the edge's route does. `cancelAfter` makes the client leave
      * after that many events; `clientGoneAtEnd` makes it leave between the answer's last chunk and
-     * its end (its connection closed when the relay checks).
+     * its end (its connection closed when the relay checks); `cut` is the edge's own end of its
+     * answers (its shutdown grace over).
      */
-    async chat(request: RelayRequest, cancelAfter?: number, { clientGoneAtEnd = false } = {}): Promise<ChatResult> {
+    async chat(
+      request: RelayRequest,
+      cancelAfter?: number,
+      { clientGoneAtEnd = false, cut }: { clientGoneAtEnd?: boolean; cut?: AbortSignal } = {},
+    ): Promise<ChatResult> {
       const gone = new AbortController();
       const events: HarnessEvent[] = [];
       let messages = 0;
@@ -132,6 +139,7 @@ export async function startRelayHarness(env: Record<string, string> = {}, option
       const answer = relayAnswer(relay.deps, request, {
         clientGone: gone.signal,
         clientConnected: () => !clientGoneAtEnd,
+        ...(cut ? { cut } : {}),
       });
       try {
         for await (const event of answer) {

@@ -110,9 +110,9 @@ async function storedMismatches(behaviour: WordCounterBehaviour): Promise<bigint
   return hoster!.usageMismatches;
 }
 
-/** Registry's Prometheus samples, keyed by name and labels. */
+/** The relay's Prometheus samples (the edge's /metrics), keyed by name and labels. */
 async function scrape(): Promise<Map<string, number>> {
-  const text = await (await fetch(`http://127.0.0.1:${h.registry.metricsPort}/metrics`)).text();
+  const text = await h.metrics.metrics();
   const samples = new Map<string, number>();
   for (const line of text.split("\n")) {
     if (line === "" || line.startsWith("#")) continue;
@@ -125,7 +125,7 @@ async function scrape(): Promise<Map<string, number>> {
 const runaways = (samples: Map<string, number>, behaviour: WordCounterBehaviour) =>
   samples.get(`mkt_output_runaways_total{provider="hoster",hoster_id="${ids[behaviour]}"}`) ?? 0;
 
-/** Mismatches are written by a timer (every 100 ms here): long enough for a flag to land. */
+/** Registry writes mismatches as it reads the usage events: long enough for a flag to land. */
 const settle = () => new Promise((resolve) => setTimeout(resolve, 400));
 
 describe("a hoster whose model counts one token per word", () => {

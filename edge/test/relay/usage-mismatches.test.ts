@@ -2,7 +2,6 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countTextTokens } from "@mkt/runtime/tokens";
-import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import { startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
 import { jsonAnswer, modelList, startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";
 
@@ -101,18 +100,26 @@ async function chatWith(name: Name): Promise<void> {
   expect(events.length).toBeGreaterThan(0);
 }
 
-/** Scrapes registry's metrics listener: the value of each sample, keyed by name and labels. */
-async function scrape(): Promise<{ contentType: string; samples: Map<string, number> }> {
-  const response = await fetch(`http://127.0.0.1:${h.registry.metricsPort}/metrics`);
-  expect(response.status).toBe(200);
+/** The value of each sample of a Prometheus text exposition, keyed by name and labels. */
+function samplesOf(text: string): Map<string, number> {
   const samples = new Map<string, number>();
-  for (const line of (await response.text()).split("\n")) {
+  for (const line of text.split("\n")) {
     if (line === "" || line.startsWith("#")) continue;
     const at = line.lastIndexOf(" ");
     samples.set(line.slice(0, at), Number(line.slice(at + 1)));
   }
-  return { contentType: response.headers.get("content-type") ?? "", samples };
+  return samples;
 }
+
+/** Scrapes registry's metrics listener (hosters' figures). */
+async function scrape(): Promise<{ contentType: string; samples: Map<string, number> }> {
+  const response = await fetch(`http://127.0.0.1:${h.registry.metricsPort}/metrics`);
+  expect(response.status).toBe(200);
+  return { contentType: response.headers.get("content-type") ?? "", samples: samplesOf(await response.text()) };
+}
+
+/** The relay's metrics (the edge's /metrics shows them). */
+const scrapeRelay = async () => samplesOf(await h.metrics.metrics());
 
 const mismatchSample = (name: Name) => `mkt_usage_mismatches_total{hoster_id="${ids[name]}"}`;
 
@@ -121,13 +128,14 @@ async function storedMismatches(name: Name): Promise<bigint> {
   return hoster!.usageMismatches;
 }
 
-describe("hosters whose usage reports disagree with the registry's count", () => {
+describe("hosters whose usage reports disagree with the edge's count", () => {
   it("are counted per hoster in the Prometheus counter and in GetHoster; honest ones are not", async () => {
     for (const name of Object.keys(HOSTERS) as Name[]) {
       await chatWith(name);
       await chatWith(name);
     }
     const flagged: Name[] = ["inflating", "paddingPrompt", "negative"];
+
     for (const name of flagged) {
       expect(
         await waitFor(
@@ -143,13 +151,14 @@ describe("hosters whose usage reports disagree with the registry's count", () =>
       expect(samples.get(mismatchSample(name)) ?? 0).toBe(0);
       expect(await storedMismatches(name)).toBe(0n);
     }
-    // Every request relayed is counted by provider and outcome, and process metrics are there.
-    expect(samples.get('mkt_upstream_requests_total{provider="hoster",code="ok"}')).toBe(12);
-    // Each of them had its upstream's time to first event observed.
-    expect(samples.get('mkt_upstream_first_event_seconds_count{provider="hoster"}')).toBe(12);
-    expect(samples.get('mkt_upstream_first_event_seconds_bucket{le="+Inf",provider="hoster"}')).toBe(12);
-    expect(samples.get('mkt_upstream_first_event_seconds_sum{provider="hoster"}')).toBeGreaterThan(0);
     expect(samples.has("process_cpu_user_seconds_total")).toBe(true);
+    // Every request relayed is counted by provider and outcome at the edge.
+    const relayed = await scrapeRelay();
+    expect(relayed.get('mkt_upstream_requests_total{provider="hoster",code="ok"}')).toBe(12);
+    // Each of them had its upstream's time to first event observed.
+    expect(relayed.get('mkt_upstream_first_event_seconds_count{provider="hoster"}')).toBe(12);
+    expect(relayed.get('mkt_upstream_first_event_seconds_bucket{le="+Inf",provider="hoster"}')).toBe(12);
+    expect(relayed.get('mkt_upstream_first_event_seconds_sum{provider="hoster"}')).toBeGreaterThan(0);
   });
 
   it("keep counting across requests", async () => {
@@ -166,10 +175,10 @@ describe("hosters whose usage reports disagree with the registry's count", () =>
 
   it("counts failed upstream calls by their code, with no first event observed", async () => {
     const firstEvents = 'mkt_upstream_first_event_seconds_count{provider="local"}';
-    const before = (await scrape()).samples.get(firstEvents) ?? 0;
+    const before = (await scrapeRelay()).get(firstEvents) ?? 0;
     const { error } = await h.chat(await h.chatRequest("broken"));
     expect(error).toBeDefined();
-    const { samples } = await scrape();
+    const samples = await scrapeRelay();
     expect(samples.get('mkt_upstream_requests_total{provider="local",code="upstream_error"}')).toBe(1);
     expect(samples.get(firstEvents) ?? 0).toBe(before);
   });

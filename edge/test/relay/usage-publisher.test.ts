@@ -101,9 +101,8 @@ describe("the edge's usage publisher", () => {
     const { usage, registry } = publisher(failing, 800);
     await nats.stop();
     const events = Array.from({ length: 2 }, event);
-    let started = 0;
     try {
-      started = Date.now();
+      const started = Date.now();
       await Promise.all(events.map((e) => usage.publish(e)));
       const waited = Date.now() - started;
       expect(waited).toBeGreaterThanOrEqual(700);

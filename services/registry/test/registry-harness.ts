@@ -1,11 +1,10 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { Writable } from "node:stream";
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { pino } from "pino";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection, type Subscription } from "@nats-io/transport-node";
-import type { ServiceError } from "@grpc/grpc-js";
 import { createClient } from "@mkt/runtime/grpc-client";
 import { eventNames } from "@mkt/runtime/nats";
 import { REDACTED_PATHS } from "@mkt/runtime/logger";

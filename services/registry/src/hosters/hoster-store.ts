@@ -217,11 +217,12 @@ export class HosterStore {
    */
   async addUsageMismatches(counts: ReadonlyMap<string, number>): Promise<void> {
     if (counts.size === 0) return;
+    const rows = [...counts].map(([id, n]) => ({ id, n }));
     await this.#orm.em.fork().execute(
       `update hosters h set usage_mismatches = h.usage_mismatches + c.n
-         from unnest(?::uuid[], ?::bigint[]) as c(id, n)
+         from jsonb_to_recordset(?::jsonb) as c(id uuid, n bigint)
         where h.id = c.id`,
-      [[...counts.keys()], [...counts.values()]],
+      [JSON.stringify(rows)],
     );
   }
 

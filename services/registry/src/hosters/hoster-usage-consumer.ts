@@ -62,8 +62,11 @@ export async function startHosterUsageConsumer(
         if (queued > 0) {
           for await (const msg of await consumer.fetch({ max_messages: queued, expires: 1_000 })) batch.push(msg);
         }
-        await store.addUsageMismatches(countMismatches(batch, mismatches, quiet));
+        const counts = countMismatches(batch, quiet);
+        await store.addUsageMismatches(counts);
         for (const msg of batch) msg.ack();
+        // Raised once the batch is written: a batch that comes again is not counted twice here.
+        for (const [hosterId, n] of counts) mismatches.inc({ hoster_id: hosterId }, n);
       } catch (err) {
         if (stopped) break;
         quiet.warn({ err }, "recording hosters' usage figures failed; the batch comes again");
@@ -80,8 +83,8 @@ export async function startHosterUsageConsumer(
   };
 }
 
-/** Mismatched reports per hoster in a batch (the Prometheus counter is raised as they are read). */
-function countMismatches(batch: readonly JsMsg[], counter: Counter<"hoster_id">, log: Logger): Map<string, number> {
+/** Mismatched reports per hoster in a batch. */
+function countMismatches(batch: readonly JsMsg[], log: Logger): Map<string, number> {
   const counts = new Map<string, number>();
   for (const msg of batch) {
     let event: UsageCompleted;
@@ -92,7 +95,6 @@ function countMismatches(batch: readonly JsMsg[], counter: Counter<"hoster_id">,
     }
     if (event.usageMismatch === "" || event.provider !== "hoster" || !isUuid(event.hosterId)) continue;
     const hosterId = event.hosterId.toLowerCase();
-    counter.inc({ hoster_id: hosterId });
     counts.set(hosterId, (counts.get(hosterId) ?? 0) + 1);
     log.info({ hosterId, reason: event.usageMismatch }, "hoster usage report disagrees with the edge's count");
   }
