@@ -11,7 +11,7 @@ export interface Backends {
   accounts: PromiseClient<AccountsServiceClient>;
   billing: PromiseClient<BillingServiceClient>;
   registry: PromiseClient<RegistryServiceClient>;
-  /** ChatCompletion is server-streaming, so it is called on the generated client directly. */
+  /** ChatCompletion and WatchCatalog are streaming calls, so they are made on the generated client directly. */
   registryStream: RegistryServiceClient;
   /** The same for billing's ExportUsage stream. */
   billingStream: BillingServiceClient;

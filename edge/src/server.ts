@@ -88,6 +88,8 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       async check() {
         if (closing) throw new Error("shutting down");
         if (nc.isClosed()) throw new Error("NATS connection closed");
+        // Not before the first routing table: chats would only wait for it.
+        if (routing.receivedAt === undefined) throw new Error("no routing table from registry yet");
         const unready = await backends.unready(1_000);
         if (unready.length > 0) throw new Error(`cannot reach ${unready.join(", ")}`);
       },

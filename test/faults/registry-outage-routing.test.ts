@@ -1,4 +1,10 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
+import { createLogger } from "@mkt/runtime/logger";
+import { TEST_NATS_URL } from "@mkt/testkit/env";
+import { testCertificates } from "@mkt/testkit/test-certificates";
+import { loadEdgeConfig } from "../../edge/src/config.ts";
+import { FIRST_TABLE_WAIT_MS } from "../../edge/src/chat/candidate-routes.ts";
+import { startEdge } from "../../edge/src/server.ts";
 import { startRealHoster } from "../../services/registry/test/hoster-servers.ts";
 import { apiCall } from "../e2e/api-call.ts";
 import { registerHoster, type RegisteredHoster } from "../e2e/hoster-fixture.ts";
@@ -123,3 +129,34 @@ it(
   },
   OUTAGE_MS + 60_000,
 );
+
+it("an edge that never received a table holds a chat for 5 s, then answers 503 service_unavailable, never model_not_found", async () => {
+  // Registry's address refuses connections: this edge never gets a table.
+  const edge = await startEdge(
+    loadEdgeConfig({
+      ...(await testCertificates()).env("edge"),
+      HOST: "127.0.0.1",
+      PORT: "0",
+      NATS_URL: TEST_NATS_URL,
+      EVENTS_PREFIX: system.eventsPrefix,
+      ACCOUNTS_ADDR: system.grpcAddresses.accounts,
+      BILLING_ADDR: system.grpcAddresses.billing,
+      REGISTRY_ADDR: "127.0.0.1:1",
+      ADMIN_TOKEN: system.adminToken,
+      LEASE_TTL_MS: "10000",
+    }),
+    createLogger("e2e", "silent"),
+  );
+  try {
+    expect((await fetch(`${edge.url}/readyz`)).status).toBe(503);
+    const start = Date.now();
+    const refused = await chat(edge.url, accountKey, "demo-small");
+    expect(Date.now() - start).toBeGreaterThanOrEqual(FIRST_TABLE_WAIT_MS - 50);
+    expect(FIRST_TABLE_WAIT_MS).toBe(5_000);
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get("retry-after")).toBe("1");
+    expect(refused.body.error.code).toBe("service_unavailable");
+  } finally {
+    await edge.close();
+  }
+}, 30_000);

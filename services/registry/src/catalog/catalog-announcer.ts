@@ -6,10 +6,10 @@ import { CatalogChanged } from "@mkt/proto/events/v1/events";
 export type AnnounceCatalogChange = (hosterId: string) => void;
 
 /**
- * Publishes `catalog.changed` on NATS core, called after the change is committed so a listener
- * that re-resolves at once reads the new state. Fire and forget: a lost announcement only leaves
- * a route cached until its TTL, and an edge that was disconnected caches nothing meanwhile, so a
- * failure to publish never fails the change that caused it.
+ * Publishes `catalog.changed` on NATS core, called after the change is committed so a replica
+ * that rebuilds its routing table at once reads the new state. Fire and forget: a lost
+ * announcement only delays the change on the other replicas' edges until their resync (30 s), so
+ * a failure to publish never fails the change that caused it.
  */
 export function catalogAnnouncer(nc: NatsConnection, subject: string, log: Logger): AnnounceCatalogChange {
   return (hosterId) => {

@@ -25,8 +25,9 @@ export interface CatalogFeedOptions {
    */
   debounceMs: number;
   /**
-   * The table is rebuilt this often anyway and sent if it differs: a nudge lost while NATS was
-   * down (another replica's change) reaches the edges within this time.
+   * The table is rebuilt and sent this often anyway: a nudge lost while NATS was down (another
+   * replica's change) reaches the edges within this time, and an edge's table is never older than
+   * this while it hears from registry (its age gauge tells an operator when it does not).
    */
   resyncMs: number;
   log: Logger;
@@ -34,9 +35,10 @@ export interface CatalogFeedOptions {
 
 /**
  * The routing table and the edges watching it (WatchCatalog). Every watcher gets the whole table
- * when it subscribes and again whenever a rebuild finds it changed; `changed()` asks for a rebuild
- * (after a change committed here, or another replica's `catalog.changed`). Tables are rebuilt
- * once for all watchers, and only a table that differs from the last one sent gets a new version.
+ * when it subscribes, again whenever a rebuild finds it changed, and at least every `resyncMs`;
+ * `changed()` asks for a rebuild (after a change committed here, or another replica's
+ * `catalog.changed`). Tables are rebuilt once for all watchers, and only a table that differs from
+ * the last one sent gets a new version.
  */
 export class CatalogFeed {
   readonly #options: CatalogFeedOptions;
@@ -44,6 +46,8 @@ export class CatalogFeed {
   #latest: CatalogTable | undefined;
   #latestBytes: Uint8Array | undefined;
   #version = 0n;
+  /** Bumped by every send to the watchers, so the resync knows whether it still has to send. */
+  #sends = 0;
   #debounce: NodeJS.Timeout | undefined;
   #building: Promise<void> | undefined;
   #again = false;
@@ -52,7 +56,16 @@ export class CatalogFeed {
 
   constructor(options: CatalogFeedOptions) {
     this.#options = options;
-    this.#stopResync = repeatEvery(options.resyncMs, () => this.#refresh(), options.log, "routing table resync");
+    this.#stopResync = repeatEvery(
+      options.resyncMs,
+      async () => {
+        const sends = this.#sends;
+        await this.#refresh();
+        if (this.#sends === sends) this.#broadcast();
+      },
+      options.log,
+      "routing table resync",
+    );
   }
 
   /** Tables sent to watchers so far are numbered up to this (0 before the first). */
@@ -125,6 +138,13 @@ export class CatalogFeed {
     this.#version = now > this.#version ? now : this.#version + 1n;
     this.#latest = { ...table, version: this.#version };
     this.#latestBytes = bytes;
+    this.#broadcast();
+  }
+
+  /** Sends the latest table to every watcher. */
+  #broadcast(): void {
+    if (!this.#latest) return;
+    this.#sends++;
     for (const watcher of this.#watchers) {
       watcher.pending = this.#latest;
       void this.#write(watcher);

@@ -117,8 +117,9 @@ export interface KeyRevokedAck {
 /**
  * Published by registry on NATS core subject `catalog.changed` after a change that can alter what
  * a route resolves to is committed (a hoster registered or its status flipped; a plan created,
- * edited or archived). Edges drop the cached routes it concerns; it is a hint, so a lost one
- * costs at most the cache's TTL.
+ * edited or archived). Every registry replica rebuilds its routing table on it and sends the edges
+ * watching it (WatchCatalog) the new one; it is a hint, so a lost one costs at most the replicas'
+ * resync interval (30 s).
  */
 export interface CatalogChanged {
   /** The hoster whose routes changed; empty means anything may have changed. */
