@@ -146,6 +146,8 @@ export async function startSystem(
     REGISTRY_ADDR: `127.0.0.1:${registry.port}`,
     ADMIN_TOKEN: adminToken,
     LEASE_TTL_MS: TEST_LEASE_TTL_MS,
+    // Test hoster servers (and the local model) listen on loopback.
+    ALLOW_PRIVATE_UPSTREAMS: "true",
     ...overrides.edge,
   });
   const edges = await Promise.all(Array.from({ length: overrides.edges ?? 1 }, () => startEdge(edgeConfig, log)));

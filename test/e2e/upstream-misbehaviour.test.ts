@@ -35,6 +35,9 @@ beforeAll(async () => {
           upstream_model: mode,
         })),
       ),
+    },
+    // The relay's bounds, short.
+    edge: {
       UPSTREAM_FIRST_BYTE_TIMEOUT_MS: "400",
       UPSTREAM_IDLE_TIMEOUT_MS: "400",
       UPSTREAM_TOTAL_TIMEOUT_MS: "3000",

@@ -24,15 +24,10 @@ beforeAll(async () => {
   model = await startModelProcess({ DEMO_TOKENS_PER_SECOND: "10" });
   system = await startSystem({
     billing: { TIERS: ROOMY_TIER, ...faultLeaseEnv.billing },
-    edge: faultLeaseEnv.ttl,
-    accounts: faultLeaseEnv.ttl,
     // The production back-off (30 s) and failures before ejection: what made recovery take 30 s.
-    registry: {
-      LOCAL_MODEL_URL: model.url,
-      LOCAL_MODEL_TOKEN: model.token,
-      UPSTREAM_EJECT_AFTER_FAILURES: "5",
-      UPSTREAM_EJECT_BACKOFF_MS: "30000",
-    },
+    edge: { ...faultLeaseEnv.ttl, UPSTREAM_EJECT_AFTER_FAILURES: "5", UPSTREAM_EJECT_BACKOFF_MS: "30000" },
+    accounts: faultLeaseEnv.ttl,
+    registry: { LOCAL_MODEL_URL: model.url, LOCAL_MODEL_TOKEN: model.token },
   });
 });
 
