@@ -1,6 +1,7 @@
 /**
  * A rolling deploy under load: SIGTERM reaches the edge while 100 answers stream through it, then
- * the registry while more stream through a second edge. The edge and the registry run as child
+ * the registry while more stream through a second edge (which relays them itself: registry's
+ * shutdown must not touch them). The edge and the registry run as child
  * processes (the real `main.ts`, so the signal, the shutdown steps and the exit code are real);
  * the model server, accounts and billing run in this process and stay up, so what the shutdowns
  * left behind can be read from billing's tables afterwards.
@@ -34,8 +35,6 @@ const LONG = 120;
 const EDGE_READINESS_DELAY_MS = 500;
 const EDGE_GRACE_MS = 3_000;
 const REGISTRY_GRACE_MS = 2_500;
-/** At most this many tokens (half a second of the stream) in flight between registry and edge. */
-const IN_FLIGHT_TOKENS = TOKENS_PER_SECOND / 2;
 
 /** A child process running one of the system's `main.ts`, with the end of its output kept for failures. */
 /** GET /readyz on a fresh connection, as a kubelet probes: the status, or 0 when refused. */
@@ -270,7 +269,8 @@ describe("graceful shutdown during 100 streams", () => {
     // The margin covers the process's exit and its leases' return to billing (one ReturnLeases).
     expect(edgeMs).toBeLessThan(EDGE_READINESS_DELAY_MS + EDGE_GRACE_MS + 5_000);
 
-    // 2. The registry, while answers stream through the other edge: 10 fit in its grace, 2 do not.
+    // 2. The registry, while answers stream through the other edge: 10 fit in its grace, 2 do not,
+    // and every one finishes whole, as the edge relays them and routes from the table it holds.
     const second = Array.from({ length: 12 }, (_, i) => stream(edgeB.url, key(i), i < 10 ? SHORT : LONG, 100 + i));
     await Promise.all(second.map((s) => s.started));
     const { code: registryCode, ms: registryMs } = await terminate(registry);
@@ -282,10 +282,10 @@ describe("graceful shutdown during 100 streams", () => {
     const seen = [...seenA, ...seenB];
     for (const s of seen) {
       expect(s, s.requestId).toMatchObject({ status: 200, truncated: false });
-      if (s.maxTokens === SHORT) {
-        expect(s.done, "a short answer finishes within the grace period").toBe(true);
+      if (s.maxTokens === SHORT || seenB.includes(s)) {
+        expect(s.done, "a short answer finishes within the grace period; registry's ends none").toBe(true);
         expect(s.error).toBeUndefined();
-        expect(s.usage?.completion_tokens).toBe(SHORT);
+        expect(s.usage?.completion_tokens).toBe(s.maxTokens);
       } else {
         expect(s, "a long answer outlives the grace period").toMatchObject({ done: false });
         expect(s.error?.finishReason).toBe("error");
@@ -311,21 +311,15 @@ describe("graceful shutdown during 100 streams", () => {
       const record = byRequest.get(s.requestId);
       expect(record, s.requestId).toBeDefined();
       // Billed output never exceeds what reached the client; a whole answer bills what it reported.
-      // An answer the edge cut is, for the registry, a caller's cancel: it bills what it relayed,
-      // and chunks still in flight on the registry → edge hop when the edge cancelled never reach
-      // the client (as with any client that goes away). Answers the registry cut are exact: it
-      // ends them itself, with the final event after every chunk it counted.
-      const edgeCut = seenA.includes(s) && !s.done;
-      expect(BigInt(record!.output_tokens), `${edgeCut ? "edge" : "registry"} cut`).toBeLessThanOrEqual(
-        BigInt(countTextTokens(s.content) + (edgeCut ? IN_FLIGHT_TOKENS : 0)),
-      );
-      if (s.done) expect(record).toMatchObject({ success: true, output_tokens: String(SHORT) });
+      // An answer the edge cut is exact: the edge ends it itself, its final event after every
+      // chunk it counted.
+      expect(BigInt(record!.output_tokens)).toBeLessThanOrEqual(BigInt(countTextTokens(s.content)));
+      if (s.done) expect(record).toMatchObject({ success: true, output_tokens: String(s.maxTokens) });
       else expect(record!.success).toBe(false);
     }
-    // Cut by the edge, the registry saw its caller cancel; cut by the registry, it knows it cut them.
+    // The edge knows it cut them: recorded as what their clients were told.
     const codeOf = (s: Streamed) => byRequest.get(s.requestId)!.error_code;
-    expect(seenA.slice(96).map(codeOf)).toEqual(Array(4).fill("client_cancelled"));
-    expect(seenB.slice(10).map(codeOf)).toEqual(Array(2).fill("service_unavailable"));
+    expect(seenA.slice(96).map(codeOf)).toEqual(Array(4).fill("service_unavailable"));
 
     // The edge returned its leases on the way out: once every request settled nothing is held.
     await expect.poll(() => db.figure(`select sum(held_micros)::text as v from wallets`), { timeout: 30_000 }).toBe(0n);
