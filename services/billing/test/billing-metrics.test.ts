@@ -52,6 +52,8 @@ const grant = async (accountId: string, credit: bigint, edgeId = edge()) =>
   (
     await t.client.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -112,6 +114,8 @@ describe("billing's /metrics", () => {
     const l = await grant(accountId, 8_000n, edgeId);
     await t.client.returnLeases({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [
         {
