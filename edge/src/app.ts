@@ -8,6 +8,7 @@ import type { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
 import type { CutAnswers } from "./chat/cut-answers.ts";
 import type { LeaseTable } from "./leases/lease-table.ts";
+import type { IsolationWatch } from "./leases/isolation-watch.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
 import { adminAuth } from "./plugins/admin-auth.ts";
 import { apiKeyAuth } from "./plugins/api-key-auth.ts";
@@ -52,6 +53,8 @@ export interface AppDeps {
   readiness: Readiness;
   /** Aborts when the shutdown grace period is over (see RouteDeps.shutdown). */
   shutdown: AbortSignal;
+  /** The edge's bound on running cut off from billing (see RouteDeps.isolation). */
+  isolation: IsolationWatch;
 }
 
 /**
@@ -110,6 +113,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     cutAnswers: deps.cutAnswers,
     chatMetrics,
     shutdown: deps.shutdown,
+    isolation: deps.isolation,
     auth: apiKeyAuth(deps.backends, deps.principals),
     session: sessionAuth(deps.backends),
   };

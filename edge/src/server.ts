@@ -14,7 +14,7 @@ import { LeaseTable } from "./leases/lease-table.ts";
 import { PrincipalCache } from "./principal-cache.ts";
 import { startPrincipalRevalidation } from "./principal-revalidation.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
-import { newEdgeId } from "./edge-id.ts";
+import { IsolationWatch } from "./leases/isolation-watch.ts";
 
 /** After the grace period, how long answers get to send their final error event before their sockets are cut. */
 const FINAL_EVENT_MS = 1_000;
@@ -38,13 +38,24 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     backends.close();
     throw err;
   });
-  const edgeId = newEdgeId();
+  const edgeId = config.EDGE_ID;
   const principals = new PrincipalCache({ ttlMs: config.LEASE_TTL_MS, edgeId });
   const names = eventNames(config.EVENTS_PREFIX);
   const stopRevocations = followKeyRevocations(nc, names.keysRevoked, principals, log);
   const routes = new RouteCache(config.ROUTE_CACHE_TTL_MS);
   const stopCatalogChanges = followCatalogChanges(nc, names.catalogChanged, routes, log);
-  const leases = new LeaseTable({ billing: backends.billing, ttlMs: config.LEASE_TTL_MS, log, edgeId });
+  const isolation: IsolationWatch = new IsolationWatch({
+    isolationMs: config.EDGE_ISOLATION_MS,
+    log,
+    inFlight: (): number => leases.inFlight(),
+  });
+  const leases: LeaseTable = new LeaseTable({
+    billing: backends.billing,
+    ttlMs: config.LEASE_TTL_MS,
+    log,
+    edgeId,
+    isolation,
+  });
   const stopRecalls = followLeaseRecalls(nc, names.leaseRecall(leases.edgeId), leases, log);
   // The subscriptions are live at the server before any key or route is cached, or lease granted.
   await nc.flush();
@@ -70,9 +81,11 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     leases,
     cutAnswers,
     shutdown: shutdown.signal,
+    isolation,
     readiness: {
       async check() {
         if (closing) throw new Error("shutting down");
+        if (leases.superseded) throw new Error(`another process took EDGE_ID ${edgeId}`);
         if (nc.isClosed()) throw new Error("NATS connection closed");
         const unready = await backends.unready(1_000);
         if (unready.length > 0) throw new Error(`cannot reach ${unready.join(", ")}`);
@@ -87,7 +100,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const port = typeof address === "object" && address ? address.port : config.PORT;
   const host = config.HOST === "0.0.0.0" || config.HOST === "::" ? "127.0.0.1" : config.HOST;
   const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
-  log.info({ url }, "edge listening");
+  log.info({ url, edgeId }, "edge listening");
 
   return {
     url,
@@ -118,6 +131,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       // Every answer has ended: the leases go back with their final totals, so billing releases
       // their unused credit and room now rather than after their deadline.
       await stopHeartbeat();
+      isolation.stop();
       await leases.returnAll().catch((err: unknown) => log.warn({ err }, "returning leases failed"));
       stopRecalls();
       await cutAnswers.close();

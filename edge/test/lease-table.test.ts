@@ -81,7 +81,10 @@ const clients: Array<{ close(): void }> = [];
 function edge(billing: TestBilling = t, now?: () => number) {
   const counted = countedBilling(billing.billing.port);
   clients.push(counted.client);
-  return { ...counted, table: new LeaseTable({ billing: counted.billing, ttlMs: TTL, log, now }) };
+  return {
+    ...counted,
+    table: new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing: counted.billing, ttlMs: TTL, log, now }),
+  };
 }
 
 beforeAll(async () => {
@@ -305,7 +308,7 @@ describe("the edge's lease table against a real billing", () => {
     // reaches the edge after that report went: billing closes the lease on the report and holds
     // only what it counted, so a request admitted on it afterwards would be held by nothing.
     const { billing, holdGrants } = heldBackBilling(t.billing.port);
-    const table = new LeaseTable({ billing, ttlMs: TTL, log });
+    const table = new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing, ttlMs: TTL, log });
     const accountId = randomUUID();
     table.release((await admitOne(table, accountId, "big", 100n))!);
     const first = table.leaseOf(accountId)!;
@@ -355,7 +358,13 @@ describe("the edge's lease table against a real billing", () => {
     let skew = 0;
     const counted = countedBilling(gap.billing.port);
     clients.push(counted.client);
-    const table = new LeaseTable({ billing: counted.billing, ttlMs, log, now: () => performance.now() + skew });
+    const table = new LeaseTable({
+      edgeId: `edge-${randomUUID()}`,
+      billing: counted.billing,
+      ttlMs,
+      log,
+      now: () => performance.now() + skew,
+    });
     const grants = () => counted.calls.filter((c) => c === "GrantLease").length;
     try {
       // Cold: the grant's current room is already past its validity on the edge.

@@ -65,6 +65,7 @@ export async function relayCompletion(
     stream: boolean;
     /** Chat completions as they are, or translated (the Responses API). */
     format: AnswerFormat;
+    /** Cancels the call (the edge's shutdown grace is over, or it is cut off from billing). */
     shutdown?: AbortSignal;
     /** Called once the first event is in, before anything is sent (the edge's metrics time it). */
     onFirstEvent?: () => void;
@@ -74,9 +75,14 @@ export async function relayCompletion(
 ): Promise<FastifyReply> {
   const cancel = () => call.cancel();
   const { shutdown } = options;
-  // A call cancelled by shutdown says so, rather than "The request was cancelled.".
+  // A call cancelled by shutdown says so, rather than "The request was cancelled.": the signal's
+  // reason when it has one to tell (an edge cut off from billing), or that the server stops.
   const failure = (err: unknown) =>
-    shutdown?.aborted ? new AppError("service_unavailable", SHUTTING_DOWN) : AppError.fromGrpc(err);
+    shutdown?.aborted
+      ? shutdown.reason instanceof AppError
+        ? shutdown.reason
+        : new AppError("service_unavailable", SHUTTING_DOWN)
+      : AppError.fromGrpc(err);
   const ended = new Promise<StatusObject>((resolve) => call.once("status", resolve));
   const relayed = options.stream && options.onCut ? new RelayedOutput() : undefined;
   if (relayed) {

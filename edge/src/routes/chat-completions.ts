@@ -3,6 +3,7 @@ import { chatAnswerFormat } from "../chat/answer-format.ts";
 import { chatBodySchema, refuseAudioOutput, type ChatBody } from "../chat/chat-body.ts";
 import { startChatCall } from "../chat/chat-call.ts";
 import { relayCompletion } from "../chat/relay-completion.ts";
+import { answerCutoff } from "../leases/isolation-watch.ts";
 import { rawJsonBody } from "../plugins/json-body.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
@@ -46,7 +47,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
       return relayCompletion(call, reply, {
         stream,
         format: chatAnswerFormat(route.modelId, request.id),
-        shutdown: deps.shutdown,
+        shutdown: answerCutoff(deps.shutdown, deps.isolation),
         onCut: reportCut,
         onFirstEvent: () => deps.chatMetrics.firstEvent.observe({ stream: String(stream) }, reply.elapsedTime / 1000),
       });

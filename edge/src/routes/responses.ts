@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { startChatCall } from "../chat/chat-call.ts";
 import { relayCompletion } from "../chat/relay-completion.ts";
+import { answerCutoff } from "../leases/isolation-watch.ts";
 import { chatBodyFromResponses } from "../responses/request-translation.ts";
 import { responsesBodySchema, type ResponsesBody } from "../responses/responses-body.ts";
 import { responseContext } from "../responses/response-object.ts";
@@ -42,7 +43,7 @@ export function responsesRoutes(app: FastifyInstance, deps: RouteDeps): void {
       return relayCompletion(call, reply, {
         stream,
         format,
-        shutdown: deps.shutdown,
+        shutdown: answerCutoff(deps.shutdown, deps.isolation),
         onCut: reportCut,
         onFirstEvent: () => deps.chatMetrics.firstEvent.observe({ stream: String(stream) }, reply.elapsedTime / 1000),
       });

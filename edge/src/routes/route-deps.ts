@@ -3,6 +3,7 @@ import type { Backends } from "../backends.ts";
 import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
 import type { RouteCache } from "../chat/route-cache.ts";
 import type { LeaseTable } from "../leases/lease-table.ts";
+import type { IsolationWatch } from "../leases/isolation-watch.ts";
 import type { ChatMetrics } from "../plugins/metrics.ts";
 import type { CutAnswers } from "../chat/cut-answers.ts";
 import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
@@ -22,6 +23,8 @@ export interface RouteDeps {
   chatMetrics: ChatMetrics;
   /** Aborts when the shutdown grace period is over: answers still running end with an error event. */
   shutdown: AbortSignal;
+  /** Its signal aborts when the edge is cut off from billing too long: answers still running end with an error event. */
+  isolation: IsolationWatch;
   /** The API-key onRequest hook (`request.principal`). */
   auth(options: ApiKeyAuthOptions): onRequestAsyncHookHandler;
   /** The session-cookie onRequest hook (`request.session`) for one kind of login. */
