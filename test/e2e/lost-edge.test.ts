@@ -34,6 +34,7 @@ import { loadEdgeConfig } from "../../edge/src/config.ts";
 import { startEdge, type EdgeHandle } from "../../edge/src/server.ts";
 import { openBillingDb, postChat, type BillingDb } from "./billing-db.ts";
 import { startChild, waitForReady, type Child } from "./child-process.ts";
+import { streamAnswer } from "./streamed-answer.ts";
 import { DEMO_PRICES, signUp } from "./system.ts";
 
 // The demo model streams 20 tokens/s: an answer of 200 tokens runs 10 s, far past the kill.
@@ -60,67 +61,13 @@ const IN_FLIGHT_TOKENS = TOKENS_PER_SECOND;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** What a client saw of one streamed answer cut by the kill. */
-interface Streamed {
-  requestId: string;
-  status: number;
-  content: string;
-  done: boolean;
-  /** The connection failed mid-stream. */
-  broken: boolean;
-}
-
-/** Starts one streamed request; `started` resolves once its first words arrived. */
-function stream(url: string, apiKey: string, i: number) {
-  let markStarted!: () => void;
-  const started = new Promise<void>((resolve) => (markStarted = resolve));
-  const finished = (async (): Promise<Streamed> => {
-    const res = await postChat(url, apiKey, {
-      model: "demo-small",
-      max_tokens: LONG,
-      stream: true,
-      messages: [{ role: "user", content: `story ${i}` }],
-    });
-    const seen: Streamed = {
-      requestId: res.headers.get("x-request-id") ?? "",
-      status: res.status,
-      content: "",
-      done: false,
-      broken: false,
-    };
-    if (res.status !== 200) {
-      markStarted();
-      return seen;
-    }
-    const decoder = new TextDecoder();
-    let buffer = "";
-    try {
-      for await (const bytes of res.body!) {
-        buffer += decoder.decode(bytes, { stream: true });
-        let end: number;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const event = buffer.slice(0, end).replace(/^data: /, "");
-          buffer = buffer.slice(end + 2);
-          if (event === "[DONE]") {
-            seen.done = true;
-            continue;
-          }
-          const chunk = JSON.parse(event) as { choices?: Array<{ delta?: { content?: string } }> };
-          const words = chunk.choices?.[0]?.delta?.content;
-          if (words) {
-            seen.content += words;
-            markStarted();
-          }
-        }
-      }
-    } catch {
-      seen.broken = true;
-    }
-    markStarted();
-    return seen;
-  })();
-  return { started, finished };
-}
+/** One long streamed answer on `url`. */
+const stream = (url: string, apiKey: string, i: number) =>
+  streamAnswer(url, apiKey, {
+    model: "demo-small",
+    max_tokens: LONG,
+    messages: [{ role: "user", content: `story ${i}` }],
+  });
 
 let databaseUrl: string;
 let db: BillingDb;
