@@ -24,7 +24,7 @@ const proxyList = makeValidator<string[]>((value) =>
 /** '' (the default: host name and port) or a NATS subject token. */
 const edgeId = makeValidator<string>((value) => {
   if (value !== "" && !EDGE_ID_PATTERN.test(value)) {
-    throw new Error("must be 1 to 200 letters, digits, _ or - (it names a NATS subject), e.g. the pod name");
+    throw new Error("must be 1 to 100 letters, digits, _ or - (it names a NATS subject), e.g. the pod name");
   }
   return value;
 });

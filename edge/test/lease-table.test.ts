@@ -329,6 +329,32 @@ describe("the edge's lease table against a real billing", () => {
     table.release(taken);
   });
 
+  it("stops admitting once another process took its EDGE_ID", async () => {
+    const old = edge();
+    const accountId = randomUUID();
+    const ticket = (await admitOne(old.table, accountId, "big", 100n))!;
+    // A second process under the same id: its heartbeat at start takes the next incarnation, which
+    // closes the first one's lease in billing.
+    const next = new LeaseTable({ edgeId: old.table.edgeId, billing: edge().billing, ttlMs: TTL, log });
+    await next.beat();
+    const [row] = await t.query<{ status: string; held: string }>(
+      `select status, held_micros::text as held from leases where id = $1`,
+      [ticket.lease.leaseId],
+    );
+    expect(row).toEqual({ status: "closed", held: "0" });
+    // The old process learns it at its next call, and admits nothing more, not even from memory.
+    old.table.release(ticket);
+    await old.table.beat();
+    expect(old.table.superseded).toBe(true);
+    expect(old.table.leaseOf(accountId)).toBeUndefined();
+    await expect(old.table.admit({ accountId, tier: "big" })).rejects.toMatchObject({
+      code: "service_unavailable",
+      httpStatus: 503,
+    });
+    // The new one is served.
+    expect(await admitOne(next, accountId, "big", 100n)).not.toBeNull();
+  });
+
   it("heartbeats keep a lease valid past one TTL, and returnAll closes it", async () => {
     const { table, calls } = edge();
     const accountId = randomUUID();

@@ -116,7 +116,7 @@ describe("docker-compose.yml", () => {
     const edges = Object.entries(file.services).filter(([, service]) => service.command?.join(" ").includes("edge/"));
     expect(edges.length).toBeGreaterThan(0);
     const ids = edges.map(([name]) => env(name).EDGE_ID);
-    for (const id of ids) expect(id).toMatch(/^[A-Za-z0-9_-]{1,200}$/);
+    for (const id of ids) expect(id).toMatch(/^[A-Za-z0-9_-]{1,100}$/);
     expect(new Set(ids).size).toBe(ids.length);
     expectSameLeaseSettings(env);
   });
@@ -427,7 +427,7 @@ describe("deploy/k8s/base", () => {
   it("names each edge pod's EDGE_ID after the pod (downward API), and gives it billing's lease settings", () => {
     const edgeId = container("edge").env?.find((entry) => entry.name === "EDGE_ID");
     expect(edgeId?.valueFrom?.fieldRef?.fieldPath).toBe("metadata.name");
-    expect(containerEnv(container("edge")).EDGE_ID).toMatch(/^[A-Za-z0-9_-]{1,200}$/);
+    expect(containerEnv(container("edge")).EDGE_ID).toMatch(/^[A-Za-z0-9_-]{1,100}$/);
     expectSameLeaseSettings((name) => containerEnv(container(name)));
   });
 
