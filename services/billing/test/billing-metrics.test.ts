@@ -144,8 +144,8 @@ describe("billing's /metrics", () => {
   it("counts leases the closer closed at their deadline", async () => {
     const accountId = randomUUID();
     await grant(accountId, 1_000n);
-    // The edge never heartbeats nor reports: its session lapses, then MAX_REQUEST_MS passes.
-    offsetMs += MAX_REQUEST + 2 * TTL;
+    // The edge never heartbeats nor reports: its session lapses, then EDGE_ISOLATION_MS (60 s) passes.
+    offsetMs += 60_000 + 2 * TTL;
     const before = await scrape();
     const { closed } = await t.billing.closeDueLeases();
     expect(closed).toBeGreaterThanOrEqual(1);

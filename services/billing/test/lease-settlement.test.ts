@@ -290,7 +290,6 @@ describe("settlement from lease holds", () => {
     expect((await rooms()).included_tokens!.settled).toBe(1_000n);
   });
 
-  // Last: it moves the clock past MAX_REQUEST_MS, which lets the closer release every lease above.
   it("a late event on a lease its edge's next incarnation released is charged what is available", async () => {
     const accountId = randomUUID();
     const edgeId = edge();
@@ -309,6 +308,7 @@ describe("settlement from lease holds", () => {
     expect(await ledgerInvariants(t)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
   });
 
+  // Last: it moves the clock past MAX_REQUEST_MS, which lets the closer release every lease above.
   it("a late event after the closer released its lease is charged what is available and the rest written off", async () => {
     const accountId = randomUUID();
     const edgeId = edge();

@@ -10,6 +10,8 @@ import { startTestBilling, type TestBilling } from "./billing-harness.ts";
 
 const TTL = 2_000;
 const MAX_REQUEST = 60_000;
+/** Shorter than MAX_REQUEST, so each test shows which of the two holds a lease. */
+const ISOLATION = 20_000;
 // A fixed clock 10 s into a UTC minute: no window boundary unless a test moves the clock there.
 const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
 let offsetMs = 0;
@@ -21,6 +23,7 @@ beforeAll(async () => {
     {
       LEASE_TTL_MS: String(TTL),
       MAX_REQUEST_MS: String(MAX_REQUEST),
+      EDGE_ISOLATION_MS: String(ISOLATION),
       STARTING_CREDIT_USD: "0.01",
       TIERS: JSON.stringify({ free: { limit_per_minute: 10, limit_per_day: 1000 } }),
     },
@@ -252,7 +255,7 @@ describe("admission leases", () => {
     expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
   });
 
-  it("an edge that stops heartbeating keeps its room used and held until deadline + MAX_REQUEST_MS", async () => {
+  it("an edge that stops heartbeating keeps its room used and held until deadline + EDGE_ISOLATION_MS", async () => {
     const accountId = randomUUID();
     const edgeId = edge();
     const { lease } = await t.client.grantLease({
@@ -268,7 +271,7 @@ describe("admission leases", () => {
     });
     const deadline = BASE + offsetMs + TTL;
     expect(minuteRoom(lease!).granted).toBe(4n);
-    offsetMs = deadline - BASE + MAX_REQUEST - 1;
+    offsetMs = deadline - BASE + ISOLATION - 1;
     await t.billing.closeDueLeases();
     expect((await wallet(accountId)).held).toBe(1_000n);
     offsetMs += 1;
