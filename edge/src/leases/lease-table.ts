@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import type { PromiseClient } from "@mkt/runtime/grpc-client";
 import { AppError } from "@mkt/runtime/errors";
@@ -6,7 +7,6 @@ import { LeaseStatus, type LeaseNeed, type LeaseReport, type LeaseState } from "
 import type { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { HeldLease } from "./held-lease.ts";
 import { keyBudgetOf, takeRequest, takeWorstCase, type Attempt, type Ticket } from "./lease-admission.ts";
-import { randomUUID } from "node:crypto";
 import { nextBackoffMs } from "./heartbeat-backoff.ts";
 import type { IsolationWatch } from "./isolation-watch.ts";
 import type { Histogram } from "prom-client";
@@ -485,8 +485,9 @@ export class LeaseTable {
         { timeoutMs: Math.max(100, this.ttlMs / 2) },
       );
     } catch (err) {
-      if (AppError.fromGrpc(err).code === "edge_superseded") {
-        this.#supersede(AppError.fromGrpc(err));
+      const error = AppError.fromGrpc(err);
+      if (error.code === "edge_superseded") {
+        this.#supersede(error);
         return;
       }
       this.#beatFailures += 1;
