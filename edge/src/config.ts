@@ -92,6 +92,11 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
   if (config.EDGE_ISOLATION_MS <= config.LEASE_TTL_MS) {
     throw new ConfigError("invalid configuration:\n  EDGE_ISOLATION_MS: must be more than LEASE_TTL_MS");
   }
+  // With a port the OS picks, every such edge on the host would default to the same id, and each
+  // would close the others' leases as it started.
+  if (config.EDGE_ID === "" && config.PORT === 0) {
+    throw new ConfigError("invalid configuration:\n  EDGE_ID: required when PORT is 0 (each edge needs its own)");
+  }
   return { ...config, EDGE_ID: config.EDGE_ID || defaultEdgeId(config.PORT) };
 }
 

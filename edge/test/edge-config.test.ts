@@ -18,6 +18,11 @@ describe("the edge's identity and isolation settings", () => {
     }
   });
 
+  it("requires EDGE_ID with PORT 0, whose default would be the same for every such edge", () => {
+    expect(() => loadEdgeConfig({ ...required, PORT: "0" })).toThrow(/EDGE_ID: required when PORT is 0/);
+    expect(loadEdgeConfig({ ...required, PORT: "0", EDGE_ID: "test-edge" }).EDGE_ID).toBe("test-edge");
+  });
+
   it("refuses an EDGE_ISOLATION_MS not above LEASE_TTL_MS", () => {
     expect(loadEdgeConfig(required).EDGE_ISOLATION_MS).toBe(60_000);
     expect(() => loadEdgeConfig({ ...required, EDGE_ISOLATION_MS: "2000" })).toThrow(
