@@ -154,6 +154,27 @@ describe("billing's /metrics", () => {
     expect(value(after, series) - value(before, series)).toBe(closed);
   });
 
+  it("counts edge incarnations, and the leases a restarted edge's new one closed", async () => {
+    const edgeId = edge();
+    const before = await scrape();
+    // A process starts under the id and takes a lease; it dies, and the next one starts.
+    await t.client.grantLease({
+      edgeId,
+      incarnation: 0n,
+      bootId: randomUUID(),
+      sequence: 1n,
+      accountId: randomUUID(),
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(1_000n),
+    });
+    await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: randomUUID(), sequence: 1n, leases: [] });
+    const after = await scrape();
+    const delta = (series: string) => value(after, series) - value(before, series);
+    expect(delta("mkt_edge_incarnations_total")).toBe(2);
+    expect(delta("mkt_leases_closed_by_incarnation_total")).toBe(1);
+  });
+
   it("answers 404 off /metrics", async () => {
     const response = await fetch(`http://127.0.0.1:${t.billing.metricsPort}/other`);
     expect(response.status).toBe(404);
