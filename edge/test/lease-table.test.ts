@@ -342,6 +342,20 @@ describe("the edge's lease table against a real billing", () => {
       [ticket.lease.leaseId],
     );
     expect(row).toEqual({ status: "closed", held: "0" });
+    // A recall of the old process's lease reaches the new one (same subject): acked as unknown.
+    const subject = eventNames(t.config.EVENTS_PREFIX).leaseRecall(next.edgeId);
+    const stop = followLeaseRecalls(nc, subject, next, log);
+    await nc.flush();
+    try {
+      const reply = await nc.request(
+        subject,
+        LeaseRecall.encode({ leaseId: ticket.lease.leaseId, subscriptionId: "" }).finish(),
+        { timeout: 2_000 },
+      );
+      expect(LeaseRecallAck.decode(reply.data)).toMatchObject({ edgeId: next.edgeId, known: false });
+    } finally {
+      stop();
+    }
     // The old process learns it at its next call, and admits nothing more, not even from memory.
     old.table.release(ticket);
     await old.table.beat();
