@@ -72,6 +72,8 @@ const leases: string[] = [];
   for (let n = 0; n < ACCOUNTS; n++) {
     const { lease } = await billing.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: BigInt(n + 1),
       accountId: randomUUID(),
       tier: "free",

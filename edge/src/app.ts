@@ -9,6 +9,7 @@ import type { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
 import type { RelayDeps } from "./relay/relay-answer.ts";
 import type { LeaseTable } from "./leases/lease-table.ts";
+import type { IsolationWatch } from "./leases/isolation-watch.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
 import type { RoutingTable } from "./routing/routing-table.ts";
 import { adminAuth } from "./plugins/admin-auth.ts";
@@ -32,7 +33,7 @@ import { hosterSubscriberRoutes } from "./routes/hoster-subscribers.ts";
 import { keyRoutes } from "./routes/keys.ts";
 import { modelRoutes } from "./routes/models.ts";
 import { productRoutes } from "./routes/products.ts";
-import type { AnswerCut, RouteDeps } from "./routes/route-deps.ts";
+import type { RouteDeps } from "./routes/route-deps.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { subscriptionRoutes } from "./routes/subscriptions.ts";
 import { usageRoutes } from "./routes/usage.ts";
@@ -51,8 +52,10 @@ export interface AppDeps {
   leases: LeaseTable;
   relay: RelayDeps;
   readiness: Readiness;
-  /** The edge's own end of the answers in flight (see RouteDeps.cut). */
-  cut: AnswerCut;
+  /** Aborts when the shutdown grace period is over (see RouteDeps.shutdown). */
+  shutdown: AbortSignal;
+  /** The edge's bound on running cut off from billing (see RouteDeps.isolation). */
+  isolation: IsolationWatch;
   /** The Prometheus registry GET /metrics shows (the relay's metrics are in it too). */
   metrics: Registry;
 }
@@ -111,7 +114,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routing: deps.routing,
     relay: deps.relay,
     chatMetrics,
-    cut: deps.cut,
+    shutdown: deps.shutdown,
+    isolation: deps.isolation,
     auth: apiKeyAuth(deps.backends, deps.principals),
     session: sessionAuth(deps.backends),
   };

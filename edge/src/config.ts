@@ -2,6 +2,7 @@ import { fileURLToPath } from "node:url";
 import {
   bool,
   commonSpecs,
+  ConfigError,
   host,
   intBetween,
   listenPort,
@@ -13,6 +14,7 @@ import {
   str,
 } from "@mkt/runtime/config";
 import { tlsSpecs } from "@mkt/runtime/service-tls";
+import { defaultEdgeId, EDGE_ID_PATTERN } from "./edge-id.ts";
 
 /** Comma-separated IPs or CIDRs (e.g. "10.0.0.0/8,127.0.0.1"); empty trusts no proxy. */
 const proxyList = makeValidator<string[]>((value) =>
@@ -22,10 +24,22 @@ const proxyList = makeValidator<string[]>((value) =>
     .filter((entry) => entry !== ""),
 );
 
+/** '' (the default: host name and port) or a NATS subject token. */
+const edgeId = makeValidator<string>((value) => {
+  if (value !== "" && !EDGE_ID_PATTERN.test(value)) {
+    throw new Error("must be 1 to 100 letters, digits, _ or - (it names a NATS subject), e.g. the pod name");
+  }
+  return value;
+});
+
 /** The edge's settings: where the backends are, how it listens, and the admin secret. */
 export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
-  return loadConfig(
+  const config = loadConfig(
     {
+      // The edge's stable identity: billing knows its leases by it, and a process that starts
+      // again under it closes what the previous one held at once (docs/leases.md, "Incarnations").
+      // Every edge needs its own; empty: this host's name and PORT.
+      EDGE_ID: edgeId({ default: "" }),
       LOG_LEVEL: commonSpecs.LOG_LEVEL,
       NATS_URL: commonSpecs.NATS_URL,
       NATS_USER: commonSpecs.NATS_USER,
@@ -45,6 +59,10 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       // Cached principals (§2.1) follow the same clock: revalidated with accounts every half of it
       // while in use, used at most this long past a check, and at most this long past losing NATS.
       LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
+      // Billing's setting of the same name, which the edge must match: answers still running when
+      // no lease call has been answered for this long end with an error event, since billing
+      // releases what this edge's leases hold at their deadline + this.
+      EDGE_ISOLATION_MS: intBetween(1_000, 24 * 3600_000)({ default: 60_000 }),
       // Hops whose X-Forwarded-For is believed (Envoy); everyone else is their socket address.
       TRUSTED_PROXIES: proxyList({ default: [] }),
       // Chat prompts can be long; Fastify's 1 MiB default would refuse big contexts.
@@ -96,6 +114,16 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
     },
     env,
   );
+  // Shorter than a lease, the edge would cut answers while its leases are still valid.
+  if (config.EDGE_ISOLATION_MS <= config.LEASE_TTL_MS) {
+    throw new ConfigError("invalid configuration:\n  EDGE_ISOLATION_MS: must be more than LEASE_TTL_MS");
+  }
+  // With a port the OS picks, every such edge on the host would default to the same id, and each
+  // would close the others' leases as it started.
+  if (config.EDGE_ID === "" && config.PORT === 0) {
+    throw new ConfigError("invalid configuration:\n  EDGE_ID: required when PORT is 0 (each edge needs its own)");
+  }
+  return { ...config, EDGE_ID: config.EDGE_ID || defaultEdgeId(config.PORT) };
 }
 
 export type EdgeConfig = ReturnType<typeof loadEdgeConfig>;

@@ -13,7 +13,7 @@ import { watchCatalog } from "./routing/catalog-watch.ts";
 import { RoutingTable } from "./routing/routing-table.ts";
 import { startPrincipalRevalidation } from "./principal-revalidation.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
-import { newEdgeId } from "./edge-id.ts";
+import { IsolationWatch } from "./leases/isolation-watch.ts";
 import { edgeMetricsRegistry } from "./plugins/metrics.ts";
 import { edgeOutliers, startRelay } from "./relay/relay-setup.ts";
 
@@ -39,7 +39,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     backends.close();
     throw err;
   });
-  const edgeId = newEdgeId();
+  const edgeId = config.EDGE_ID;
   const principals = new PrincipalCache({ ttlMs: config.LEASE_TTL_MS, edgeId });
   const names = eventNames(config.EVENTS_PREFIX);
   const stopRevocations = followKeyRevocations(nc, names.keysRevoked, principals, log);
@@ -49,7 +49,18 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const outliers = edgeOutliers(config);
   const routing = new RoutingTable(outliers);
   const stopCatalogWatch = watchCatalog(backends.registryStream, routing, log);
-  const leases = new LeaseTable({ billing: backends.billing, ttlMs: config.LEASE_TTL_MS, log, edgeId });
+  const isolation: IsolationWatch = new IsolationWatch({
+    isolationMs: config.EDGE_ISOLATION_MS,
+    log,
+    inFlight: (): number => leases.inFlight(),
+  });
+  const leases: LeaseTable = new LeaseTable({
+    billing: backends.billing,
+    ttlMs: config.LEASE_TTL_MS,
+    log,
+    edgeId,
+    isolation,
+  });
   const stopRecalls = followLeaseRecalls(nc, names.leaseRecall(leases.edgeId), leases, log);
   // The subscriptions are live at the server before any key is cached or lease granted.
   await nc.flush();
@@ -82,11 +93,13 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     promptTokens,
     leases,
     relay: relay.deps,
-    cut: { signal: shutdown.signal, message: () => "The server is shutting down; please retry the request." },
+    shutdown: shutdown.signal,
+    isolation,
     metrics,
     readiness: {
       async check() {
         if (closing) throw new Error("shutting down");
+        if (leases.superseded) throw new Error(`another process took EDGE_ID ${edgeId}`);
         if (nc.isClosed()) throw new Error("NATS connection closed");
         // Not before the first routing table: chats would only wait for it.
         if (routing.receivedAt === undefined) throw new Error("no routing table from registry yet");
@@ -103,7 +116,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const port = typeof address === "object" && address ? address.port : config.PORT;
   const host = config.HOST === "0.0.0.0" || config.HOST === "::" ? "127.0.0.1" : config.HOST;
   const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
-  log.info({ url }, "edge listening");
+  log.info({ url, edgeId }, "edge listening");
 
   return {
     url,
@@ -133,6 +146,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
       // Every answer has ended: the leases go back with their final totals, so billing releases
       // their unused credit and room now rather than after their deadline.
       await stopHeartbeat();
+      isolation.stop();
       await leases.returnAll().catch((err: unknown) => log.warn({ err }, "returning leases failed"));
       stopRecalls();
       // Every answer's usage event is durable (or handed to billing) before NATS drains.

@@ -30,7 +30,7 @@ const closers: Array<() => void> = [];
 
 function edge(): LeaseTable {
   const client = createClient(BillingServiceClient, `127.0.0.1:${t.billing.port}`, edgeTls);
-  const table = new LeaseTable({ billing: promiseClient(client), ttlMs: TTL, log });
+  const table = new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing: promiseClient(client), ttlMs: TTL, log });
   closers.push(() => client.close(), followLeaseRecalls(nc, t.names.leaseRecall(table.edgeId), table, log));
   return table;
 }

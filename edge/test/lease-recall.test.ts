@@ -27,7 +27,7 @@ const closers: Array<() => void> = [];
 /** A real lease table following its recalls on NATS; `stop` closes its subscription. */
 function edge() {
   const client = createClient(BillingServiceClient, `127.0.0.1:${t.billing.port}`, edgeTls);
-  const table = new LeaseTable({ billing: promiseClient(client), ttlMs: TTL, log });
+  const table = new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing: promiseClient(client), ttlMs: TTL, log });
   const stop = followLeaseRecalls(nc, t.names.leaseRecall(table.edgeId), table, log);
   closers.push(() => client.close(), stop);
   return { table, stop };

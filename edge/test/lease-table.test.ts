@@ -81,7 +81,10 @@ const clients: Array<{ close(): void }> = [];
 function edge(billing: TestBilling = t, now?: () => number) {
   const counted = countedBilling(billing.billing.port);
   clients.push(counted.client);
-  return { ...counted, table: new LeaseTable({ billing: counted.billing, ttlMs: TTL, log, now }) };
+  return {
+    ...counted,
+    table: new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing: counted.billing, ttlMs: TTL, log, now }),
+  };
 }
 
 beforeAll(async () => {
@@ -305,7 +308,7 @@ describe("the edge's lease table against a real billing", () => {
     // reaches the edge after that report went: billing closes the lease on the report and holds
     // only what it counted, so a request admitted on it afterwards would be held by nothing.
     const { billing, holdGrants } = heldBackBilling(t.billing.port);
-    const table = new LeaseTable({ billing, ttlMs: TTL, log });
+    const table = new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing, ttlMs: TTL, log });
     const accountId = randomUUID();
     table.release((await admitOne(table, accountId, "big", 100n))!);
     const first = table.leaseOf(accountId)!;
@@ -324,6 +327,46 @@ describe("the edge's lease table against a real billing", () => {
     expect(await statusOf(first.leaseId)).toBe("closed");
     expect(await statusOf(taken.lease.leaseId)).toBe("open");
     table.release(taken);
+  });
+
+  it("stops admitting once another process took its EDGE_ID", async () => {
+    const old = edge();
+    const accountId = randomUUID();
+    const ticket = (await admitOne(old.table, accountId, "big", 100n))!;
+    // A second process under the same id: its heartbeat at start takes the next incarnation, which
+    // closes the first one's lease in billing.
+    const next = new LeaseTable({ edgeId: old.table.edgeId, billing: edge().billing, ttlMs: TTL, log });
+    await next.beat();
+    const [row] = await t.query<{ status: string; held: string }>(
+      `select status, held_micros::text as held from leases where id = $1`,
+      [ticket.lease.leaseId],
+    );
+    expect(row).toEqual({ status: "closed", held: "0" });
+    // A recall of the old process's lease reaches the new one (same subject): acked as unknown.
+    const subject = eventNames(t.config.EVENTS_PREFIX).leaseRecall(next.edgeId);
+    const stop = followLeaseRecalls(nc, subject, next, log);
+    await nc.flush();
+    try {
+      const reply = await nc.request(
+        subject,
+        LeaseRecall.encode({ leaseId: ticket.lease.leaseId, subscriptionId: "" }).finish(),
+        { timeout: 2_000 },
+      );
+      expect(LeaseRecallAck.decode(reply.data)).toMatchObject({ edgeId: next.edgeId, known: false });
+    } finally {
+      stop();
+    }
+    // The old process learns it at its next call, and admits nothing more, not even from memory.
+    old.table.release(ticket);
+    await old.table.beat();
+    expect(old.table.superseded).toBe(true);
+    expect(old.table.leaseOf(accountId)).toBeUndefined();
+    await expect(old.table.admit({ accountId, tier: "big" })).rejects.toMatchObject({
+      code: "service_unavailable",
+      httpStatus: 503,
+    });
+    // The new one is served.
+    expect(await admitOne(next, accountId, "big", 100n)).not.toBeNull();
   });
 
   it("heartbeats keep a lease valid past one TTL, and returnAll closes it", async () => {
@@ -355,7 +398,13 @@ describe("the edge's lease table against a real billing", () => {
     let skew = 0;
     const counted = countedBilling(gap.billing.port);
     clients.push(counted.client);
-    const table = new LeaseTable({ billing: counted.billing, ttlMs, log, now: () => performance.now() + skew });
+    const table = new LeaseTable({
+      edgeId: `edge-${randomUUID()}`,
+      billing: counted.billing,
+      ttlMs,
+      log,
+      now: () => performance.now() + skew,
+    });
     const grants = () => counted.calls.filter((c) => c === "GrantLease").length;
     try {
       // Cold: the grant's current room is already past its validity on the edge.

@@ -75,6 +75,19 @@ const LAZY_ADDRESSES: Record<string, string[]> = { billing: ["REGISTRY_ADDR"] };
  */
 const NOT_YET_READ: Record<string, string> = { SECRETS_KEY: "the services' encryption key" };
 
+/**
+ * Settings billing and the edge must agree on (docs/leases.md): the lease TTL, and how long an
+ * edge cut off from billing may run before billing releases what it holds.
+ */
+const SHARED_LEASE_SETTINGS = ["LEASE_TTL_MS", "EDGE_ISOLATION_MS"] as const;
+
+/** Billing's and the edge's lease settings agree, as their loaders read `envOf` each. */
+function expectSameLeaseSettings(envOf: (process: string) => Env) {
+  const billing = configs.get("billing")!.load(envOf("billing"));
+  const edge = configs.get("edge")!.load(envOf("edge"));
+  for (const name of SHARED_LEASE_SETTINGS) expect(edge[name], name).toBe(billing[name]);
+}
+
 /** The port a process listens on, from its environment. */
 const listenPort = (env: Env) => env.GRPC_PORT ?? env.PORT;
 
@@ -98,6 +111,15 @@ describe("docker-compose.yml", () => {
   // The operator's environment: every ${VAR:?...} set, as docs/deploy.md tells them to.
   const vars = operatorVariables();
   const env = (service: string) => composeEnv(file.services[service]!, vars);
+
+  it("gives every edge service its own fixed EDGE_ID, a NATS subject token, and billing's lease settings", () => {
+    const edges = Object.entries(file.services).filter(([, service]) => service.command?.join(" ").includes("edge/"));
+    expect(edges.length).toBeGreaterThan(0);
+    const ids = edges.map(([name]) => env(name).EDGE_ID);
+    for (const id of ids) expect(id).toMatch(/^[A-Za-z0-9_-]{1,100}$/);
+    expect(new Set(ids).size).toBe(ids.length);
+    expectSameLeaseSettings(env);
+  });
 
   it("runs PostgreSQL 15, NATS 2.10 with JetStream and a data volume, and Envoy 1.31", () => {
     expect(file.services.postgres!.image).toBe("postgres:15");
@@ -401,6 +423,13 @@ describe("deploy/k8s/base", () => {
   const container = (name: string): Container => podSpec(deployment(name)!).containers[0]!;
   const servicePorts = (name: string) =>
     (service(name)!.spec as { ports: Array<{ name: string; port: number; targetPort: string }> }).ports;
+
+  it("names each edge pod's EDGE_ID after the pod (downward API), and gives it billing's lease settings", () => {
+    const edgeId = container("edge").env?.find((entry) => entry.name === "EDGE_ID");
+    expect(edgeId?.valueFrom?.fieldRef?.fieldPath).toBe("metadata.name");
+    expect(containerEnv(container("edge")).EDGE_ID).toMatch(/^[A-Za-z0-9_-]{1,100}$/);
+    expectSameLeaseSettings((name) => containerEnv(container(name)));
+  });
 
   it("lists resource files that exist, one per process plus the namespace and Envoy", () => {
     const { resources, namespace } = kustomization();

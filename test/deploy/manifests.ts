@@ -48,6 +48,8 @@ export interface ProcessConfig {
   known: Set<string>;
   /** Validates an environment exactly as the process would at start; throws naming variables. */
   validate(env: Env): void;
+  /** The settings the process would start with (its loader's result; the environment itself without one). */
+  load(env: Env): Record<string, unknown>;
   /** Where the lists came from. */
   source: string;
 }
@@ -75,6 +77,7 @@ export async function processConfig(process: Process): Promise<ProcessConfig> {
     required,
     known: new Set(Object.keys(load(complete))),
     validate: (env) => void load(env),
+    load: (env) => load(env) as Record<string, unknown>,
     source: path,
   };
 }
@@ -91,6 +94,7 @@ function documentedConfig(process: Process): ProcessConfig {
       const missing = required.filter((name) => !env[name]);
       if (missing.length > 0) throw new Error(`missing ${missing.join(", ")}`);
     },
+    load: (env) => ({ ...env }),
     source: `docs/configuration.md (no ${join(dirname(process.entry), "config.ts")} yet)`,
   };
 }
@@ -220,7 +224,11 @@ export interface Container {
   env?: Array<{
     name: string;
     value?: string;
-    valueFrom?: { secretKeyRef?: { name: string; key: string }; configMapKeyRef?: { name: string; key: string } };
+    valueFrom?: {
+      secretKeyRef?: { name: string; key: string };
+      configMapKeyRef?: { name: string; key: string };
+      fieldRef?: { fieldPath: string };
+    };
   }>;
   envFrom?: Array<{ configMapRef?: { name: string }; secretRef?: { name: string } }>;
   readinessProbe?: Probe;
@@ -307,10 +315,17 @@ export function containerEnv(container: Container): Env {
     else if (entry.valueFrom?.configMapKeyRef) {
       const { name, key } = entry.valueFrom.configMapKeyRef;
       env[entry.name] = literals[name]?.[key] ?? "";
-    }
+    } else if (entry.valueFrom?.fieldRef)
+      env[entry.name] = POD_FIELD_EXAMPLES[entry.valueFrom.fieldRef.fieldPath] ?? "";
   }
   return env;
 }
+
+/** What the downward API gives a pod, as a Deployment's pod would have it. */
+const POD_FIELD_EXAMPLES: Record<string, string> = {
+  "metadata.name": "edge-7d9f8c6b5d-x2x7q",
+  "metadata.namespace": "marketplace",
+};
 
 /** Kubernetes quantities ("250m", "2", "512Mi", "1Gi") as numbers, to compare requests and limits. */
 export function quantity(value: string | number): number {

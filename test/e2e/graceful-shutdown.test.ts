@@ -220,6 +220,7 @@ beforeAll(async () => {
   edgeB = await startEdge(
     loadEdgeConfig({
       ...certs.env("edge"),
+      EDGE_ID: "graceful-edge-b",
       HOST: "127.0.0.1",
       PORT: "0",
       NATS_URL: TEST_NATS_URL,

@@ -135,22 +135,27 @@ export async function startSystem(
     }),
     log,
   );
-  const edgeConfig = loadEdgeConfig({
-    ...certs.env("edge"),
-    HOST: "127.0.0.1",
-    PORT: "0",
-    NATS_URL: natsUrl,
-    EVENTS_PREFIX: eventsPrefix,
-    ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
-    BILLING_ADDR: `127.0.0.1:${billing.port}`,
-    REGISTRY_ADDR: `127.0.0.1:${registry.port}`,
-    ADMIN_TOKEN: adminToken,
-    LEASE_TTL_MS: TEST_LEASE_TTL_MS,
-    // Test hoster servers (and the local model) listen on loopback.
-    ALLOW_PRIVATE_UPSTREAMS: "true",
-    ...overrides.edge,
-  });
-  const edges = await Promise.all(Array.from({ length: overrides.edges ?? 1 }, () => startEdge(edgeConfig, log)));
+  // Every edge its own EDGE_ID: with one, each would take the other's incarnation and close its leases.
+  const edgeConfig = (index: number) =>
+    loadEdgeConfig({
+      EDGE_ID: `e2e-edge-${index}`,
+      ...certs.env("edge"),
+      HOST: "127.0.0.1",
+      PORT: "0",
+      NATS_URL: natsUrl,
+      EVENTS_PREFIX: eventsPrefix,
+      ACCOUNTS_ADDR: `127.0.0.1:${accounts.port}`,
+      BILLING_ADDR: `127.0.0.1:${billing.port}`,
+      REGISTRY_ADDR: `127.0.0.1:${registry.port}`,
+      ADMIN_TOKEN: adminToken,
+      LEASE_TTL_MS: TEST_LEASE_TTL_MS,
+      // Test hoster servers (and the local model) listen on loopback.
+      ALLOW_PRIVATE_UPSTREAMS: "true",
+      ...overrides.edge,
+    });
+  const edges = await Promise.all(
+    Array.from({ length: overrides.edges ?? 1 }, (_, index) => startEdge(edgeConfig(index), log)),
+  );
   return {
     url: edges[0]!.url,
     urls: edges.map((edge) => edge.url),

@@ -108,15 +108,16 @@ export async function expectConservation(system: RunningSystem, outcomes: Outcom
 
 /**
  * No hold and no slot outlives its deadline (issue 20, §2): billing releases every lease — its
- * credit hold and the slots it counts — by its deadline + MAX_REQUEST_MS (the edge session's
- * deadline while open, the lease's own once fenced or closed) or by its `release_at` when its
- * edge reported it earlier, give or take `slackMs` (one pass of the lease closer). A lease that
+ * credit hold and the slots it counts — by its deadline + EDGE_ISOLATION_MS (the edge session's
+ * deadline while open; the later of the lease's own and the session's once fenced) or by its
+ * `release_at` when its edge reported it earlier (the report + MAX_REQUEST_MS), give or take
+ * `slackMs` (one pass of the lease closer). A lease that
  * fell due while billing was down is due at `billingBackAt` at the earliest. Checks the leases
  * released so far and those still unreleased now; returns how late the latest release was.
  */
 export async function expectNothingPastDeadline(
   databaseUrl: string,
-  options: { maxRequestMs: number; slackMs: number; billingBackAt?: number },
+  options: { isolationMs: number; slackMs: number; billingBackAt?: number },
 ): Promise<{ leases: number; unreleased: number; latestReleaseMs: number }> {
   const db = await openBillingDb(databaseUrl);
   try {
@@ -132,9 +133,10 @@ export async function expectNothingPastDeadline(
       `select l.id, l.status, l.held_micros::text as held, l.released_at, clock_timestamp() as now,
          coalesce((select sum(a.admitted) from lease_allowances a where a.lease_id = l.id and a.resource = 'slots'), 0)::text
            as slots,
-         least(l.release_at, coalesce(l.deadline, s.deadline) + $1 * interval '1 millisecond') as due
+         least(l.release_at, greatest(coalesce(l.deadline, s.deadline), s.deadline) + $1 * interval '1 millisecond')
+           as due
        from leases l join edge_sessions s on s.edge_id = l.edge_id`,
-      [options.maxRequestMs],
+      [options.isolationMs],
     );
     const late: string[] = [];
     let latestReleaseMs = -Infinity;
@@ -157,16 +159,24 @@ export async function expectNothingPastDeadline(
 }
 
 /**
- * The leases of a fault test's system: the product's default TTL (heartbeats every second) and a
- * MAX_REQUEST_MS small enough that every lease's deadline + MAX_REQUEST_MS comes within the test
- * (answers here last well under a second), so "released by its deadline" is checked for all.
+ * The leases of a fault test's system: the product's default TTL (heartbeats every second), a
+ * MAX_REQUEST_MS small enough that every reported lease's release comes within the test (answers
+ * here last well under a second), and an EDGE_ISOLATION_MS that does the same for unreported ones
+ * yet is longer than any outage here, so no edge ends its answers for being cut off from billing
+ * (test/faults/edge-isolation.test.ts is about that). "Released by its deadline" is checked for all.
  */
-export const FAULT_LEASES = { leaseTtlMs: 2_000, maxRequestMs: 2_500, slackMs: 3_000 } as const;
+export const FAULT_LEASES = { leaseTtlMs: 2_000, maxRequestMs: 2_500, isolationMs: 12_000, slackMs: 3_000 } as const;
 
 /** FAULT_LEASES as the services' environment (edge, accounts and billing share the TTL). */
 export const faultLeaseEnv = {
+  /** Accounts' (it caches no lease). */
   ttl: { LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs) },
-  billing: { LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs), MAX_REQUEST_MS: String(FAULT_LEASES.maxRequestMs) },
+  edge: { LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs), EDGE_ISOLATION_MS: String(FAULT_LEASES.isolationMs) },
+  billing: {
+    LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs),
+    MAX_REQUEST_MS: String(FAULT_LEASES.maxRequestMs),
+    EDGE_ISOLATION_MS: String(FAULT_LEASES.isolationMs),
+  },
 };
 
 /** Slots the unreleased leases count in flight now, as their edges last reported them. */
@@ -188,6 +198,8 @@ export interface LeaseDeadlines {
   leaseTtlMs: number;
   /** Billing's MAX_REQUEST_MS. */
   maxRequestMs: number;
+  /** Billing's EDGE_ISOLATION_MS (the edge's too). */
+  isolationMs: number;
   /** One pass of billing's lease closer (it runs every TTL) and a margin for a busy machine. */
   slackMs: number;
   /** When billing could write again after an outage of its own or of its database. */
@@ -197,7 +209,7 @@ export interface LeaseDeadlines {
 /**
  * Once traffic has stopped, waits until every lease is released with nothing held (wallet holds,
  * slots in flight): idle leases go final after 2 TTL, and a closed one is held MAX_REQUEST_MS
- * more. Then checks none was released past its deadline (expectNothingPastDeadline). Returns how
+ * more; one never reported, EDGE_ISOLATION_MS past its deadline. Then checks none was released past its deadline (expectNothingPastDeadline). Returns how
  * long after `quietAt` the last was released, with expectNothingPastDeadline's figures.
  */
 export async function expectAllReleased(databaseUrl: string, deadlines: LeaseDeadlines, quietAt: number) {
@@ -211,7 +223,11 @@ export async function expectAllReleased(databaseUrl: string, deadlines: LeaseDea
           slots: await slotsInUse(databaseUrl),
         }),
         {
-          timeout: 2 * deadlines.leaseTtlMs + deadlines.maxRequestMs + deadlines.slackMs + 5_000,
+          timeout:
+            2 * deadlines.leaseTtlMs +
+            Math.max(deadlines.maxRequestMs, deadlines.isolationMs) +
+            deadlines.slackMs +
+            5_000,
           interval: 250,
         },
       )

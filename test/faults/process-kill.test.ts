@@ -233,6 +233,7 @@ async function startSystemWith(killed: "registry" | "billing") {
     const edge = await startEdge(
       loadEdgeConfig({
         ...certs.env("edge"),
+        EDGE_ID: "process-kill-edge",
         HOST: "127.0.0.1",
         PORT: "0",
         NATS_URL: TEST_NATS_URL,
@@ -241,7 +242,7 @@ async function startSystemWith(killed: "registry" | "billing") {
         BILLING_ADDR: `127.0.0.1:${billingPort}`,
         REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
         ADMIN_TOKEN: adminToken,
-        ...faultLeaseEnv.ttl,
+        ...faultLeaseEnv.edge,
       }),
       log,
     );

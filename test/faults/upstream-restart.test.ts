@@ -25,7 +25,7 @@ beforeAll(async () => {
   system = await startSystem({
     billing: { TIERS: ROOMY_TIER, ...faultLeaseEnv.billing },
     // The production back-off (30 s) and failures before ejection: what made recovery take 30 s.
-    edge: { ...faultLeaseEnv.ttl, UPSTREAM_EJECT_AFTER_FAILURES: "5", UPSTREAM_EJECT_BACKOFF_MS: "30000" },
+    edge: { ...faultLeaseEnv.edge, UPSTREAM_EJECT_AFTER_FAILURES: "5", UPSTREAM_EJECT_BACKOFF_MS: "30000" },
     accounts: faultLeaseEnv.ttl,
     registry: { LOCAL_MODEL_URL: model.url, LOCAL_MODEL_TOKEN: model.token },
   });

@@ -267,7 +267,7 @@ describe("NATS users", () => {
   it("billing's lease recall reaches the edge holding the lease, which acks on billing's inbox", async () => {
     const edgeTls = (await testCertificates()).tls("edge");
     const client = createClient(BillingServiceClient, `127.0.0.1:${billing.billing.port}`, edgeTls);
-    const table = new LeaseTable({ billing: promiseClient(client), ttlMs: 1_000, log });
+    const table = new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing: promiseClient(client), ttlMs: 1_000, log });
     const subject = names.leaseRecall(table.edgeId);
     const stop = followLeaseRecalls(as.edge, subject, table, log);
     await as.edge.flush();

@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Route } from "@mkt/proto/registry/v1/registry";
 import { AppError } from "@mkt/runtime/errors";
+import { answerCutoff } from "../leases/isolation-watch.ts";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import { relayAnswer, type RelayEvent } from "../relay/relay-answer.ts";
 import type { RelayRequest } from "../relay/relay-request.ts";
@@ -126,8 +127,8 @@ export async function startChatCall(
     reply.raw.once("close", () => clientGone.abort());
     const events = relayAnswer(deps.relay, relayed, {
       clientGone: clientGone.signal,
-      cut: deps.cut.signal,
-      cutMessage: deps.cut.message,
+      // The edge's own end: its shutdown grace over, or cut off from billing too long.
+      cut: answerCutoff(deps.shutdown, deps.isolation),
       clientConnected: () => !reply.raw.destroyed,
     });
     // The request's place in the lease goes back when the relay ends, however it ends.

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import type { PromiseClient } from "@mkt/runtime/grpc-client";
 import { AppError } from "@mkt/runtime/errors";
@@ -7,7 +8,7 @@ import type { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { HeldLease } from "./held-lease.ts";
 import { keyBudgetOf, takeRequest, takeWorstCase, type Attempt, type Ticket } from "./lease-admission.ts";
 import { nextBackoffMs } from "./heartbeat-backoff.ts";
-import { newEdgeId } from "../edge-id.ts";
+import type { IsolationWatch } from "./isolation-watch.ts";
 import type { Histogram } from "prom-client";
 
 export type LeaseBilling = Pick<PromiseClient<BillingServiceClient>, "grantLease" | "heartbeat" | "returnLeases">;
@@ -17,8 +18,10 @@ export interface LeaseTableOptions {
   /** Billing's LEASE_TTL_MS (the edge's config must match it). */
   ttlMs: number;
   log: Logger;
-  /** The edge process's id, shared with its principal cache (a fresh `edge_<uuid>` by default). */
-  edgeId?: string;
+  /** The edge's stable id (EDGE_ID), shared with its principal cache. */
+  edgeId: string;
+  /** Told of every lease call billing answers: the edge's bound on running cut off from billing. */
+  isolation?: IsolationWatch;
   /** The edge's monotonic clock in ms (performance.now by default; tests may move it). */
   now?: () => number;
 }
@@ -88,6 +91,8 @@ const FORGET_CLOSED_MS = 2 * GRANT_TIMEOUT_MS;
  */
 export class LeaseTable {
   readonly edgeId: string;
+  /** This process's own: billing tells its calls from those of an earlier process under the same id. */
+  readonly bootId = randomUUID();
   readonly ttlMs: number;
   /** Validity is cut this much short of billing's, for the time a reply spent on the way. */
   readonly marginMs: number;
@@ -116,10 +121,16 @@ export class LeaseTable {
   #beatFailures = 0;
   #grantTimes: Pick<Histogram, "observe"> | undefined;
   #nextBeatAt = -Infinity;
+  /** Billing's number for this process under its edge id: 0 until a reply gives it. */
+  #incarnation = 0n;
+  /** Another process took this edge id: billing closed every lease of this one, which admits no more. */
+  #superseded = false;
+  readonly #isolation: IsolationWatch | undefined;
 
   constructor(options: LeaseTableOptions) {
     this.#billing = options.billing;
-    this.edgeId = options.edgeId ?? newEdgeId();
+    this.edgeId = options.edgeId;
+    this.#isolation = options.isolation;
     this.ttlMs = options.ttlMs;
     this.marginMs = Math.max(10, Math.floor(options.ttlMs / 10));
     this.#log = options.log;
@@ -138,6 +149,50 @@ export class LeaseTable {
     return this.#sequence;
   }
 
+  /** Whether another process took this edge's id (readiness fails; nothing is admitted). */
+  get superseded(): boolean {
+    return this.#superseded;
+  }
+
+  /** Requests admitted here and still running. */
+  inFlight(): number {
+    let n = 0;
+    for (const lease of [...this.#leases.values(), ...this.#retired.values()]) n += lease.inFlight;
+    return n;
+  }
+
+  /** Who this process is, in every lease call. */
+  #caller() {
+    return { edgeId: this.edgeId, incarnation: this.#incarnation, bootId: this.bootId };
+  }
+
+  /** Billing answered a call sent at `sentAt`, in this incarnation. */
+  #answered(incarnation: bigint, sentAt: number): void {
+    if (this.#incarnation === 0n) this.#incarnation = incarnation;
+    this.#isolation?.contact(sentAt);
+  }
+
+  /**
+   * Billing refused this process: another one started under its edge id and took the next
+   * incarnation, closing every lease of this one. Admitting on them would be admitting on room
+   * billing released, so the process stops: no lease, no admission, its answers in flight end,
+   * readiness fails. Two live processes with one EDGE_ID are a misconfiguration; taking the id
+   * back would make them close each other's leases over and over.
+   */
+  #supersede(err: AppError): AppError {
+    if (!this.#superseded) {
+      this.#superseded = true;
+      this.#leases.clear();
+      this.#retired.clear();
+      this.#log.error(
+        { edgeId: this.edgeId, incarnation: this.#incarnation },
+        "another process took this EDGE_ID: this one admits nothing more (give every edge its own EDGE_ID)",
+      );
+      this.#isolation?.end(superseded());
+    }
+    return superseded(err);
+  }
+
   /** The lease the account admits on (tests and metrics). */
   leaseOf(accountId: string): HeldLease | undefined {
     return this.#leases.get(accountId);
@@ -148,6 +203,7 @@ export class LeaseTable {
    * when the lease can; otherwise through GrantLease.
    */
   async admit(need: AdmitNeed): Promise<Ticket> {
+    if (this.#superseded) throw superseded();
     const subscriptionId = need.subscriptionId ?? "";
     const keyId = need.keyId ?? "";
     const inHand = {
@@ -309,9 +365,14 @@ export class LeaseTable {
     let state: LeaseState | undefined;
     let includedCrossing: boolean;
     try {
-      ({ lease: state, includedCrossing } = await this.#billing.grantLease(
+      let incarnation: bigint;
+      ({
+        lease: state,
+        includedCrossing,
+        incarnation,
+      } = await this.#billing.grantLease(
         {
-          edgeId: this.edgeId,
+          ...this.#caller(),
           sequence,
           accountId,
           tier,
@@ -331,9 +392,11 @@ export class LeaseTable {
         // than refused 503.
         { timeoutMs: Math.max(GRANT_TIMEOUT_MS, this.ttlMs) },
       ));
+      this.#answered(incarnation, sentAt);
     } catch (err) {
       this.#grantTimes?.observe((this.#now() - sentAt) / 1000);
       const error = AppError.fromGrpc(err);
+      if (error.code === "edge_superseded") throw this.#supersede(error);
       if (error.httpStatus === 402 || error.httpStatus === 429) {
         this.#refused.set(key, { error, at: sentAt, credit: creditNeeded(inHand) });
         throw error;
@@ -396,10 +459,12 @@ export class LeaseTable {
    */
   async beat(): Promise<void> {
     const now = this.#now();
-    if (now < this.#nextBeatAt) return;
+    if (now < this.#nextBeatAt || this.#superseded) return;
     const all = [...this.#leases.values(), ...this.#retired.values()];
-    // With no lease left a heartbeat still goes while a refusal is cached: its reply lifts it.
-    if (all.length === 0 && this.#refused.size === 0) return;
+    // With no lease left a heartbeat still goes while a refusal is cached: its reply lifts it. The
+    // first one goes at start: it takes this process's incarnation, so billing releases what an
+    // earlier process under the same edge id held at once, with no request needed.
+    if (all.length === 0 && this.#refused.size === 0 && this.#incarnation !== 0n) return;
     const elapsed = now - this.#lastBeatAt;
     const sequence = this.nextSequence();
     const reports: LeaseReport[] = [];
@@ -416,15 +481,21 @@ export class LeaseTable {
     let reply;
     try {
       reply = await this.#billing.heartbeat(
-        { edgeId: this.edgeId, sequence, leases: reports },
+        { ...this.#caller(), sequence, leases: reports },
         { timeoutMs: Math.max(100, this.ttlMs / 2) },
       );
     } catch (err) {
+      const error = AppError.fromGrpc(err);
+      if (error.code === "edge_superseded") {
+        this.#supersede(error);
+        return;
+      }
       this.#beatFailures += 1;
       this.#nextBeatAt = this.#now() + nextBackoffMs(this.#beatFailures, this.ttlMs);
       this.#log.warn({ err, failures: this.#beatFailures }, "lease heartbeat failed; backing off");
       return;
     }
+    this.#answered(reply.incarnation, now);
     this.#beatFailures = 0;
     this.#nextBeatAt = -Infinity;
     const at = { sequence, sentAt: now, receivedAt: this.#now(), marginMs: this.marginMs };
@@ -489,12 +560,12 @@ export class LeaseTable {
   /** Shutdown: every lease returned with its final totals in one ReturnLeases call. */
   async returnAll(): Promise<void> {
     const all = [...this.#leases.values(), ...this.#retired.values()];
-    if (all.length === 0) return;
+    if (all.length === 0 || this.#superseded) return;
     const elapsed = this.#now() - this.#lastBeatAt;
     const reports = all.map((lease) => lease.report(true, elapsed));
     for (const lease of all) this.#retire(lease);
     await this.#billing.returnLeases(
-      { edgeId: this.edgeId, sequence: this.nextSequence(), leases: reports },
+      { ...this.#caller(), sequence: this.nextSequence(), leases: reports },
       { timeoutMs: this.ttlMs },
     );
     this.#retired.clear();
@@ -548,6 +619,13 @@ function refuses(refusal: { error: AppError; credit: bigint }, inHand: InHand): 
     return creditNeeded(inHand) >= refusal.credit;
   }
   return true;
+}
+
+/** What a client is told by an edge another process replaced (never a 402/429). */
+function superseded(cause?: unknown): AppError {
+  return new AppError("service_unavailable", "This server was replaced by another; please retry the request.", {
+    cause: cause ?? "edge superseded",
+  });
 }
 
 /** A subscription ticket's lease is no longer the account's (takeWorstCase starts it again). */

@@ -52,12 +52,10 @@ export interface RelayControl {
   clientGone: AbortSignal;
   /**
    * Aborts when the edge must end the answer itself (its shutdown grace is over, or it has been
-   * cut off from billing too long): the answer ends with a `service_unavailable` error event
-   * after what was relayed.
+   * cut off from billing too long): the answer ends with an error event after what was relayed,
+   * the signal's reason when that is an AppError, else `service_unavailable` (shutting down).
    */
   cut?: AbortSignal;
-  /** The message of that error event. */
-  cutMessage?: () => string;
   /** False once the client's connection is closed (checked before an answer counts as delivered). */
   clientConnected: () => boolean;
 }
@@ -154,7 +152,8 @@ class Answer {
   }
 
   cutError(): AppError {
-    return new AppError("service_unavailable", this.#control.cutMessage?.() ?? SHUTTING_DOWN);
+    const reason: unknown = this.#control.cut?.reason;
+    return reason instanceof AppError ? reason : new AppError("service_unavailable", SHUTTING_DOWN);
   }
 
   clientConnected(): boolean {

@@ -3,6 +3,7 @@ import type { Backends } from "../backends.ts";
 import type { PromptTokenCounter } from "../chat/prompt-tokens.ts";
 import type { LeaseTable } from "../leases/lease-table.ts";
 import type { RoutingTable } from "../routing/routing-table.ts";
+import type { IsolationWatch } from "../leases/isolation-watch.ts";
 import type { ChatMetrics } from "../plugins/metrics.ts";
 import type { RelayDeps } from "../relay/relay-answer.ts";
 import type { ApiKeyAuthOptions } from "../plugins/api-key-auth.ts";
@@ -20,19 +21,12 @@ export interface RouteDeps {
   relay: RelayDeps;
   /** The chat route's steps, exposed at GET /metrics. */
   chatMetrics: ChatMetrics;
-  /**
-   * Aborts when the edge must end the answers still running itself (its shutdown grace period is
-   * over): they end with a `service_unavailable` error event saying `message()`.
-   */
-  cut: AnswerCut;
+  /** Aborts when the shutdown grace period is over: answers still running end with an error event. */
+  shutdown: AbortSignal;
+  /** Its signal aborts when the edge is cut off from billing too long: answers still running end with an error event. */
+  isolation: IsolationWatch;
   /** The API-key onRequest hook (`request.principal`). */
   auth(options: ApiKeyAuthOptions): onRequestAsyncHookHandler;
   /** The session-cookie onRequest hook (`request.session`) for one kind of login. */
   session(kind: SessionKind): onRequestAsyncHookHandler;
-}
-
-/** The edge's own end of the answers in flight (see RouteDeps.cut). */
-export interface AnswerCut {
-  signal: AbortSignal;
-  message: () => string;
 }

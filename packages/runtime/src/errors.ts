@@ -30,6 +30,9 @@ export const ERROR_CODES = {
   upstream_error: { http: 502, type: "api_error", grpc: GrpcStatus.UNAVAILABLE },
   no_healthy_upstream: { http: 503, type: "api_error", grpc: GrpcStatus.UNAVAILABLE },
   service_unavailable: { http: 503, type: "api_error", grpc: GrpcStatus.UNAVAILABLE },
+  // Billing to an edge process whose EDGE_ID a newer process has taken (docs/leases.md,
+  // "Incarnations"); the edge stops admitting and answers its clients service_unavailable.
+  edge_superseded: { http: 503, type: "api_error", grpc: GrpcStatus.FAILED_PRECONDITION },
   upstream_timeout: { http: 504, type: "api_error", grpc: GrpcStatus.DEADLINE_EXCEEDED },
 } as const;
 

@@ -75,8 +75,13 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
       LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
       // The longest a request admitted on a lease can still be running: registry refuses to start
       // one admitted more than 10 s earlier and cuts it at UPSTREAM_TOTAL_TIMEOUT_MS (600 s), plus
-      // a margin. A lease that never sent its final totals is held this long past its deadline.
+      // a margin. A lease's final totals hold its requests' worst cases this long past the report.
       MAX_REQUEST_MS: intBetween(1_000, 24 * 3600_000)({ default: 630_000 }),
+      // The edge's setting of the same name, which billing must match: an edge cut off from billing
+      // this long ends its answers in flight, so a lease whose edge never sent its final totals is
+      // held, as fully admitted, until its deadline + this (a restarted edge's at once: its next
+      // incarnation closes them). See docs/leases.md.
+      EDGE_ISOLATION_MS: intBetween(1_000, 24 * 3600_000)({ default: 60_000 }),
       SETTLE_BATCH_SIZE: intBetween(1, 10_000)({ default: 500 }),
       // The settler pulls again at most this often after a batch: under load the events of one
       // window share a transaction, while a lone event still settles as soon as it arrives.

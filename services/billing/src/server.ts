@@ -31,7 +31,7 @@ export interface BillingOptions {
   counterPruneIntervalMs?: number;
   /** How often abandoned subscription attempts, unrevoked keys and expired secrets are tidied. */
   janitorIntervalMs?: number;
-  /** How often leases past their deadline + MAX_REQUEST_MS are closed (default: one LEASE_TTL_MS). */
+  /** How often leases past their deadline + EDGE_ISOLATION_MS are closed (default: one LEASE_TTL_MS). */
   leaseCloserIntervalMs?: number;
   /** Overrides RENEWAL_INTERVAL_MS (tests run passes themselves with renewSubscriptions). */
   renewalIntervalMs?: number;

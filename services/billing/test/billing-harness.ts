@@ -145,6 +145,8 @@ export async function admitOnLease(t: TestBilling, usage: LeaseUsage): Promise<U
   const edgeId = `edge_${randomUUID()}`;
   const { lease } = await t.client.grantLease({
     edgeId,
+    incarnation: 0n,
+    bootId: "",
     sequence: 1n,
     accountId: event.accountId,
     tier,
@@ -162,6 +164,8 @@ export async function admitOnLease(t: TestBilling, usage: LeaseUsage): Promise<U
   );
   await t.client.returnLeases({
     edgeId,
+    incarnation: 0n,
+    bootId: "",
     sequence: 2n,
     leases: [
       {

@@ -52,6 +52,8 @@ const grant = async (accountId: string, credit: bigint, edgeId = edge()) =>
   (
     await t.client.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -112,6 +114,8 @@ describe("billing's /metrics", () => {
     const l = await grant(accountId, 8_000n, edgeId);
     await t.client.returnLeases({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [
         {
@@ -140,14 +144,35 @@ describe("billing's /metrics", () => {
   it("counts leases the closer closed at their deadline", async () => {
     const accountId = randomUUID();
     await grant(accountId, 1_000n);
-    // The edge never heartbeats nor reports: its session lapses, then MAX_REQUEST_MS passes.
-    offsetMs += MAX_REQUEST + 2 * TTL;
+    // The edge never heartbeats nor reports: its session lapses, then EDGE_ISOLATION_MS (60 s) passes.
+    offsetMs += 60_000 + 2 * TTL;
     const before = await scrape();
     const { closed } = await t.billing.closeDueLeases();
     expect(closed).toBeGreaterThanOrEqual(1);
     const after = await scrape();
     const series = "mkt_leases_closed_by_deadline_total";
     expect(value(after, series) - value(before, series)).toBe(closed);
+  });
+
+  it("counts edge incarnations, and the leases a restarted edge's new one closed", async () => {
+    const edgeId = edge();
+    const before = await scrape();
+    // A process starts under the id and takes a lease; it dies, and the next one starts.
+    await t.client.grantLease({
+      edgeId,
+      incarnation: 0n,
+      bootId: randomUUID(),
+      sequence: 1n,
+      accountId: randomUUID(),
+      tier: "free",
+      minCreditMicros: 0n,
+      request: need(1_000n),
+    });
+    await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: randomUUID(), sequence: 1n, leases: [] });
+    const after = await scrape();
+    const delta = (series: string) => value(after, series) - value(before, series);
+    expect(delta("mkt_edge_incarnations_total")).toBe(2);
+    expect(delta("mkt_leases_closed_by_incarnation_total")).toBe(1);
   });
 
   it("answers 404 off /metrics", async () => {

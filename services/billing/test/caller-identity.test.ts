@@ -70,11 +70,23 @@ describe("billing's gRPC port with mTLS on", () => {
 
   it("refuses admission to registry's certificate: leases are the edge's alone", async () => {
     const err = await rejection(
-      billing(certs.tls("registry")).returnLeases({ edgeId: `edge_${randomUUID()}`, sequence: 1n, leases: [] }),
+      billing(certs.tls("registry")).returnLeases({
+        edgeId: `edge_${randomUUID()}`,
+        sequence: 1n,
+        incarnation: 0n,
+        bootId: "",
+        leases: [],
+      }),
     );
     expect(err.code).toBe("forbidden");
     await expect(
-      billing(certs.tls("edge")).returnLeases({ edgeId: `edge_${randomUUID()}`, sequence: 1n, leases: [] }),
+      billing(certs.tls("edge")).returnLeases({
+        edgeId: `edge_${randomUUID()}`,
+        sequence: 1n,
+        incarnation: 0n,
+        bootId: "",
+        leases: [],
+      }),
     ).resolves.toBeDefined();
   });
 

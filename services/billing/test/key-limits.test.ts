@@ -25,6 +25,8 @@ const need = (credit: bigint, keyId: string): LeaseNeed => ({
 const grant = (accountId: string, keyId: string, credit: bigint, minCreditMicros = 0n) =>
   t.client.grantLease({
     edgeId: `edge_${randomUUID()}`,
+    incarnation: 0n,
+    bootId: "",
     sequence: 1n,
     accountId,
     tier: "free",

@@ -75,6 +75,8 @@ async function subscription(terms: { rpm?: number; tpm?: number; concurrent?: nu
 const grant = (edgeId: string, sequence: bigint, accountId: string, request: LeaseNeed, demand?: LeaseNeed) =>
   t.client.grantLease({
     edgeId,
+    incarnation: 0n,
+    bootId: "",
     sequence,
     accountId,
     tier: "free",
@@ -127,6 +129,8 @@ describe("subscription budgets in leases", () => {
     // No request in flight: the heartbeat takes the idle slot back, and another edge gets it.
     await t.client.heartbeat({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [{ leaseId: lease.leaseId, admitted: [], final: false, budgetDemand: [], slotsPinned: true }],
     });
@@ -150,6 +154,8 @@ describe("subscription budgets in leases", () => {
     )!;
     await t.client.heartbeat({
       edgeId: first,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [
         {
@@ -207,14 +213,15 @@ describe("subscription budgets in leases", () => {
       expect(await fenceBudgets(em, sub.id, "cancelled", new Date(BASE))).toEqual([
         { leaseId: lease!.leaseId, edgeId },
       ]);
-      racing = t.client.heartbeat({ edgeId, sequence: 2n, leases: [report] });
+      racing = t.client.heartbeat({ edgeId, incarnation: 0n, bootId: "", sequence: 2n, leases: [report] });
       await new Promise((resolve) => setTimeout(resolve, 300));
     });
     const raced = (await racing!).leases[0]!;
     expect(raced.status).toBe(LeaseStatus.LEASE_STATUS_OPEN); // the account's lease lives on
     expect(raced.budgets[0]).toMatchObject({ status: LeaseStatus.LEASE_STATUS_FENCED, state: "cancelled" });
     expect(raced.budgets[0]!.rooms.every((r) => r.validForMs === 0n)).toBe(true);
-    const later = (await t.client.heartbeat({ edgeId, sequence: 3n, leases: [report] })).leases[0]!;
+    const later = (await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: "", sequence: 3n, leases: [report] }))
+      .leases[0]!;
     expect(later.budgets[0]!.status).toBe(LeaseStatus.LEASE_STATUS_FENCED);
     await expect(grant(edgeId, 4n, sub.accountId, need(sub.id))).rejects.toMatchObject({
       message: expect.stringContaining("its subscription has been cancelled"),

@@ -37,7 +37,18 @@ const need = (credit: bigint, subscriptionId = "", tokens = 0n): LeaseNeed => ({
   keyId: "",
 });
 const grant = async (accountId: string, request: LeaseNeed, edgeId = edge()) =>
-  (await t.client.grantLease({ edgeId, sequence: 1n, accountId, tier: "free", minCreditMicros: 0n, request })).lease!;
+  (
+    await t.client.grantLease({
+      edgeId,
+      incarnation: 0n,
+      bootId: "",
+      sequence: 1n,
+      accountId,
+      tier: "free",
+      minCreditMicros: 0n,
+      request,
+    })
+  ).lease!;
 
 /** A usage.completed as registry publishes it for a request admitted on `lease`. */
 const usage = (lease: LeaseState, accountId: string, fields: Partial<UsageCompleted>): Partial<UsageCompleted> => ({
@@ -169,6 +180,8 @@ describe("settlement from lease holds", () => {
     // The edge returns lease A having admitted 2,000 in all: 600 more than settled stays held.
     await t.client.returnLeases({
       edgeId: (await t.query<{ edge_id: string }>(`select edge_id from leases where id = $1`, [a.leaseId]))[0]!.edge_id,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [
         {
@@ -277,6 +290,24 @@ describe("settlement from lease holds", () => {
     expect((await rooms()).included_tokens!.settled).toBe(1_000n);
   });
 
+  it("a late event on a lease its edge's next incarnation released is charged what is available", async () => {
+    const accountId = randomUUID();
+    const edgeId = edge();
+    const l = await grant(accountId, need(8_000n), edgeId);
+    // The edge dies with the request running; it starts again under the same id.
+    await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: randomUUID(), sequence: 1n, leases: [] });
+    expect(await wallet(accountId)).toEqual({ posted: 10_000n, held: 0n });
+    const other = await grant(accountId, need(9_900n));
+    // The dead process's request is settled afterwards: its hold is gone, so it pays what is free.
+    const late = usage(l, accountId, { inputTokens: 0n, outputTokens: 2_000n, worstCaseMicros: 8_000n });
+    await settle(late);
+    expect(await record(late.requestId!)).toMatchObject({ cost_micros: "3000" });
+    expect(await wallet(accountId)).toEqual({ posted: 9_900n, held: 9_900n });
+    expect(await lease(other.leaseId)).toEqual({ held: 9_900n, settled: 0n });
+    expect(await conservation(accountId)).toEqual({ heldGap: 0, badLeases: 0, moneyGap: 0 });
+    expect(await ledgerInvariants(t)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
+  });
+
   // Last: it moves the clock past MAX_REQUEST_MS, which lets the closer release every lease above.
   it("a late event after the closer released its lease is charged what is available and the rest written off", async () => {
     const accountId = randomUUID();
@@ -284,6 +315,8 @@ describe("settlement from lease holds", () => {
     const l = await grant(accountId, need(8_000n), edgeId);
     await t.client.returnLeases({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [
         {

@@ -10,6 +10,8 @@ import { startTestBilling, type TestBilling } from "./billing-harness.ts";
 
 const TTL = 2_000;
 const MAX_REQUEST = 60_000;
+/** Shorter than MAX_REQUEST, so each test shows which of the two holds a lease. */
+const ISOLATION = 20_000;
 // A fixed clock 10 s into a UTC minute: no window boundary unless a test moves the clock there.
 const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
 let offsetMs = 0;
@@ -21,6 +23,7 @@ beforeAll(async () => {
     {
       LEASE_TTL_MS: String(TTL),
       MAX_REQUEST_MS: String(MAX_REQUEST),
+      EDGE_ISOLATION_MS: String(ISOLATION),
       STARTING_CREDIT_USD: "0.01",
       TIERS: JSON.stringify({ free: { limit_per_minute: 10, limit_per_day: 1000 } }),
     },
@@ -95,6 +98,8 @@ describe("admission leases", () => {
     const edgeId = edge();
     const { lease } = await t.client.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -112,6 +117,8 @@ describe("admission leases", () => {
     offsetMs += TTL - 100;
     const beat = await t.client.heartbeat({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [
         {
@@ -146,6 +153,8 @@ describe("admission leases", () => {
     const edgeId = edge();
     const { lease } = await t.client.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -161,15 +170,33 @@ describe("admission leases", () => {
       demandPerSecond: need(1_000n, 0n),
     });
     // The reply to sequence 3 is lost: the grant it carried stands, and is not made twice.
-    const lost = await t.client.heartbeat({ edgeId, sequence: 3n, leases: [report(100n)] });
+    const lost = await t.client.heartbeat({
+      edgeId,
+      incarnation: 0n,
+      bootId: "",
+      sequence: 3n,
+      leases: [report(100n)],
+    });
     const grown = lost.leases[0]!.credit!.granted;
     expect(grown).toBeGreaterThan(100n);
     const heldAfterLost = (await wallet(accountId)).held;
     // A delayed sequence 2, final and with smaller totals, changes nothing.
-    const stale = await t.client.heartbeat({ edgeId, sequence: 2n, leases: [report(50n, true)] });
+    const stale = await t.client.heartbeat({
+      edgeId,
+      incarnation: 0n,
+      bootId: "",
+      sequence: 2n,
+      leases: [report(50n, true)],
+    });
     expect(stale.leases[0]!.status).toBe(LeaseStatus.LEASE_STATUS_OPEN);
     expect(stale.leases[0]!.appliedSequence).toBe(3n);
-    const next = await t.client.heartbeat({ edgeId, sequence: 4n, leases: [report(100n)] });
+    const next = await t.client.heartbeat({
+      edgeId,
+      incarnation: 0n,
+      bootId: "",
+      sequence: 4n,
+      leases: [report(100n)],
+    });
     expect(next.leases[0]!.credit!.granted).toBe(grown);
     expect(next.leases[0]!.appliedSequence).toBe(4n);
     expect((await wallet(accountId)).held).toBe(heldAfterLost);
@@ -184,6 +211,8 @@ describe("admission leases", () => {
     const edgeId = edge();
     const { lease } = await t.client.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -195,6 +224,8 @@ describe("admission leases", () => {
     expect(minuteRoom(lease!).granted).toBe(4n);
     const returned = await t.client.returnLeases({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [
         {
@@ -224,11 +255,13 @@ describe("admission leases", () => {
     expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
   });
 
-  it("an edge that stops heartbeating keeps its room used and held until deadline + MAX_REQUEST_MS", async () => {
+  it("an edge that stops heartbeating keeps its room used and held until deadline + EDGE_ISOLATION_MS", async () => {
     const accountId = randomUUID();
     const edgeId = edge();
     const { lease } = await t.client.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -238,7 +271,7 @@ describe("admission leases", () => {
     });
     const deadline = BASE + offsetMs + TTL;
     expect(minuteRoom(lease!).granted).toBe(4n);
-    offsetMs = deadline - BASE + MAX_REQUEST - 1;
+    offsetMs = deadline - BASE + ISOLATION - 1;
     await t.billing.closeDueLeases();
     expect((await wallet(accountId)).held).toBe(1_000n);
     offsetMs += 1;
@@ -255,6 +288,8 @@ describe("admission leases", () => {
     // A late final report changes nothing; the edge is told to drop the lease.
     const late = await t.client.heartbeat({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [{ leaseId: lease!.leaseId, admitted: [], final: true, budgetDemand: [], slotsPinned: true }],
     });
@@ -279,6 +314,8 @@ describe("admission leases", () => {
       (
         await t.client.grantLease({
           edgeId,
+          incarnation: 0n,
+          bootId: "",
           sequence: 1n,
           accountId,
           tier: "free",
@@ -295,6 +332,8 @@ describe("admission leases", () => {
     offsetMs = lapse - BASE + 1_000;
     await t.client.heartbeat({
       edgeId: soon.edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [report(first.leaseId, first.credit!.allowanceId)],
     });
@@ -312,6 +351,8 @@ describe("admission leases", () => {
     offsetMs += TTL + MAX_REQUEST + 500;
     await t.client.heartbeat({
       edgeId: late.edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 2n,
       leases: [report(second.leaseId, second.credit!.allowanceId)],
     });
@@ -330,6 +371,8 @@ describe("admission leases", () => {
     const b = edge();
     const first = await t.client.grantLease({
       edgeId: a,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -338,6 +381,8 @@ describe("admission leases", () => {
     });
     const second = await t.client.grantLease({
       edgeId: b,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -353,8 +398,18 @@ describe("admission leases", () => {
       slotsPinned: true,
       demandPerSecond: demand,
     });
-    const ga = (await t.client.heartbeat({ edgeId: a, sequence: 2n, leases: [report(first.lease!)] })).leases[0]!;
-    const gb = (await t.client.heartbeat({ edgeId: b, sequence: 2n, leases: [report(second.lease!)] })).leases[0]!;
+    const ga = (
+      await t.client.heartbeat({ edgeId: a, incarnation: 0n, bootId: "", sequence: 2n, leases: [report(first.lease!)] })
+    ).leases[0]!;
+    const gb = (
+      await t.client.heartbeat({
+        edgeId: b,
+        incarnation: 0n,
+        bootId: "",
+        sequence: 2n,
+        leases: [report(second.lease!)],
+      })
+    ).leases[0]!;
     // Two edges use the account: A's lease may hold half of what is free plus its own unspent
     // room ((8 + 1) / 2 = 4 requests, (8,000 + 1,000) / 2 = 4,500 µ$), then B half of the rest.
     expect(minuteRoom(ga).granted).toBe(4n);
@@ -376,6 +431,8 @@ describe("admission leases", () => {
     await expect(
       t.client.grantLease({
         edgeId: edge(),
+        incarnation: 0n,
+        bootId: "",
         sequence: 1n,
         accountId,
         tier: "free",
@@ -390,6 +447,8 @@ describe("admission leases", () => {
     const accountId = randomUUID();
     await t.client.grantLease({
       edgeId: edge(),
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -400,6 +459,8 @@ describe("admission leases", () => {
     await expect(
       t.client.grantLease({
         edgeId: edge(),
+        incarnation: 0n,
+        bootId: "",
         sequence: 1n,
         accountId,
         tier: "free",
@@ -414,6 +475,8 @@ describe("admission leases", () => {
     const edgeId = edge();
     const { lease } = await t.client.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId,
       tier: "free",
@@ -432,7 +495,7 @@ describe("admission leases", () => {
     const fenced = await orm.em.fork().transactional(async (em) => {
       const result = await fenceLeases(em, accountId);
       // The heartbeat waits on the wallet lock the fence holds until it commits.
-      racing = t.client.heartbeat({ edgeId, sequence: 2n, leases: [report] });
+      racing = t.client.heartbeat({ edgeId, incarnation: 0n, bootId: "", sequence: 2n, leases: [report] });
       await new Promise((resolve) => setTimeout(resolve, 300));
       return result;
     });
@@ -442,7 +505,8 @@ describe("admission leases", () => {
     expect(raced.validForMs).toBe(0n);
     expect(raced.credit!.granted).toBe(100n);
     offsetMs += TTL / 2;
-    const later = (await t.client.heartbeat({ edgeId, sequence: 3n, leases: [report] })).leases[0]!;
+    const later = (await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: "", sequence: 3n, leases: [report] }))
+      .leases[0]!;
     expect(later.status).toBe(LeaseStatus.LEASE_STATUS_FENCED);
     const [row] = await t.query<{ deadline: Date; session: Date }>(
       `select l.deadline, s.deadline as session from leases l join edge_sessions s using (edge_id) where l.id = $1`,
@@ -452,6 +516,8 @@ describe("admission leases", () => {
     // Only GrantLease makes a lease again: a new one beside the fenced one.
     const fresh = await t.client.grantLease({
       edgeId,
+      incarnation: 0n,
+      bootId: "",
       sequence: 4n,
       accountId,
       tier: "free",

@@ -92,6 +92,8 @@ describe("tier rate limits", () => {
   it("applies the free limits to an unknown tier", async () => {
     const { lease } = await t.client.grantLease({
       edgeId: `edge_${randomUUID()}`,
+      incarnation: 0n,
+      bootId: "",
       sequence: 1n,
       accountId: randomUUID(),
       tier: "no-such-tier",

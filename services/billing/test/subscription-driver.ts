@@ -81,6 +81,8 @@ export function subscriptionDriver(peers: () => BillingWithPeers) {
     async grantScoped(accountId: string, subscriptionId: string, tokens = 110n): Promise<LeaseState> {
       const { lease } = await t().client.grantLease({
         edgeId: `edge_${randomUUID()}`,
+        incarnation: 0n,
+        bootId: "",
         sequence: 1n,
         accountId,
         tier: "free",

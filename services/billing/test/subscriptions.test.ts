@@ -38,6 +38,8 @@ const subscribe = (accountId: string, productId: string, idempotencyKey = "") =>
 const grant = (accountId: string, need: Partial<LeaseNeed>) =>
   t.client.grantLease({
     edgeId: `edge_${randomUUID()}`,
+    incarnation: 0n,
+    bootId: "",
     sequence: 1n,
     accountId,
     tier: "free",

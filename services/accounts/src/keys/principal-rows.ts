@@ -24,7 +24,7 @@ export interface Holder {
   lock: boolean;
 }
 
-/** An edge id as edges make them (`edge_<uuid>`); '' (a caller that caches nothing) is allowed. */
+/** An edge id (its EDGE_ID, letters, digits, `_` and `-`); '' (a caller that caches nothing) is allowed. */
 export function checkedEdgeId(edgeId: string): string {
   if (edgeId === "" || /^[A-Za-z0-9_.-]{1,100}$/.test(edgeId)) return edgeId;
   throw new AppError("invalid_request", "edge_id must be 1 to 100 letters, digits, '_', '.' or '-'.", {

@@ -1,4 +1,5 @@
 import type { Em } from "../context.ts";
+import type { EdgeCaller } from "./edge-incarnation.ts";
 
 /**
  * Renews the edge's session: its deadline, which every open lease of the edge shares, becomes
@@ -37,19 +38,21 @@ export async function renewSession(
  * Committing it first is safe: it only extends billing's deadline for the edge's open leases (the
  * edge extends a lease's validity only from a reply, sent after this), and a fence or the closer
  * reads a deadline that is the same or later. Returns false when the session is missing or has
- * lapsed: the caller then calls renewSession in its transaction, which fences what lapsed.
+ * lapsed, or belongs to another incarnation (a superseded process must not extend its
+ * successor's leases): the caller then calls renewSession in its transaction, which fences what
+ * lapsed, and holdIncarnation, which refuses an older incarnation.
  */
 export async function extendLiveSession(
   em: Em,
-  edgeId: string,
+  caller: EdgeCaller,
   sequence: bigint,
   now: Date,
   ttlMs: number,
 ): Promise<boolean> {
   const rows = await em.execute(
     `update edge_sessions set sequence = greatest(sequence, ?), deadline = greatest(deadline, ?)
-     where edge_id = ? and deadline >= ? returning edge_id`,
-    [sequence, new Date(now.getTime() + ttlMs), edgeId, now],
+     where edge_id = ? and deadline >= ? and incarnation = ? and boot_id = ? returning edge_id`,
+    [sequence, new Date(now.getTime() + ttlMs), caller.edgeId, now, caller.incarnation, caller.bootId],
   );
   return rows.length > 0;
 }

@@ -5,6 +5,7 @@ import type { BillingContext, Em } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { openWallet } from "../wallets/ledger.ts";
 import { extendLiveSession, fenceLapsed, openLeaseAccounts, renewSession } from "./edge-session.ts";
+import { holdIncarnation, incarnationOf, type EdgeCaller } from "./edge-incarnation.ts";
 import { growLease } from "./lease-growth.ts";
 import { leaseState } from "./lease-state.ts";
 import { accountKeyLimits, applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
@@ -26,7 +27,7 @@ import { lockSubscriptions, openBudget } from "./lease-budgets.ts";
  * 429, included tokens, max_concurrent).
  */
 export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): Promise<GrantLeaseResponse> {
-  validateEdgeCall(req.edgeId, req.sequence);
+  validateEdgeCall(req);
   if (!isUuid(req.accountId)) {
     throw new AppError("invalid_request", "account_id must be a UUID", { param: "account_id" });
   }
@@ -42,16 +43,17 @@ export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): P
     await ctx.orm.em.fork().transactional((em) => openWallet(em, req.accountId, ctx.config.STARTING_CREDIT_USD));
     ctx.openWallets.add(req.accountId);
   }
+  const caller = { edgeId: req.edgeId, incarnation: await incarnationOf(ctx, req), bootId: req.bootId };
   const grant = () =>
     withDeadlockRetry(async () => {
       const renewed = await extendLiveSession(
         ctx.orm.em.fork(),
-        req.edgeId,
+        caller,
         req.sequence,
         ctx.clock(),
         ctx.config.LEASE_TTL_MS,
       );
-      return ctx.orm.em.fork().transactional((em) => grantIn(ctx, em, req, renewed));
+      return ctx.orm.em.fork().transactional((em) => grantIn(ctx, em, req, caller, renewed));
     });
   try {
     return await grant();
@@ -73,6 +75,7 @@ async function grantIn(
   ctx: BillingContext,
   em: Em,
   req: GrantLeaseRequest,
+  caller: EdgeCaller,
   /** The session was extended just before (extendLiveSession): it had not lapsed. */
   renewed: boolean,
 ): Promise<GrantLeaseResponse> {
@@ -85,6 +88,7 @@ async function grantIn(
   if (subscriptionId && subscription?.account_id !== req.accountId) refuseUnlessActive(undefined);
   if (subscription) refuseUnlessActive(subscription.status as string);
   const lapsed = renewed ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ctx.config.LEASE_TTL_MS);
+  await holdIncarnation(em, caller);
   const accounts = [req.accountId, ...(lapsed ? await openLeaseAccounts(em, req.edgeId) : [])];
   const wallets = await lockWallets(em, accounts);
   if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);
@@ -138,7 +142,7 @@ async function grantIn(
       now,
     ));
   }
-  return { lease: leaseState(lease, now, ctx.config), includedCrossing };
+  return { lease: leaseState(lease, now, ctx.config), includedCrossing, incarnation: caller.incarnation };
 }
 
 async function openLease(em: Em, req: GrantLeaseRequest, now: Date): Promise<LeaseRow> {

@@ -2,6 +2,7 @@ import type { HeartbeatRequest, HeartbeatResponse, LeaseReport, LeaseState } fro
 import type { BillingContext, Em } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { extendLiveSession, fenceLapsed, renewSession } from "./edge-session.ts";
+import { holdIncarnation, incarnationOf, type EdgeCaller } from "./edge-incarnation.ts";
 import { growLease } from "./lease-growth.ts";
 import { leaseState, unknownLease } from "./lease-state.ts";
 import { applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
@@ -68,15 +69,16 @@ const PARALLEL_TRANSACTIONS = 3;
  * session takes the one transaction over all of the edge's leases that fences what lapsed.
  */
 export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Promise<HeartbeatResponse> {
-  validateEdgeCall(req.edgeId, req.sequence);
+  validateEdgeCall(req);
   validateReports(req.leases);
   const ttlMs = ctx.config.LEASE_TTL_MS;
   const reports = new Map<string, LeaseReport>(req.leases.filter((r) => isUuid(r.leaseId)).map((r) => [r.leaseId, r]));
-  const renewed = await extendLiveSession(ctx.orm.em.fork(), req.edgeId, req.sequence, ctx.clock(), ttlMs);
+  const caller = { edgeId: req.edgeId, incarnation: await incarnationOf(ctx, req), bootId: req.bootId };
+  const renewed = await extendLiveSession(ctx.orm.em.fork(), caller, req.sequence, ctx.clock(), ttlMs);
   let states: LeaseState[];
   if (!renewed) {
     states = await withDeadlockRetry(() =>
-      ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, reports, undefined)),
+      ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, caller, reports, undefined)),
     );
   } else {
     const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports);
@@ -90,7 +92,7 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
       for (let i = next++; i < chunks.length; i = next++) {
         const chunk = chunks[i]!;
         results[i] = await withDeadlockRetry(() =>
-          ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, reports, chunk)),
+          ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, caller, reports, chunk)),
         );
       }
     };
@@ -101,6 +103,7 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
   return {
     leases: [...states, ...req.leases.filter((r) => !known.has(r.leaseId)).map((r) => unknownLease(r.leaseId))],
     validForMs: BigInt(ttlMs),
+    incarnation: caller.incarnation,
   };
 }
 
@@ -123,6 +126,7 @@ async function heartbeatIn(
   ctx: BillingContext,
   em: Em,
   req: HeartbeatRequest,
+  caller: EdgeCaller,
   reports: Map<string, LeaseReport>,
   only: string[] | undefined,
 ): Promise<LeaseState[]> {
@@ -132,6 +136,7 @@ async function heartbeatIn(
   // commits wholly before this heartbeat reads its budget (fenced) or wholly after (and fences).
   const subscriptions = await lockSubscriptions(em, await budgetSubscriptions(em, req.edgeId, only));
   const lapsed = only ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ttlMs);
+  await holdIncarnation(em, caller);
   const accounts = only ?? (await accountsOf(em, req.edgeId, reports));
   const wallets = await lockWallets(em, accounts);
   if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);

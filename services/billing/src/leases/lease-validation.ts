@@ -4,10 +4,17 @@ import type { LeaseNeed, LeaseReport } from "@mkt/proto/billing/v1/leases";
 
 const bad = (field: string, why: string) => new AppError("invalid_request", `${field} ${why}`, { param: field });
 
-/** The fields every lease call carries: the edge's id and its sequence. */
-export function validateEdgeCall(edgeId: string, sequence: bigint): void {
-  if (!edgeId || edgeId.length > 200) throw bad("edge_id", "must be 1 to 200 characters");
-  if (sequence <= 0n) throw bad("sequence", "must be positive");
+/** The fields every lease call carries: the edge's id, its process's incarnation and boot id, its sequence. */
+export function validateEdgeCall(call: {
+  edgeId: string;
+  sequence: bigint;
+  incarnation: bigint;
+  bootId: string;
+}): void {
+  if (!call.edgeId || call.edgeId.length > 200) throw bad("edge_id", "must be 1 to 200 characters");
+  if (call.sequence <= 0n) throw bad("sequence", "must be positive");
+  if (call.incarnation < 0n) throw bad("incarnation", "must not be negative");
+  if (call.bootId.length > 200) throw bad("boot_id", "must be at most 200 characters");
 }
 
 export function validateNeed(need: LeaseNeed | undefined, field: string): void {

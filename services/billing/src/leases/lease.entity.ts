@@ -1,12 +1,18 @@
 import { defineEntity, p } from "@mikro-orm/core";
 
-/** One edge process's session: its deadline is that of all its open leases (DESIGN.md §2.3). */
+/**
+ * One edge's session: its deadline is that of all its open leases (docs/leases.md), and its
+ * incarnation the one process whose calls are served under its id (edge-incarnation.ts).
+ */
 export const EdgeSession = defineEntity({
   name: "EdgeSession",
   tableName: "edge_sessions",
   properties: {
     edgeId: p.text().primary(),
     sequence: p.bigint("bigint"),
+    incarnation: p.bigint("bigint"),
+    /** The random id the incarnation's process drew at start ('' before incarnations). */
+    bootId: p.text(),
     deadline: p.datetime(),
     createdAt: p.datetime(),
   },

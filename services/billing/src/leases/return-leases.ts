@@ -5,6 +5,7 @@ import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { leaseState, unknownLease } from "./lease-state.ts";
 import { applyReport, closeReported, loadLeases, lockWallets } from "./lease-store.ts";
 import { validateEdgeCall, validateReports } from "./lease-validation.ts";
+import { holdIncarnation, incarnationOf } from "./edge-incarnation.ts";
 
 /**
  * The edge gives leases back (idle, or shutting down): each report is final, so each lease is
@@ -12,13 +13,16 @@ import { validateEdgeCall, validateReports } from "./lease-validation.ts";
  * whose sequence billing has passed changes nothing (the lease then waits for its deadline).
  */
 export async function returnLeases(ctx: BillingContext, req: ReturnLeasesRequest): Promise<ReturnLeasesResponse> {
-  validateEdgeCall(req.edgeId, req.sequence);
+  validateEdgeCall(req);
   validateReports(req.leases);
   const ids = req.leases.map((r) => r.leaseId).filter(isUuid);
-  if (ids.length === 0) return { leases: req.leases.map((r) => unknownLease(r.leaseId)) };
+  const caller = { edgeId: req.edgeId, incarnation: await incarnationOf(ctx, req), bootId: req.bootId };
+  if (ids.length === 0)
+    return { leases: req.leases.map((r) => unknownLease(r.leaseId)), incarnation: caller.incarnation };
   const inList = ids.map(() => "?").join(", ");
   return withDeadlockRetry(() =>
     ctx.orm.em.fork().transactional(async (em) => {
+      await holdIncarnation(em, caller);
       const now = ctx.clock();
       const owners = await em.execute(
         `select distinct account_id from leases where edge_id = ? and id in (${inList})`,
@@ -41,6 +45,7 @@ export async function returnLeases(ctx: BillingContext, req: ReturnLeasesRequest
           ...leases.map((lease) => leaseState(lease, now, ctx.config)),
           ...req.leases.filter((r) => !known.has(r.leaseId)).map((r) => unknownLease(r.leaseId)),
         ],
+        incarnation: caller.incarnation,
       };
     }),
   );

@@ -19,8 +19,12 @@ export interface BillingMetrics {
   writeOffMicros: Counter;
   /** Lease recalls sent to edges, by how they ended. */
   leaseRecalls: Counter<"result">;
-  /** Leases with no final report that the closer closed at deadline + MAX_REQUEST_MS. */
+  /** Leases with no final report that the closer closed at deadline + EDGE_ISOLATION_MS. */
   leasesClosedByDeadline: Counter;
+  /** Edge processes that took a new incarnation of their EDGE_ID (a start or a restart). */
+  edgeIncarnations: Counter;
+  /** Leases an edge's new incarnation closed at once (its previous process died holding them). */
+  leasesClosedByIncarnation: Counter;
 }
 
 /** Every outcome, so each series exists (at 0) from the first scrape and rate() sees its first event. */
@@ -83,7 +87,17 @@ export function createBillingMetrics(): BillingMetrics {
     }),
     leasesClosedByDeadline: new Counter({
       name: "mkt_leases_closed_by_deadline_total",
-      help: "Leases with no final report, closed by billing at their deadline + MAX_REQUEST_MS.",
+      help: "Leases with no final report, closed by billing at their deadline + EDGE_ISOLATION_MS.",
+      registers: [registry],
+    }),
+    edgeIncarnations: new Counter({
+      name: "mkt_edge_incarnations_total",
+      help: "Edge processes that took a new incarnation of their EDGE_ID (each start or restart).",
+      registers: [registry],
+    }),
+    leasesClosedByIncarnation: new Counter({
+      name: "mkt_leases_closed_by_incarnation_total",
+      help: "Leases closed and released at once because their edge restarted under the same EDGE_ID.",
       registers: [registry],
     }),
   };

@@ -106,7 +106,10 @@ export const LeaseStatus = {
    * lapsed). The edge stops admitting on it and sends its final totals; GrantLease makes a new one.
    */
   LEASE_STATUS_FENCED: 2,
-  /** LEASE_STATUS_CLOSED - The final totals are known (or the lease was closed after deadline + MAX_REQUEST_MS). */
+  /**
+   * LEASE_STATUS_CLOSED - The final totals are known, or the lease was closed without them: after its deadline +
+   * EDGE_ISOLATION_MS, or at once when its edge's next incarnation started.
+   */
   LEASE_STATUS_CLOSED: 3,
   UNRECOGNIZED: -1,
 } as const;
@@ -287,7 +290,7 @@ export interface LeaseReport {
 }
 
 export interface GrantLeaseRequest {
-  /** One per edge process (a restarted edge is a new edge). */
+  /** The edge's stable identity (EDGE_ID): a restarted edge keeps it and takes a new incarnation. */
   edgeId: string;
   /** The edge's own counter, increasing across all of its lease calls. */
   sequence: bigint;
@@ -313,6 +316,18 @@ export interface GrantLeaseRequest {
    * 0: `request.credit_micros` is the least the grant must cover.
    */
   minCreditMicros: bigint;
+  /**
+   * The incarnation billing gave this edge process in an earlier reply; 0 until it has one. With 0,
+   * billing gives the process (known by boot_id) the next incarnation of edge_id, unless a call of
+   * the same process took it already, and closes every lease of the older ones at once. A call
+   * naming an incarnation that is no longer edge_id's newest is refused with `edge_superseded`.
+   */
+  incarnation: bigint;
+  /**
+   * Drawn at random by the edge process when it starts: the calls of one process share it, so two
+   * of its first calls in flight at once take one incarnation, not two.
+   */
+  bootId: string;
 }
 
 export interface GrantLeaseResponse {
@@ -326,6 +341,8 @@ export interface GrantLeaseResponse {
    * unused included tokens; without it the request takes its tokens in full or asks again.
    */
   includedCrossing: boolean;
+  /** The incarnation the call was served in (the edge sends it with its next calls). */
+  incarnation: bigint;
 }
 
 export interface HeartbeatRequest {
@@ -333,6 +350,9 @@ export interface HeartbeatRequest {
   sequence: bigint;
   /** Every lease the edge still holds (open, or fenced and not yet reported final). */
   leases: LeaseReport[];
+  /** As in GrantLeaseRequest (an edge's first heartbeat, sent at start, takes its incarnation). */
+  incarnation: bigint;
+  bootId: string;
 }
 
 export interface HeartbeatResponse {
@@ -343,6 +363,8 @@ export interface HeartbeatResponse {
   leases: LeaseState[];
   /** The edge's session is valid until send time + this − margin. */
   validForMs: bigint;
+  /** The incarnation the call was served in (the edge sends it with its next calls). */
+  incarnation: bigint;
 }
 
 export interface ReturnLeasesRequest {
@@ -350,10 +372,15 @@ export interface ReturnLeasesRequest {
   sequence: bigint;
   /** Final reports: each lease named is closed with these totals. */
   leases: LeaseReport[];
+  /** As in GrantLeaseRequest. */
+  incarnation: bigint;
+  bootId: string;
 }
 
 export interface ReturnLeasesResponse {
   leases: LeaseState[];
+  /** The incarnation the call was served in (the edge sends it with its next calls). */
+  incarnation: bigint;
 }
 
 /**
@@ -1758,6 +1785,8 @@ function createBaseGrantLeaseRequest(): GrantLeaseRequest {
     demandPerSecond: undefined,
     report: undefined,
     minCreditMicros: 0n,
+    incarnation: 0n,
+    bootId: "",
   };
 }
 
@@ -1792,6 +1821,15 @@ export const GrantLeaseRequest: MessageFns<GrantLeaseRequest> = {
         throw new globalThis.Error("value provided for field message.minCreditMicros of type int64 too large");
       }
       writer.uint32(64).int64(message.minCreditMicros);
+    }
+    if (message.incarnation !== 0n) {
+      if (BigInt.asIntN(64, message.incarnation) !== message.incarnation) {
+        throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
+      }
+      writer.uint32(72).int64(message.incarnation);
+    }
+    if (message.bootId !== "") {
+      writer.uint32(82).string(message.bootId);
     }
     return writer;
   },
@@ -1873,6 +1911,22 @@ export const GrantLeaseRequest: MessageFns<GrantLeaseRequest> = {
             message.minCreditMicros = reader.int64() as bigint;
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.incarnation = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.bootId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1911,6 +1965,12 @@ export const GrantLeaseRequest: MessageFns<GrantLeaseRequest> = {
         : isSet(object.min_credit_micros)
         ? BigInt(object.min_credit_micros)
         : 0n,
+      incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
+      bootId: isSet(object.bootId)
+        ? globalThis.String(object.bootId)
+        : isSet(object.boot_id)
+        ? globalThis.String(object.boot_id)
+        : "",
     };
   },
 
@@ -1940,6 +2000,12 @@ export const GrantLeaseRequest: MessageFns<GrantLeaseRequest> = {
     if (message.minCreditMicros !== 0n) {
       obj.minCreditMicros = message.minCreditMicros.toString();
     }
+    if (message.incarnation !== 0n) {
+      obj.incarnation = message.incarnation.toString();
+    }
+    if (message.bootId !== "") {
+      obj.bootId = message.bootId;
+    }
     return obj;
   },
 
@@ -1964,12 +2030,16 @@ export const GrantLeaseRequest: MessageFns<GrantLeaseRequest> = {
     message.minCreditMicros = (object.minCreditMicros !== undefined && object.minCreditMicros !== null)
       ? BigInt(object.minCreditMicros)
       : 0n;
+    message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
+      ? BigInt(object.incarnation)
+      : 0n;
+    message.bootId = object.bootId ?? "";
     return message;
   },
 };
 
 function createBaseGrantLeaseResponse(): GrantLeaseResponse {
-  return { lease: undefined, includedCrossing: false };
+  return { lease: undefined, includedCrossing: false, incarnation: 0n };
 }
 
 export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
@@ -1979,6 +2049,12 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
     }
     if (message.includedCrossing !== false) {
       writer.uint32(16).bool(message.includedCrossing);
+    }
+    if (message.incarnation !== 0n) {
+      if (BigInt.asIntN(64, message.incarnation) !== message.incarnation) {
+        throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
+      }
+      writer.uint32(24).int64(message.incarnation);
     }
     return writer;
   },
@@ -2012,6 +2088,14 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
             message.includedCrossing = reader.bool();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.incarnation = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2032,6 +2116,7 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
         : isSet(object.included_crossing)
         ? globalThis.Boolean(object.included_crossing)
         : false,
+      incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
     };
   },
 
@@ -2042,6 +2127,9 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
     }
     if (message.includedCrossing !== false) {
       obj.includedCrossing = message.includedCrossing;
+    }
+    if (message.incarnation !== 0n) {
+      obj.incarnation = message.incarnation.toString();
     }
     return obj;
   },
@@ -2055,12 +2143,15 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
       ? LeaseState.fromPartial(object.lease)
       : undefined;
     message.includedCrossing = object.includedCrossing ?? false;
+    message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
+      ? BigInt(object.incarnation)
+      : 0n;
     return message;
   },
 };
 
 function createBaseHeartbeatRequest(): HeartbeatRequest {
-  return { edgeId: "", sequence: 0n, leases: [] };
+  return { edgeId: "", sequence: 0n, leases: [], incarnation: 0n, bootId: "" };
 }
 
 export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
@@ -2076,6 +2167,15 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     }
     for (const v of message.leases) {
       LeaseReport.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.incarnation !== 0n) {
+      if (BigInt.asIntN(64, message.incarnation) !== message.incarnation) {
+        throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
+      }
+      writer.uint32(32).int64(message.incarnation);
+    }
+    if (message.bootId !== "") {
+      writer.uint32(42).string(message.bootId);
     }
     return writer;
   },
@@ -2117,6 +2217,22 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
             message.leases.push(LeaseReport.decode(reader, reader.uint32()));
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.incarnation = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.bootId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2138,6 +2254,12 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
         : "",
       sequence: isSet(object.sequence) ? BigInt(object.sequence) : 0n,
       leases: globalThis.Array.isArray(object?.leases) ? object.leases.map((e: any) => LeaseReport.fromJSON(e)) : [],
+      incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
+      bootId: isSet(object.bootId)
+        ? globalThis.String(object.bootId)
+        : isSet(object.boot_id)
+        ? globalThis.String(object.boot_id)
+        : "",
     };
   },
 
@@ -2152,6 +2274,12 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     if (message.leases?.length) {
       obj.leases = message.leases.map((e) => LeaseReport.toJSON(e));
     }
+    if (message.incarnation !== 0n) {
+      obj.incarnation = message.incarnation.toString();
+    }
+    if (message.bootId !== "") {
+      obj.bootId = message.bootId;
+    }
     return obj;
   },
 
@@ -2163,12 +2291,16 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     message.edgeId = object.edgeId ?? "";
     message.sequence = (object.sequence !== undefined && object.sequence !== null) ? BigInt(object.sequence) : 0n;
     message.leases = object.leases?.map((e) => LeaseReport.fromPartial(e)) || [];
+    message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
+      ? BigInt(object.incarnation)
+      : 0n;
+    message.bootId = object.bootId ?? "";
     return message;
   },
 };
 
 function createBaseHeartbeatResponse(): HeartbeatResponse {
-  return { leases: [], validForMs: 0n };
+  return { leases: [], validForMs: 0n, incarnation: 0n };
 }
 
 export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
@@ -2181,6 +2313,12 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
         throw new globalThis.Error("value provided for field message.validForMs of type int64 too large");
       }
       writer.uint32(16).int64(message.validForMs);
+    }
+    if (message.incarnation !== 0n) {
+      if (BigInt.asIntN(64, message.incarnation) !== message.incarnation) {
+        throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
+      }
+      writer.uint32(24).int64(message.incarnation);
     }
     return writer;
   },
@@ -2214,6 +2352,14 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
             message.validForMs = reader.int64() as bigint;
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.incarnation = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2234,6 +2380,7 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
         : isSet(object.valid_for_ms)
         ? BigInt(object.valid_for_ms)
         : 0n,
+      incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
     };
   },
 
@@ -2244,6 +2391,9 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
     }
     if (message.validForMs !== 0n) {
       obj.validForMs = message.validForMs.toString();
+    }
+    if (message.incarnation !== 0n) {
+      obj.incarnation = message.incarnation.toString();
     }
     return obj;
   },
@@ -2257,12 +2407,15 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
     message.validForMs = (object.validForMs !== undefined && object.validForMs !== null)
       ? BigInt(object.validForMs)
       : 0n;
+    message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
+      ? BigInt(object.incarnation)
+      : 0n;
     return message;
   },
 };
 
 function createBaseReturnLeasesRequest(): ReturnLeasesRequest {
-  return { edgeId: "", sequence: 0n, leases: [] };
+  return { edgeId: "", sequence: 0n, leases: [], incarnation: 0n, bootId: "" };
 }
 
 export const ReturnLeasesRequest: MessageFns<ReturnLeasesRequest> = {
@@ -2278,6 +2431,15 @@ export const ReturnLeasesRequest: MessageFns<ReturnLeasesRequest> = {
     }
     for (const v of message.leases) {
       LeaseReport.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.incarnation !== 0n) {
+      if (BigInt.asIntN(64, message.incarnation) !== message.incarnation) {
+        throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
+      }
+      writer.uint32(32).int64(message.incarnation);
+    }
+    if (message.bootId !== "") {
+      writer.uint32(42).string(message.bootId);
     }
     return writer;
   },
@@ -2319,6 +2481,22 @@ export const ReturnLeasesRequest: MessageFns<ReturnLeasesRequest> = {
             message.leases.push(LeaseReport.decode(reader, reader.uint32()));
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.incarnation = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.bootId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2340,6 +2518,12 @@ export const ReturnLeasesRequest: MessageFns<ReturnLeasesRequest> = {
         : "",
       sequence: isSet(object.sequence) ? BigInt(object.sequence) : 0n,
       leases: globalThis.Array.isArray(object?.leases) ? object.leases.map((e: any) => LeaseReport.fromJSON(e)) : [],
+      incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
+      bootId: isSet(object.bootId)
+        ? globalThis.String(object.bootId)
+        : isSet(object.boot_id)
+        ? globalThis.String(object.boot_id)
+        : "",
     };
   },
 
@@ -2354,6 +2538,12 @@ export const ReturnLeasesRequest: MessageFns<ReturnLeasesRequest> = {
     if (message.leases?.length) {
       obj.leases = message.leases.map((e) => LeaseReport.toJSON(e));
     }
+    if (message.incarnation !== 0n) {
+      obj.incarnation = message.incarnation.toString();
+    }
+    if (message.bootId !== "") {
+      obj.bootId = message.bootId;
+    }
     return obj;
   },
 
@@ -2365,18 +2555,28 @@ export const ReturnLeasesRequest: MessageFns<ReturnLeasesRequest> = {
     message.edgeId = object.edgeId ?? "";
     message.sequence = (object.sequence !== undefined && object.sequence !== null) ? BigInt(object.sequence) : 0n;
     message.leases = object.leases?.map((e) => LeaseReport.fromPartial(e)) || [];
+    message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
+      ? BigInt(object.incarnation)
+      : 0n;
+    message.bootId = object.bootId ?? "";
     return message;
   },
 };
 
 function createBaseReturnLeasesResponse(): ReturnLeasesResponse {
-  return { leases: [] };
+  return { leases: [], incarnation: 0n };
 }
 
 export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
   encode(message: ReturnLeasesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.leases) {
       LeaseState.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.incarnation !== 0n) {
+      if (BigInt.asIntN(64, message.incarnation) !== message.incarnation) {
+        throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
+      }
+      writer.uint32(16).int64(message.incarnation);
     }
     return writer;
   },
@@ -2402,6 +2602,14 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
             message.leases.push(LeaseState.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.incarnation = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2417,6 +2625,7 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
   fromJSON(object: any): ReturnLeasesResponse {
     return {
       leases: globalThis.Array.isArray(object?.leases) ? object.leases.map((e: any) => LeaseState.fromJSON(e)) : [],
+      incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
     };
   },
 
@@ -2424,6 +2633,9 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
     const obj: any = {};
     if (message.leases?.length) {
       obj.leases = message.leases.map((e) => LeaseState.toJSON(e));
+    }
+    if (message.incarnation !== 0n) {
+      obj.incarnation = message.incarnation.toString();
     }
     return obj;
   },
@@ -2434,6 +2646,9 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
   fromPartial<I extends Exact<DeepPartial<ReturnLeasesResponse>, I>>(object: I): ReturnLeasesResponse {
     const message = createBaseReturnLeasesResponse();
     message.leases = object.leases?.map((e) => LeaseState.fromPartial(e)) || [];
+    message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
+      ? BigInt(object.incarnation)
+      : 0n;
     return message;
   },
 };

@@ -1,0 +1,94 @@
+import { AppError } from "@mkt/runtime/errors";
+import type { BillingContext, Em } from "../context.ts";
+import { int8 } from "../context.ts";
+import { withDeadlockRetry } from "./deadlock-retry.ts";
+import { releaseEndedLease } from "./lease-release.ts";
+import { loadLeases, lockWallets } from "./lease-store.ts";
+
+/** Who makes a lease call: the edge's stable id, and which of its processes. */
+export interface EdgeCaller {
+  edgeId: string;
+  /** The incarnation the process was given; 0 on its first calls. */
+  incarnation: bigint;
+  /** The random id the process drew at start. */
+  bootId: string;
+}
+
+/**
+ * The incarnation a lease call is served in. A process that has none yet (0) takes the edge's
+ * next one, or the one a call of its own took meanwhile (same boot id): a restarted edge's first
+ * calls race, and must not take two. The caller's transaction then checks it with holdIncarnation.
+ */
+export async function incarnationOf(ctx: BillingContext, caller: EdgeCaller): Promise<bigint> {
+  if (caller.incarnation > 0n) return caller.incarnation;
+  const started = await withDeadlockRetry(() =>
+    ctx.orm.em.fork().transactional((em) => startIncarnation(em, caller, ctx.clock())),
+  );
+  if (started.closed !== undefined) {
+    ctx.metrics.edgeIncarnations.inc();
+    ctx.metrics.leasesClosedByIncarnation.inc(started.closed);
+    ctx.log.info(
+      { edgeId: caller.edgeId, incarnation: started.incarnation, closedLeases: started.closed },
+      "edge incarnation started: the older incarnations' leases are closed and released",
+    );
+  }
+  return started.incarnation;
+}
+
+/**
+ * Takes the edge's next incarnation for this process (or finds the one it took), and closes and
+ * releases every lease of the older incarnations in the same transaction: a process that started
+ * again under the same id holds none of them, so their slots and credit must not wait for their
+ * deadline. The session row stays locked until commit, so a call of an older incarnation still
+ * running (holdIncarnation) commits wholly before (its leases closed here) or is refused after.
+ * `closed` is undefined when no incarnation was started.
+ */
+async function startIncarnation(
+  em: Em,
+  caller: EdgeCaller,
+  now: Date,
+): Promise<{ incarnation: bigint; closed?: number }> {
+  await em.execute(
+    `insert into edge_sessions (edge_id, sequence, deadline) values (?, 0, ?) on conflict (edge_id) do nothing`,
+    [caller.edgeId, now],
+  );
+  const [row] = await em.execute(`select incarnation, boot_id from edge_sessions where edge_id = ? for update`, [
+    caller.edgeId,
+  ]);
+  if (row!.boot_id === caller.bootId) return { incarnation: int8(row!.incarnation) };
+  const incarnation = int8(row!.incarnation) + 1n;
+  await em.execute(`update edge_sessions set incarnation = ?, boot_id = ? where edge_id = ?`, [
+    incarnation,
+    caller.bootId,
+    caller.edgeId,
+  ]);
+  const owners = await em.execute(`select distinct account_id from leases where edge_id = ? and released_at is null`, [
+    caller.edgeId,
+  ]);
+  const wallets = await lockWallets(
+    em,
+    owners.map((owner) => owner.account_id as string),
+  );
+  const leases = await loadLeases(em, `l.edge_id = ? and l.released_at is null`, [caller.edgeId]);
+  let closed = 0;
+  for (const lease of leases) {
+    if (await releaseEndedLease(em, lease, wallets.get(lease.accountId)!, now)) closed++;
+  }
+  return { incarnation, closed };
+}
+
+/**
+ * Inside a lease call's transaction, after the session row's other locks: refuses the call unless
+ * its incarnation is the edge's newest. The row lock it takes (KEY SHARE) lets one edge's calls
+ * run side by side but waits for an incarnation being started.
+ */
+export async function holdIncarnation(em: Em, caller: EdgeCaller): Promise<void> {
+  const [row] = await em.execute(`select incarnation, boot_id from edge_sessions where edge_id = ? for key share`, [
+    caller.edgeId,
+  ]);
+  if (row && int8(row.incarnation) === caller.incarnation && row.boot_id === caller.bootId) return;
+  throw new AppError(
+    "edge_superseded",
+    `Edge ${caller.edgeId}: incarnation ${caller.incarnation} is no longer its newest (another process took its id); its leases are closed.`,
+  );
+}
