@@ -1,4 +1,5 @@
 import type { BudgetTerms } from "@mkt/proto/billing/v1/leases";
+import { sqlArray } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import type { LeaseReport } from "@mkt/proto/billing/v1/leases";
@@ -71,6 +72,25 @@ export async function lockWallets(em: Em, accountIds: Iterable<string>): Promise
     `select account_id, posted_micros, held_micros from wallets where account_id in (${ids.map(() => "?").join(", ")})
      order by account_id for no key update`,
     ids,
+  );
+  for (const row of rows) {
+    wallets.set(row.account_id as string, { posted: int8(row.posted_micros), held: int8(row.held_micros) });
+  }
+  return wallets;
+}
+
+/**
+ * lockWallets for the accounts of the given leases, found in the same statement: the wallets a
+ * batch of usage events charges, locked in one round trip.
+ */
+export async function lockLeaseWallets(em: Em, leaseIds: readonly string[]): Promise<Map<string, WalletRow>> {
+  const wallets = new Map<string, WalletRow>();
+  if (leaseIds.length === 0) return wallets;
+  const rows = await em.execute(
+    `select account_id, posted_micros, held_micros from wallets
+     where account_id in (select account_id from leases where id = any(?::uuid[]))
+     order by account_id for no key update`,
+    [sqlArray(leaseIds)],
   );
   for (const row of rows) {
     wallets.set(row.account_id as string, { posted: int8(row.posted_micros), held: int8(row.held_micros) });
