@@ -103,8 +103,13 @@ export async function lockLeaseWallets(em: Em, leaseIds: readonly string[]): Pro
  * statement of its own, so it sees whatever a fence committed before the lock was granted.
  */
 export async function loadLeases(em: Em, where: string, params: unknown[]): Promise<LeaseRow[]> {
-  const rows = await em.execute(
-    `select l.id, l.edge_id, l.account_id, l.tier, l.status, l.applied_sequence, l.held_micros, l.settled_micros, l.released_at, l.deadline,
+  const rows = await em.execute(leasesQuery(where), params);
+  return rows.map(toLeaseRow);
+}
+
+/** The query loadLeases runs, for a statement that reads more beside the leases. */
+export function leasesQuery(where: string): string {
+  return `select l.id, l.edge_id, l.account_id, l.tier, l.status, l.applied_sequence, l.held_micros, l.settled_micros, l.released_at, l.deadline,
        coalesce((select json_agg(json_build_object('id', a.id, 'scope', a.scope, 'resource', a.resource,
          'window_start', a.window_start, 'window_end', a.window_end, 'granted', a.granted::text,
          'admitted', a.admitted::text, 'settled', a.settled::text) order by a.resource, a.window_start)
@@ -119,10 +124,12 @@ export async function loadLeases(em: Em, where: string, params: unknown[]): Prom
        coalesce((select json_agg(json_build_object('key_id', k.key_id, 'limit_micros', k.limit_micros::text,
          'limit_reset', k.limit_reset) order by k.key_id)
          from key_limits k where k.account_id = l.account_id and k.limit_micros is not null), '[]') as key_limits
-     from leases l where ${where} order by l.account_id, l.created_at`,
-    params,
-  );
-  return rows.map((row) => ({
+     from leases l where ${where} order by l.account_id, l.created_at`;
+}
+
+/** A row of leasesQuery as a LeaseRow. */
+export function toLeaseRow(row: Record<string, unknown>): LeaseRow {
+  return {
     id: row.id as string,
     edgeId: row.edge_id as string,
     accountId: row.account_id as string,
@@ -160,7 +167,7 @@ export async function loadLeases(em: Em, where: string, params: unknown[]): Prom
       },
     })),
     keyLimits: keyLimitRows(row.key_limits as Array<Record<string, unknown>>),
-  }));
+  };
 }
 
 function keyLimitRows(rows: Array<Record<string, unknown>>): KeyLimitRow[] {

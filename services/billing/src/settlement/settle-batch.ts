@@ -4,7 +4,7 @@ import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { sqlArray } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
-import { loadLeases, lockLeaseWallets } from "../leases/lease-store.ts";
+import { leasesQuery, lockLeaseWallets, toLeaseRow, type LeaseRow } from "../leases/lease-store.ts";
 import { settleLeaseUsage, type SettlementBatch } from "./settle-lease-usage.ts";
 import { SettlementWrites } from "./settlement-writes.ts";
 import { recordWithoutCharge, type SettleOutcome } from "./usage-without-charge.ts";
@@ -14,16 +14,16 @@ import { recordWithoutCharge, type SettleOutcome } from "./usage-without-charge.
  * request_id: each against the lease it was admitted on (settleLeaseUsage), the same request
  * twice in one batch (replayed under another message id) settling once.
  *
- * A batch costs four statements whatever its size, so settlement's cost per request falls as
+ * A batch costs three statements whatever its size, so settlement's cost per request falls as
  * batches grow, and the wallet locks it takes are held for milliseconds, so the lease calls
  * waiting on them (grants, heartbeats) are not held up behind it:
  * 1. every wallet the batch charges is locked, in account order (settling event by event would
  *    take them in the batch's order, which two settlers, or a settler and RecordUsage, could
  *    cross);
  * 2. then, so that whatever a fence, the closer or another settler committed before is seen, its
- *    leases (with their allowances and budgets) are read,
- * 3. and the requests among its events that already have a usage record;
- * 4. the events settle in memory, and SettlementWrites writes everything they change in one
+ *    leases (with their allowances and budgets) and the requests among its events that already
+ *    have a usage record are read (readBatch);
+ * 3. the events settle in memory, and SettlementWrites writes everything they change in one
  *    set-based statement.
  * An event without a lease id (no edge sends one: every request is admitted on a lease) is
  * recorded at no cost, like one naming an unknown lease. Write-offs are pushed on `writtenOff`.
@@ -38,17 +38,12 @@ export async function settleUsageBatch(
   if (events.length === 0) return [];
   const leaseIds = [...new Set(events.map((e) => e.leaseId).filter(isUuid))];
   const wallets = await lockLeaseWallets(em, leaseIds);
-  const leases = leaseIds.length > 0 ? await loadLeases(em, `l.id = any(?::uuid[])`, [sqlArray(leaseIds)]) : [];
-  const recorded = await em.execute(`select request_id from usage_records where request_id = any(?::text[])`, [
-    sqlArray(events.map((e) => e.requestId)),
-  ]);
-  const batch: SettlementBatch = {
-    leases: new Map(leases.map((lease) => [lease.id, lease])),
-    wallets,
-    recorded: new Set(recorded.map((r) => r.request_id as string)),
-    writes: new SettlementWrites(),
-    writtenOff,
-  };
+  const { leases, recorded } = await readBatch(
+    em,
+    leaseIds,
+    events.map((e) => e.requestId),
+  );
+  const batch: SettlementBatch = { leases, wallets, recorded, writes: new SettlementWrites(), writtenOff };
   const outcomes: SettleOutcome[] = [];
   const seen = new Set<string>();
   for (const event of events) {
@@ -68,6 +63,28 @@ export async function settleUsageBatch(
   return outcomes.map((outcome, i) =>
     isRecordedHere(outcome) && !written.has(events[i]!.requestId) ? "duplicate" : outcome,
   );
+}
+
+/**
+ * The batch's leases and the requests among its events that already have a usage record, in one
+ * statement (there is always one row: the recorded ids, joined to each lease if any).
+ */
+async function readBatch(
+  em: Em,
+  leaseIds: readonly string[],
+  requestIds: readonly string[],
+): Promise<{ leases: Map<string, LeaseRow>; recorded: Set<string> }> {
+  const rows = await em.execute(
+    `select r.recorded, l.* from
+       (select coalesce(array_agg(request_id), '{}') as recorded from usage_records where request_id = any(?::text[])) r
+       left join (${leasesQuery("l.id = any(?::uuid[])")}) l on true`,
+    [sqlArray(requestIds), sqlArray(leaseIds)],
+  );
+  const leases = rows.filter((row) => row.id !== null).map(toLeaseRow);
+  return {
+    leases: new Map(leases.map((lease) => [lease.id, lease])),
+    recorded: new Set(rows[0]!.recorded as string[]),
+  };
 }
 
 /** Whether settling the event wrote its usage record in this batch. */
