@@ -10,7 +10,8 @@
  * its durable consumer. Each account gets one admission lease, granted by billing's own GrantLease,
  * holding the worst case of every request the bench then settles on it (as an edge that admitted
  * them all on one lease would). Every other request is served by a hoster (BENCH_HOSTER_EVERY=n:
- * one in n), so the revenue split and the hosters' rollup are part of what is measured.
+ * one in n), so the revenue split and the hosters' rollup are part of what is measured. Besides
+ * the rate it prints the CPU time per settled event of billing and of PostgreSQL.
  */
 import { randomBytes, randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
