@@ -53,9 +53,10 @@ export interface SettlementBatch {
  * Only the services that relay answers may hand billing usage events (NATS permissions,
  * docs/deploy.md; RecordUsage is the edge's alone), and still an event is checked against its
  * lease, in case one is forged or garbled: one naming an unknown lease, another account's lease,
- * or a worst case beyond all the credit its lease was ever granted is refused (recorded at no cost, a warning, its own outcome in the settlement metric); one whose
- * charge exceeds what its lease still holds for unsettled requests (granted − settled while open,
- * admitted − settled once closed) is charged that much at most (`clamped`).
+ * or a worst case beyond all the credit its lease was ever granted is refused (recorded at no
+ * cost, a warning, its own outcome in the settlement metric); one whose charge exceeds what its
+ * lease still holds for unsettled requests (granted − settled while open, admitted − settled once
+ * closed) is charged that much at most (`clamped`).
  */
 export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, batch: SettlementBatch): SettleOutcome {
   const lease = batch.leases.get(event.leaseId);
