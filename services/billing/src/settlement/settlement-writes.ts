@@ -9,6 +9,7 @@ import { journalCtes, POSTED_ENTRIES, type JournalEntry } from "../wallets/ledge
 const byKey = <T>([a]: [string, T], [b]: [string, T]) => (a < b ? -1 : a > b ? 1 : 0);
 /** A composite key (`id at`) back into its parts. */
 const split = (key: string) => ({ id: key.slice(0, key.indexOf(" ")), at: key.slice(key.indexOf(" ") + 1) });
+const ifAny = (rows: readonly unknown[], cte: Cte) => (rows.length > 0 ? cte : undefined);
 const add = (map: Map<string, bigint>, key: string, amount: bigint) => map.set(key, (map.get(key) ?? 0n) + amount);
 
 /**
@@ -104,7 +105,14 @@ export class SettlementWrites {
   async flush(em: Em): Promise<Set<string>> {
     const row = await runTogether(
       em,
-      [...this.#holdCtes(), ...this.#allowanceCtes(), ...journalCtes(this.#entries), ...usageRecordCtes(this.#records)],
+      // A write with no rows is left out (PostgreSQL would still plan it); the two the select
+      // reads are always there.
+      [
+        ...this.#holdCtes(),
+        ...this.#allowanceCtes(),
+        ...journalCtes(this.#entries),
+        ...usageRecordCtes(this.#records),
+      ].filter((cte): cte is Cte => cte !== undefined),
       `select (select count(*) from ${POSTED_ENTRIES})::int as entries,
          (select coalesce(array_agg(request_id), '{}') from ${NEW_RECORDS}) as written`,
     );
@@ -118,11 +126,11 @@ export class SettlementWrites {
   }
 
   /** The leases' and wallets' holds and balances. */
-  #holdCtes(): Cte[] {
+  #holdCtes(): Array<Cte | undefined> {
     const leases = [...this.#leases].sort(byKey);
     const wallets = [...this.#wallets].sort(byKey);
     return [
-      {
+      ifAny(leases, {
         name: "lease_holds",
         sql: `update leases l set held_micros = l.held_micros + v.held, settled_micros = l.settled_micros + v.settled
           from unnest(?::uuid[], ?::bigint[], ?::bigint[]) v(id, held, settled) where l.id = v.id`,
@@ -131,8 +139,8 @@ export class SettlementWrites {
           sqlArray(leases.map(([, d]) => d.held)),
           sqlArray(leases.map(([, d]) => d.settled)),
         ],
-      },
-      {
+      }),
+      ifAny(wallets, {
         name: "wallet_balances",
         sql: `update wallets w set posted_micros = w.posted_micros + v.posted, held_micros = w.held_micros + v.held
           from unnest(?::uuid[], ?::bigint[], ?::bigint[]) v(account_id, posted, held)
@@ -142,23 +150,23 @@ export class SettlementWrites {
           sqlArray(wallets.map(([, d]) => d.posted)),
           sqlArray(wallets.map(([, d]) => d.held)),
         ],
-      },
+      }),
     ];
   }
 
   /** Rooms settled, key spend, periods' use and tokens given back, each in key order. */
-  #allowanceCtes(): Cte[] {
+  #allowanceCtes(): Array<Cte | undefined> {
     const rooms = [...this.#rooms].sort(byKey);
     const spend = [...this.#keySpend].sort(byKey).map(([key, amount]) => ({ ...split(key), amount }));
     const tokens = [...this.#tokensBack].sort(byKey).map(([key, n]) => ({ ...split(key), n }));
     return [
-      {
+      ifAny(rooms, {
         name: "rooms_settled",
         sql: `update lease_allowances a set settled = a.settled + v.settled
           from unnest(?::uuid[], ?::bigint[]) v(id, settled) where a.id = v.id`,
         params: [sqlArray(rooms.map(([id]) => id)), sqlArray(rooms.map(([, n]) => n))],
-      },
-      {
+      }),
+      ifAny(spend, {
         name: "key_spend",
         sql: `insert into key_daily_spend (key_id, day, spent_micros)
           select * from unnest(?::uuid[], ?::date[], ?::bigint[])
@@ -168,9 +176,9 @@ export class SettlementWrites {
           sqlArray(spend.map((s) => s.at)),
           sqlArray(spend.map((s) => s.amount)),
         ],
-      },
-      periodUsageCte(this.#periodUses),
-      {
+      }),
+      ifAny(this.#periodUses, periodUsageCte(this.#periodUses)),
+      ifAny(tokens, {
         name: "tokens_back",
         sql: `update subscription_rate_counters c set tokens = greatest(0, c.tokens - v.tokens)
           from unnest(?::uuid[], ?::timestamptz[], ?::bigint[]) v(subscription_id, window_start, tokens)
@@ -180,7 +188,7 @@ export class SettlementWrites {
           sqlArray(tokens.map((t) => t.at)),
           sqlArray(tokens.map((t) => t.n)),
         ],
-      },
+      }),
     ];
   }
 
