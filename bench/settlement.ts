@@ -10,9 +10,11 @@
  * its durable consumer. Each account gets one admission lease, granted by billing's own GrantLease,
  * holding the worst case of every request the bench then settles on it (as an edge that admitted
  * them all on one lease would). Every other request is served by a hoster (BENCH_HOSTER_EVERY=n:
- * one in n), so the revenue split and the hosters' rollup are part of what is measured.
+ * one in n), so the revenue split and the hosters' rollup are part of what is measured. Besides
+ * the rate it prints the CPU time per settled event of billing and of PostgreSQL.
  */
 import { randomBytes, randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import pg from "pg";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -25,6 +27,7 @@ import { testCertificates } from "@mkt/testkit/test-certificates";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { loadBillingConfig } from "../services/billing/src/config.ts";
+import { LOAD_GENERATOR, measureProcesses, pidsNamed } from "./gateway/process-stats.ts";
 import { startBilling } from "../services/billing/src/server.ts";
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 20_000);
@@ -34,6 +37,7 @@ const PRICES = { input: 500_000n, output: 1_500_000n }; // the demo model's, mic
 const TOKENS = { input: 100n, maxOutput: 200n, output: 150n };
 const HOSTER_EVERY = Number(process.env.BENCH_HOSTER_EVERY ?? 2);
 const HOSTER_ID = "00000000-0000-4000-8000-00000000b0b0";
+const POSTGRES = "postgres";
 
 const log = createLogger("bench", process.env.LOG_LEVEL ?? "warn");
 const databaseUrl = await freshDatabaseUrl();
@@ -142,7 +146,11 @@ try {
   console.log(`published ${EVENTS} events in ${publishMs} ms (${rate(EVENTS, publishMs)} events/s)`);
 
   // 4. Billing starts on the backlog; the clock stops when the last usage record is committed.
+  //    Billing runs in this process, so this process's CPU is billing's (the count polled every
+  //    50 ms is noise next to it); PostgreSQL's is that of the backends connected to this run's
+  //    database, so other databases on a shared server do not count.
   t = performance.now();
+  const cpu = measureProcesses({ [POSTGRES]: () => backendsOf(databaseUrl) });
   const billing = await startBilling(config, log, options);
   let settled = 0;
   while (settled < EVENTS) {
@@ -150,6 +158,7 @@ try {
     settled = Number((await db.query(`select count(*) as n from usage_records`)).rows[0].n);
   }
   const settleMs = ms(t);
+  const spent = cpu.stop();
   await billing.close();
 
   // 5. The run counts only if it settled everything exactly once and kept the books straight.
@@ -180,6 +189,11 @@ try {
       `(SETTLE_BATCH_SIZE=${config.SETTLE_BATCH_SIZE}, synchronous_commit=${check.synchronous_commit}, ` +
       `${ACCOUNTS} accounts, ${hosterEvents} served by a hoster; includes billing start-up)`,
   );
+  const perEvent = (cpuMs: number) => ((cpuMs * 1000) / EVENTS).toFixed(1);
+  console.log(
+    `CPU per settled event: billing ${perEvent(spent[LOAD_GENERATOR]!.cpuMs)} µs, ` +
+      `PostgreSQL ${perEvent(spent[POSTGRES]!.cpuMs)} µs (this database's backends; billing's start-up included)`,
+  );
   console.log(
     ok
       ? "check: every event settled once, lease holds released, ledger balanced, hoster shares and rollup exact"
@@ -191,6 +205,18 @@ try {
   await (await jetstreamManager(nc)).streams.delete(names.usageStream).catch(() => undefined);
   await nc.close();
   await dropDatabase(databaseUrl);
+}
+
+/** The PostgreSQL backends serving `url`'s database (their command line names it). */
+function backendsOf(url: string): number[] {
+  const database = new URL(url).pathname.slice(1);
+  return pidsNamed("postgres").filter((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8").split(" ").includes(database);
+    } catch {
+      return false; // exited while we looked
+    }
+  });
 }
 
 function ms(since: number): number {

@@ -12,6 +12,7 @@ import { Migration20261220000000GenerationDetails } from "./Migration20261220000
 import { Migration20261224000000LeaseBudgetTerms } from "./Migration20261224000000LeaseBudgetTerms.ts";
 import { Migration20261228000000DropReservations } from "./Migration20261228000000DropReservations.ts";
 import { Migration20261230000000KeySpendLimits } from "./Migration20261230000000KeySpendLimits.ts";
+import { Migration20261231000000SettlementWriteCost } from "./Migration20261231000000SettlementWriteCost.ts";
 import { Migration20270105000000EdgeIncarnations } from "./Migration20270105000000EdgeIncarnations.ts";
 
 /** Billing's committed migrations, in order. */
@@ -32,5 +33,6 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261224000000LeaseBudgetTerms", class: Migration20261224000000LeaseBudgetTerms },
   { name: "Migration20261228000000DropReservations", class: Migration20261228000000DropReservations },
   { name: "Migration20261230000000KeySpendLimits", class: Migration20261230000000KeySpendLimits },
+  { name: "Migration20261231000000SettlementWriteCost", class: Migration20261231000000SettlementWriteCost },
   { name: "Migration20270105000000EdgeIncarnations", class: Migration20270105000000EdgeIncarnations },
 ];

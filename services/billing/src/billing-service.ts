@@ -18,6 +18,7 @@ import { renewDueSubscriptions } from "./subscriptions/renewal-scheduler.ts";
 import { hosterEarnings, hosterEarningsByModel } from "./earnings/hoster-earnings.ts";
 import { listHosterSubscribers } from "./earnings/hoster-subscribers.ts";
 import { listKeyLimits, setKeyLimit } from "./key-limits/key-limits.ts";
+import { recordUsage } from "./settlement/record-usage.ts";
 
 /** The BillingService gRPC handlers. */
 export function billingService(ctx: BillingContext, log: Logger): BillingServiceServer {
@@ -54,5 +55,6 @@ export function billingService(ctx: BillingContext, log: Logger): BillingService
     getHosterEarnings: unary(log, "GetHosterEarnings", (req) => hosterEarnings(ctx, req)),
     getHosterEarningsByModel: unary(log, "GetHosterEarningsByModel", (req) => hosterEarningsByModel(ctx, req)),
     listHosterSubscribers: unary(log, "ListHosterSubscribers", (req) => listHosterSubscribers(ctx, req.hosterId)),
+    recordUsage: unary(log, "RecordUsage", (req) => recordUsage(ctx, req, log.child({ component: "settler" }))),
   };
 }

@@ -1,4 +1,5 @@
 import type { BudgetTerms } from "@mkt/proto/billing/v1/leases";
+import { sqlArray } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import type { LeaseReport } from "@mkt/proto/billing/v1/leases";
@@ -79,12 +80,36 @@ export async function lockWallets(em: Em, accountIds: Iterable<string>): Promise
 }
 
 /**
+ * lockWallets for the accounts of the given leases, found in the same statement: the wallets a
+ * batch of usage events charges, locked in one round trip.
+ */
+export async function lockLeaseWallets(em: Em, leaseIds: readonly string[]): Promise<Map<string, WalletRow>> {
+  const wallets = new Map<string, WalletRow>();
+  if (leaseIds.length === 0) return wallets;
+  const rows = await em.execute(
+    `select account_id, posted_micros, held_micros from wallets
+     where account_id in (select account_id from leases where id = any(?::uuid[]))
+     order by account_id for no key update`,
+    [sqlArray(leaseIds)],
+  );
+  for (const row of rows) {
+    wallets.set(row.account_id as string, { posted: int8(row.posted_micros), held: int8(row.held_micros) });
+  }
+  return wallets;
+}
+
+/**
  * The leases matching `where` with their allowances. Read after the wallets are locked, in a
  * statement of its own, so it sees whatever a fence committed before the lock was granted.
  */
 export async function loadLeases(em: Em, where: string, params: unknown[]): Promise<LeaseRow[]> {
-  const rows = await em.execute(
-    `select l.id, l.edge_id, l.account_id, l.tier, l.status, l.applied_sequence, l.held_micros, l.settled_micros, l.released_at, l.deadline,
+  const rows = await em.execute(leasesQuery(where), params);
+  return rows.map(toLeaseRow);
+}
+
+/** The query loadLeases runs, for a statement that reads more beside the leases. */
+export function leasesQuery(where: string): string {
+  return `select l.id, l.edge_id, l.account_id, l.tier, l.status, l.applied_sequence, l.held_micros, l.settled_micros, l.released_at, l.deadline,
        coalesce((select json_agg(json_build_object('id', a.id, 'scope', a.scope, 'resource', a.resource,
          'window_start', a.window_start, 'window_end', a.window_end, 'granted', a.granted::text,
          'admitted', a.admitted::text, 'settled', a.settled::text) order by a.resource, a.window_start)
@@ -99,10 +124,12 @@ export async function loadLeases(em: Em, where: string, params: unknown[]): Prom
        coalesce((select json_agg(json_build_object('key_id', k.key_id, 'limit_micros', k.limit_micros::text,
          'limit_reset', k.limit_reset) order by k.key_id)
          from key_limits k where k.account_id = l.account_id and k.limit_micros is not null), '[]') as key_limits
-     from leases l where ${where} order by l.account_id, l.created_at`,
-    params,
-  );
-  return rows.map((row) => ({
+     from leases l where ${where} order by l.account_id, l.created_at`;
+}
+
+/** A row of leasesQuery as a LeaseRow. */
+export function toLeaseRow(row: Record<string, unknown>): LeaseRow {
+  return {
     id: row.id as string,
     edgeId: row.edge_id as string,
     accountId: row.account_id as string,
@@ -140,7 +167,7 @@ export async function loadLeases(em: Em, where: string, params: unknown[]): Prom
       },
     })),
     keyLimits: keyLimitRows(row.key_limits as Array<Record<string, unknown>>),
-  }));
+  };
 }
 
 function keyLimitRows(rows: Array<Record<string, unknown>>): KeyLimitRow[] {

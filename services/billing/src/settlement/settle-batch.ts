@@ -2,29 +2,31 @@ import { isUuid } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { sqlArray } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
-import { loadLeases, lockWallets } from "../leases/lease-store.ts";
-import { leaseAccounts, settleLeaseUsage, type SettlementBatch } from "./settle-lease-usage.ts";
+import { leasesQuery, lockLeaseWallets, toLeaseRow, type LeaseRow } from "../leases/lease-store.ts";
+import { settleLeaseUsage, type SettlementBatch } from "./settle-lease-usage.ts";
 import { SettlementWrites } from "./settlement-writes.ts";
 import { recordWithoutCharge, type SettleOutcome } from "./usage-without-charge.ts";
 
-const placeholders = (count: number) => Array.from({ length: count }, () => "?").join(", ");
-
 /**
  * Settles a batch of usage.completed events inside the caller's transaction, in order, keyed on
- * request_id (DESIGN.md §2.6): each against the lease it was admitted on (settleLeaseUsage), the
- * same request twice in one batch (replayed under another message id) settling once.
+ * request_id: each against the lease it was admitted on (settleLeaseUsage), the same request
+ * twice in one batch (replayed under another message id) settling once.
  *
- * A batch costs a handful of statements whatever its size, so the wallet locks it takes are held
- * for milliseconds and the lease calls waiting on them (grants, heartbeats) are not held up behind
- * settlement: every wallet the batch charges is locked first, in one statement in account order
- * (settling event by event would take them in the batch's order, which two settlers could
- * cross); then its leases and the requests already recorded are read once; the events settle in
- * memory (a subscription's request also counts its period's use and gives tokens back, a few
- * statements of its own); and SettlementWrites writes the holds, balances, journal entries and
- * usage records at the end. An event without a lease id (no edge sends one: every request is
- * admitted on a lease) is recorded at no cost, like one naming an unknown lease. Write-offs are
- * pushed on `writtenOff`.
+ * A batch costs three statements whatever its size, so settlement's cost per request falls as
+ * batches grow, and the wallet locks it takes are held for milliseconds, so the lease calls
+ * waiting on them (grants, heartbeats) are not held up behind it:
+ * 1. every wallet the batch charges is locked, in account order (settling event by event would
+ *    take them in the batch's order, which two settlers, or a settler and RecordUsage, could
+ *    cross);
+ * 2. then, so that whatever a fence, the closer or another settler committed before is seen, its
+ *    leases (with their allowances and budgets) and the requests among its events that already
+ *    have a usage record are read (readBatch);
+ * 3. the events settle in memory, and SettlementWrites writes everything they change in one
+ *    set-based statement.
+ * An event without a lease id (no edge sends one: every request is admitted on a lease) is
+ * recorded at no cost, like one naming an unknown lease. Write-offs are pushed on `writtenOff`.
  */
 export async function settleUsageBatch(
   em: Em,
@@ -35,23 +37,13 @@ export async function settleUsageBatch(
 ): Promise<SettleOutcome[]> {
   if (events.length === 0) return [];
   const leaseIds = [...new Set(events.map((e) => e.leaseId).filter(isUuid))];
-  const accounts = await leaseAccounts(em, leaseIds);
-  const wallets = await lockWallets(em, accounts.values());
-  // Read after the wallets are locked: whatever a fence or the closer committed before is seen.
-  const leases =
-    leaseIds.length > 0 ? await loadLeases(em, `l.id in (${placeholders(leaseIds.length)})`, leaseIds) : [];
-  const requestIds = [...new Set(events.map((e) => e.requestId))];
-  const recorded = await em.execute(
-    `select request_id from usage_records where request_id in (${placeholders(requestIds.length)})`,
-    requestIds,
+  const wallets = await lockLeaseWallets(em, leaseIds);
+  const { leases, recorded } = await readBatch(
+    em,
+    leaseIds,
+    events.map((e) => e.requestId),
   );
-  const batch: SettlementBatch = {
-    leases: new Map(leases.map((lease) => [lease.id, lease])),
-    wallets,
-    recorded: new Set(recorded.map((r) => r.request_id as string)),
-    writes: new SettlementWrites(),
-    writtenOff,
-  };
+  const batch: SettlementBatch = { leases, wallets, recorded, writes: new SettlementWrites(), writtenOff };
   const outcomes: SettleOutcome[] = [];
   const seen = new Set<string>();
   for (const event of events) {
@@ -62,10 +54,38 @@ export async function settleUsageBatch(
     seen.add(event.requestId);
     outcomes.push(
       event.leaseId
-        ? await settleLeaseUsage(em, event, log, now, batch)
-        : await recordWithoutCharge(em, event, log, now),
+        ? settleLeaseUsage(event, log, now, batch)
+        : recordWithoutCharge(batch.writes, batch.recorded, event, log, now),
     );
   }
-  await batch.writes.flush(em);
-  return outcomes;
+  const written = await batch.writes.flush(em);
+  // A request charged nothing whose record another settler wrote meanwhile was settled there.
+  return outcomes.map((outcome, i) =>
+    isRecordedHere(outcome) && !written.has(events[i]!.requestId) ? "duplicate" : outcome,
+  );
 }
+
+/**
+ * The batch's leases and the requests among its events that already have a usage record, in one
+ * statement (there is always one row: the recorded ids, joined to each lease if any).
+ */
+async function readBatch(
+  em: Em,
+  leaseIds: readonly string[],
+  requestIds: readonly string[],
+): Promise<{ leases: Map<string, LeaseRow>; recorded: Set<string> }> {
+  const rows = await em.execute(
+    `select r.recorded, l.* from
+       (select coalesce(array_agg(request_id), '{}') as recorded from usage_records where request_id = any(?::text[])) r
+       left join (${leasesQuery("l.id = any(?::uuid[])")}) l on true`,
+    [sqlArray(requestIds), sqlArray(leaseIds)],
+  );
+  const leases = rows.filter((row) => row.id !== null).map(toLeaseRow);
+  return {
+    leases: new Map(leases.map((lease) => [lease.id, lease])),
+    recorded: new Set(rows[0]!.recorded as string[]),
+  };
+}
+
+/** Whether settling the event wrote its usage record in this batch. */
+const isRecordedHere = (outcome: SettleOutcome) => outcome !== "duplicate" && outcome !== "dropped";

@@ -1,32 +1,24 @@
-import { isUuid } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
 import { planPricing, requestCharge } from "@mkt/runtime/request-cost";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { int8, type Em } from "../context.ts";
 import { creditOf, type AllowanceRow, type LeaseRow, type WalletRow } from "../leases/lease-store.ts";
-import { countPeriodUsage } from "../subscriptions/period-usage.ts";
 import type { PricingModel } from "../subscriptions/plan-pricing.ts";
 import { answerOf } from "../usage/usage-records.ts";
 import { ledgerAccounts } from "../wallets/ledger.ts";
 import type { SettlementWrites } from "./settlement-writes.ts";
 import { settleKeySpend } from "./key-spend.ts";
 import { usageCharge } from "./usage-charge.ts";
-import { clampTokens, recordWithoutCharge, startedAt, type SettleOutcome } from "./usage-without-charge.ts";
+import {
+  clampTokens,
+  recordWithoutCharge,
+  startedAt,
+  type Refusal,
+  type SettleOutcome,
+} from "./usage-without-charge.ts";
 
 const min = (a: bigint, b: bigint) => (a < b ? a : b);
 const max0 = (n: bigint) => (n < 0n ? 0n : n);
-
-/** The account a lease event charges: the lease's, whatever the event says. */
-export async function leaseAccounts(em: Em, leaseIds: readonly string[]): Promise<Map<string, string>> {
-  const ids = [...new Set(leaseIds.filter(isUuid))];
-  if (ids.length === 0) return new Map();
-  const rows = await em.execute(
-    `select id, account_id from leases where id in (${ids.map(() => "?").join(", ")})`,
-    ids,
-  );
-  return new Map(rows.map((r) => [r.id as string, r.account_id as string]));
-}
 
 /**
  * What a batch of events is settled against (settle-batch.ts): its leases and their accounts'
@@ -43,8 +35,8 @@ export interface SettlementBatch {
 }
 
 /**
- * Settles one usage.completed admitted on a lease (DESIGN.md §2.3, §2.6), inside the caller's
- * transaction, keyed on request_id: a request that already has a usage record changes nothing.
+ * Settles one usage.completed admitted on a lease in memory, against the batch's rows, keyed on request_id: a request that already has a usage record changes nothing.
+ * What it changes goes to `batch.writes`, written with the rest of the batch.
  *
  * The lease's hold is `granted − settled` while open or fenced and `admitted − settled` once
  * closed (lease-store.ts). Growing `settled_micros` by the worst case released, and shrinking the
@@ -58,26 +50,22 @@ export interface SettlementBatch {
  * and released by the closer, or the event came late) whatever cannot be paid is written off
  * (`write_off`, platform:write_offs), so a balance never goes below zero.
  *
- * Only registry may publish usage events (NATS permissions, docs/deploy.md), and still an event
- * is checked against its lease, in case one is forged or garbled: one naming an unknown lease,
- * another account's lease, or a worst case beyond all the credit its lease was ever granted is
- * refused (recorded at no cost, a warning, its own outcome in the settlement metric); one whose
- * charge exceeds what its lease still holds for unsettled requests (granted − settled while open,
- * admitted − settled once closed) is charged that much at most (`clamped`).
+ * Only the services that relay answers may hand billing usage events (NATS permissions,
+ * docs/deploy.md; RecordUsage is the edge's alone), and still an event is checked against its
+ * lease, in case one is forged or garbled: one naming an unknown lease, another account's lease,
+ * or a worst case beyond all the credit its lease was ever granted is refused (recorded at no
+ * cost, a warning, its own outcome in the settlement metric); one whose charge exceeds what its
+ * lease still holds for unsettled requests (granted − settled while open, admitted − settled once
+ * closed) is charged that much at most (`clamped`).
  */
-export async function settleLeaseUsage(
-  em: Em,
-  event: UsageCompleted,
-  log: Logger,
-  now: Date,
-  batch: SettlementBatch,
-): Promise<SettleOutcome> {
+export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, batch: SettlementBatch): SettleOutcome {
   const lease = batch.leases.get(event.leaseId);
-  if (!lease) return recordWithoutCharge(em, event, log, now, "unknown_lease");
+  const unrecorded = (refused: Refusal) => recordWithoutCharge(batch.writes, batch.recorded, event, log, now, refused);
+  if (!lease) return unrecorded("unknown_lease");
   const { accountId } = lease;
   // Registry passes on the account the edge admitted the request for, which is its lease's.
   if (event.accountId && event.accountId !== accountId) {
-    return recordWithoutCharge(em, event, log, now, "foreign_lease");
+    return unrecorded("foreign_lease");
   }
   if (batch.recorded.has(event.requestId)) return "duplicate";
   const wallet = batch.wallets.get(accountId)!;
@@ -85,19 +73,19 @@ export async function settleLeaseUsage(
   // The edge takes a request's worst case from its lease's credit, which billing granted: no
   // genuine request's worst case exceeds all the credit its lease ever had.
   if (worstCase > (creditOf(lease)?.granted ?? 0n)) {
-    return recordWithoutCharge(em, event, log, now, "over_lease_credit");
+    return unrecorded("over_lease_credit");
   }
   batch.recorded.add(event.requestId);
 
   const inputTokens = clampTokens(event.inputTokens);
   const outputTokens = clampTokens(event.outputTokens);
-  const budget = event.subscriptionId ? await budgetOf(em, event.leaseId, event.subscriptionId) : undefined;
+  const budget = event.subscriptionId ? budgetOf(lease, event.subscriptionId) : undefined;
   if (event.subscriptionId && !budget) {
     log.warn({ requestId: event.requestId }, "usage event names a subscription its lease has no budget for");
   }
   // The included tokens it took at admission (never more than its worst case in tokens).
   const included = min(clampTokens(event.includedTokens), clampTokens(event.worstCaseTokens));
-  const priced = await priceOf(em, event, budget, { inputTokens, outputTokens }, included, worstCase);
+  const priced = priceOf(batch.writes, event, budget, { inputTokens, outputTokens }, included, worstCase);
   // Until it is released, the lease holds the worst case of every request admitted on it and not
   // yet settled: a genuine charge fits in that hold. (Once released, the write-off rule below
   // keeps the wallet from going below zero.)
@@ -145,7 +133,7 @@ export async function settleLeaseUsage(
   }
   batch.writes.charge(accountId, wallet, charged);
   settleKeySpend(batch.writes, lease, event, worstCase, charged, startedAt(event.startedAt) ?? now);
-  if (!released && budget) await giveBackTokens(em, lease, event, inputTokens + outputTokens, included, now);
+  if (!released && budget) giveBackTokens(batch.writes, lease, event, inputTokens + outputTokens, included, now);
 
   batch.writes.record({
     requestId: event.requestId,
@@ -179,20 +167,18 @@ interface BudgetTerms {
   overagePricePer1m: Micros;
 }
 
-async function budgetOf(em: Em, leaseId: string, subscriptionId: string): Promise<BudgetTerms | undefined> {
-  if (!isUuid(subscriptionId)) return undefined;
-  const [row] = await em.execute(`select * from lease_budgets where lease_id = ? and subscription_id = ?`, [
-    leaseId,
-    subscriptionId,
-  ]);
-  if (!row) return undefined;
+/** The terms the lease's budget for the subscription was granted with (read with the lease). */
+function budgetOf(lease: LeaseRow, subscriptionId: string): BudgetTerms | undefined {
+  const budget = lease.budgets.find((b) => b.subscriptionId === subscriptionId);
+  if (!budget) return undefined;
+  const { terms } = budget;
   return {
-    hosterId: (row.hoster_id as string | null) ?? "",
-    periodIndex: Number(row.period_index),
-    pricingModel: row.pricing_model as PricingModel,
-    inputPricePer1m: int8(row.input_price_per_1m_micros),
-    outputPricePer1m: int8(row.output_price_per_1m_micros),
-    overagePricePer1m: int8(row.overage_price_per_1m_micros),
+    hosterId: terms.hosterId,
+    periodIndex: budget.periodIndex,
+    pricingModel: terms.pricingModel as PricingModel,
+    inputPricePer1m: terms.inputPricePer1mMicros,
+    outputPricePer1m: terms.outputPricePer1mMicros,
+    overagePricePer1m: terms.overagePricePer1mMicros,
   };
 }
 
@@ -203,27 +189,25 @@ async function budgetOf(em: Em, leaseId: string, subscriptionId: string): Promis
  * (an overage plan's other tokens are overage). A subscription's request counts in its period's
  * use, with the overage tokens it paid for.
  */
-async function priceOf(
-  em: Em,
+function priceOf(
+  writes: SettlementWrites,
   event: UsageCompleted,
   budget: BudgetTerms | undefined,
   tokens: { inputTokens: bigint; outputTokens: bigint },
   included: bigint,
   worstCase: Micros,
-): Promise<Micros> {
+): Micros {
   if (!budget) {
     const route = { inputPricePer1m: event.inputPricePer1mMicros, outputPricePer1m: event.outputPricePer1mMicros };
     return requestCharge(tokens, route, worstCase).cost;
   }
   const { cost, overageTokens } = requestCharge(tokens, planPricing(budget.pricingModel, budget, included), worstCase);
-  await countPeriodUsage(em, [
-    {
-      subscriptionId: event.subscriptionId,
-      periodIndex: budget.periodIndex,
-      tokens: tokens.inputTokens + tokens.outputTokens,
-      overageTokens,
-    },
-  ]);
+  writes.countPeriodUse({
+    subscriptionId: event.subscriptionId,
+    periodIndex: budget.periodIndex,
+    tokens: tokens.inputTokens + tokens.outputTokens,
+    overageTokens,
+  });
   return cost;
 }
 
@@ -233,8 +217,8 @@ async function priceOf(
  * period's included tokens by settling what it took of them (`included`) out of the lease's hold
  * (`lease_allowances.settled`), while `subscription_usage` now counts what it really used.
  */
-async function giveBackTokens(
-  em: Em,
+function giveBackTokens(
+  writes: SettlementWrites,
   lease: LeaseRow,
   event: UsageCompleted,
   used: bigint,
@@ -249,23 +233,15 @@ async function giveBackTokens(
     );
   const tpm = mine("sub_tokens_minute");
   const unused = max0(worstTokens - used);
-  if (tpm && unused > 0n) {
-    await em.execute(
-      `update subscription_rate_counters set tokens = greatest(0, tokens - ?) where subscription_id = ? and window_start = ?`,
-      [unused, event.subscriptionId, tpm.windowStart],
-    );
-  }
+  if (tpm) writes.giveBackTokens(event.subscriptionId, tpm.windowStart!, unused);
   const room = mine("included_tokens");
   if (room) {
     // What it took (an overage request's worst case may have taken only part of its tokens from
     // the included room), never more than the lease still holds of it.
     const holds = (lease.status === "closed" ? room.admitted : room.granted) - room.settled;
     const settle = min(included, max0(holds));
-    if (settle > 0n) {
-      // The batch's later events on this lease read the row in memory.
-      room.settled += settle;
-      await em.execute(`update lease_allowances set settled = settled + ? where id = ?`, [settle, room.id]);
-    }
+    // The batch's later events on this lease read the row in memory.
+    writes.settleRoom(room, settle);
   }
 }
 

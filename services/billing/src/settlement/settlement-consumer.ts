@@ -3,11 +3,8 @@ import { isDependencyOutage } from "@mkt/runtime/dependency-outage";
 import { ensureUsageStream, type EventNames, type NatsConnection } from "@mkt/runtime/nats";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { endSpan, inBatchSpan, startConsumeSpan, type Span } from "@mkt/runtime/nats-trace";
-import type { Micros } from "@mkt/runtime/money";
 import type { BillingContext } from "../context.ts";
-import { recordSettlement } from "../metrics/settlement-metrics.ts";
-import { withDeadlockRetry } from "../leases/deadlock-retry.ts";
-import { settleUsageBatch } from "./settle-batch.ts";
+import { settleEvents } from "./settle-events.ts";
 
 /**
  * An event that failed to settle this many times is dropped (logged) so it cannot block others;
@@ -158,35 +155,16 @@ export async function startSettlementConsumer(
   }
 
   async function settleTogether(items: Decoded[], unanswered: Set<JsMsg>): Promise<void> {
-    // A stable order (settleUsageBatch also locks the wallets in account order up front).
-    const key = (item: Decoded) => `${item.event.accountId}/${item.event.requestId}`;
-    const ordered = [...items].sort((a, b) => (key(a) < key(b) ? -1 : 1));
-    const now = ctx.clock();
-    // Filled inside the transaction, counted only once it has committed (a failed batch is retried).
-    let writtenOff: Micros[] = [];
     // In a span of the first request's trace (nats-trace.ts), so its queries and log line are too.
     await inBatchSpan(
       "settle usage batch",
       items.map((item) => item.span),
       async () => {
-        // A deadlock victim runs again whole before the batch is split into single events.
-        const outcomes = await withDeadlockRetry(() => {
-          writtenOff = [];
-          return ctx.orm.em.fork().transactional((em) =>
-            settleUsageBatch(
-              em,
-              ordered.map((item) => item.event),
-              log,
-              now,
-              writtenOff,
-            ),
-          );
-        });
-        recordSettlement(
-          ctx.metrics,
-          outcomes,
+        const outcomes = await settleEvents(
+          ctx,
+          items.map((item) => item.event),
+          log,
           items.map((item) => item.msg.info.timestampNanos),
-          writtenOff,
         );
         for (const { msg } of items) {
           msg.ack();

@@ -1,26 +1,39 @@
 import type { Micros } from "@mkt/runtime/money";
+import { runTogether, sqlArray, type Cte } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
 import type { AllowanceRow, LeaseRow, WalletRow } from "../leases/lease-store.ts";
-import { insertUsageRecords, type UsageRow } from "../usage/usage-records.ts";
-import { postEntries, type JournalEntry } from "../wallets/ledger.ts";
+import { periodUsageCte, type PeriodUse } from "../subscriptions/period-usage.ts";
+import { NEW_RECORDS, usageRecordCtes, type UsageRow } from "../usage/usage-records.ts";
+import { journalCtes, POSTED_ENTRIES, type JournalEntry } from "../wallets/ledger.ts";
 
-const values = (rows: number, row: string) => Array.from({ length: rows }, () => row).join(", ");
+const byKey = <T>([a]: [string, T], [b]: [string, T]) => (a < b ? -1 : a > b ? 1 : 0);
+/** A composite key (`id at`) back into its parts. */
+const split = (key: string) => ({ id: key.slice(0, key.indexOf(" ")), at: key.slice(key.indexOf(" ") + 1) });
+const ifAny = (rows: readonly unknown[], cte: Cte) => (rows.length > 0 ? cte : undefined);
+const add = (map: Map<string, bigint>, key: string, amount: bigint) => map.set(key, (map.get(key) ?? 0n) + amount);
 
 /**
- * What settling a batch changes, kept in memory while its events are settled one after the other
- * and written at the end in a handful of statements, whatever the batch's size (DESIGN.md §2.6):
- * per lease its hold released, per wallet its posted and held amounts, the journal entries and
- * the usage records. The leases and wallets given are the batch's in-memory rows, changed at once,
- * so every later event of the batch sees what the earlier ones did.
+ * What settling a batch changes, gathered in memory while its events are settled one after the
+ * other and written at the end in one set-based statement, whatever the batch's size: per lease
+ * its hold released, per wallet its posted and held amounts, the rooms settled out of lease
+ * allowances, key spend, subscription periods' use, tokens given back to their minute, the journal
+ * entries and the usage records with their hourly rollups. Each is one multi-row write of column
+ * arrays (batch-statement.ts). The leases and wallets given are the batch's in-memory rows,
+ * changed at once, so every later event of the batch sees what the earlier ones did.
  */
 export class SettlementWrites {
   readonly #leases = new Map<string, { held: bigint; settled: bigint }>();
   readonly #wallets = new Map<string, { posted: bigint; held: bigint }>();
   readonly #entries: JournalEntry[] = [];
   readonly #records: UsageRow[] = [];
-  /** Key room settled per allowance id, and key spend per key and UTC day (`key day`). */
+  /** Records of requests charged nothing, which another settler may have written first. */
+  readonly #uncharged = new Set<string>();
+  /** Room settled per allowance id, key spend per key and UTC day (`key day`). */
   readonly #rooms = new Map<string, bigint>();
   readonly #keySpend = new Map<string, bigint>();
+  readonly #periodUses: PeriodUse[] = [];
+  /** Tokens given back per subscription and minute (`subscription window_start`). */
+  readonly #tokensBack = new Map<string, bigint>();
 
   /** Releases `amount` of the lease's hold as settled (its request's worst case). */
   release(lease: LeaseRow, wallet: WalletRow, amount: Micros): void {
@@ -47,73 +60,136 @@ export class SettlementWrites {
     this.#entries.push(entry);
   }
 
-  /** A usage record for a request that has none. */
+  /** A usage record for a request that has none, settled with a charge in this batch. */
   record(row: UsageRow): void {
     this.#records.push(row);
   }
 
-  /** Settles `amount` out of a key's room (its request's worst case), as `release` does the credit. */
+  /**
+   * A usage record of a request charged nothing: nothing was locked for it, so another settler
+   * may write it first, and then this one is left out (flush does not return it).
+   */
+  recordWithoutCharge(row: UsageRow): void {
+    this.#records.push(row);
+    this.#uncharged.add(row.requestId);
+  }
+
+  /** Settles `amount` out of a lease allowance (a key's room, a period's included tokens). */
   settleRoom(allowance: AllowanceRow, amount: Micros): void {
     if (amount === 0n) return;
     allowance.settled += amount;
-    this.#rooms.set(allowance.id, (this.#rooms.get(allowance.id) ?? 0n) + amount);
+    add(this.#rooms, allowance.id, amount);
   }
 
   /** Adds a request's charge to its key's spend on the UTC day of `at`. */
   spend(keyId: string, at: Date, amount: Micros): void {
     if (amount === 0n) return;
-    const key = `${keyId} ${at.toISOString().slice(0, 10)}`;
-    this.#keySpend.set(key, (this.#keySpend.get(key) ?? 0n) + amount);
+    add(this.#keySpend, `${keyId} ${at.toISOString().slice(0, 10)}`, amount);
   }
 
-  /** Writes it all; throws (rolling the batch back) if an entry or record existed already. */
-  async flush(em: Em): Promise<void> {
-    const leases = [...this.#leases];
-    if (leases.length > 0) {
-      await em.execute(
-        `update leases l set held_micros = l.held_micros + v.held, settled_micros = l.settled_micros + v.settled
-         from (values ${values(leases.length, "(?::uuid, ?::bigint, ?::bigint)")}) v(id, held, settled)
-         where l.id = v.id`,
-        leases.flatMap(([id, d]) => [id, d.held, d.settled]),
-      );
+  /** Counts a subscription request's tokens in its period's use. */
+  countPeriodUse(use: PeriodUse): void {
+    this.#periodUses.push(use);
+  }
+
+  /** Gives a subscription request's unused worst-case tokens back to its minute's tpm counter. */
+  giveBackTokens(subscriptionId: string, windowStart: Date, tokens: bigint): void {
+    if (tokens <= 0n) return;
+    add(this.#tokensBack, `${subscriptionId} ${windowStart.toISOString()}`, tokens);
+  }
+
+  /**
+   * Writes it all in one statement; returns the request ids whose records it wrote. Throws
+   * (rolling the batch back) if a charged request's entry or record existed already.
+   */
+  async flush(em: Em): Promise<Set<string>> {
+    const row = await runTogether(
+      em,
+      // A write with no rows is left out (PostgreSQL would still plan it); the two the select
+      // reads are always there.
+      [
+        ...this.#holdCtes(),
+        ...this.#allowanceCtes(),
+        ...journalCtes(this.#entries),
+        ...usageRecordCtes(this.#records),
+      ].filter((cte): cte is Cte => cte !== undefined),
+      `select (select count(*) from ${POSTED_ENTRIES})::int as entries,
+         (select coalesce(array_agg(request_id), '{}') from ${NEW_RECORDS}) as written`,
+    );
+    if (row.entries !== this.#entries.length) {
+      throw new Error(`${this.#entries.length - Number(row.entries)} journal entries existed without a usage record`);
     }
-    const wallets = [...this.#wallets].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    if (wallets.length > 0) {
-      await em.execute(
-        `update wallets w set posted_micros = w.posted_micros + v.posted, held_micros = w.held_micros + v.held
-         from (values ${values(wallets.length, "(?::uuid, ?::bigint, ?::bigint)")}) v(account_id, posted, held)
-         where w.account_id = v.account_id`,
-        wallets.flatMap(([id, d]) => [id, d.posted, d.held]),
-      );
-    }
-    await this.#flushKeys(em);
-    const posted = await postEntries(em, this.#entries);
-    const twice = this.#entries.find((e) => !posted.has(`${e.kind}:${e.reference}`));
-    if (twice) throw new Error(`${twice.kind} entry for ${twice.reference} exists without a usage record`);
-    const written = await insertUsageRecords(em, this.#records);
-    const again = this.#records.find((r) => !written.has(r.requestId));
+    const written = new Set(row.written as string[]);
+    const again = this.#records.find((r) => !written.has(r.requestId) && !this.#uncharged.has(r.requestId));
     if (again) throw new Error(`usage record for ${again.requestId} appeared while its batch settled`);
+    return written;
   }
 
-  async #flushKeys(em: Em): Promise<void> {
-    const rooms = [...this.#rooms];
-    if (rooms.length > 0) {
-      await em.execute(
-        `update lease_allowances a set settled = a.settled + v.settled
-         from (values ${values(rooms.length, "(?::uuid, ?::bigint)")}) v(id, settled) where a.id = v.id`,
-        rooms.flat(),
-      );
-    }
-    // In key order, so two settlers' batches take the rows' locks in the same order.
-    const spend = [...this.#keySpend].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    if (spend.length > 0) {
-      await em.execute(
-        `insert into key_daily_spend (key_id, day, spent_micros)
-         values ${values(spend.length, "(?::uuid, ?::date, ?::bigint)")}
-         on conflict (key_id, day) do update set spent_micros = key_daily_spend.spent_micros + excluded.spent_micros`,
-        spend.flatMap(([key, amount]) => [...key.split(" "), amount]),
-      );
-    }
+  /** The leases' and wallets' holds and balances. */
+  #holdCtes(): Array<Cte | undefined> {
+    const leases = [...this.#leases].sort(byKey);
+    const wallets = [...this.#wallets].sort(byKey);
+    return [
+      ifAny(leases, {
+        name: "lease_holds",
+        sql: `update leases l set held_micros = l.held_micros + v.held, settled_micros = l.settled_micros + v.settled
+          from unnest(?::uuid[], ?::bigint[], ?::bigint[]) v(id, held, settled) where l.id = v.id`,
+        params: [
+          sqlArray(leases.map(([id]) => id)),
+          sqlArray(leases.map(([, d]) => d.held)),
+          sqlArray(leases.map(([, d]) => d.settled)),
+        ],
+      }),
+      ifAny(wallets, {
+        name: "wallet_balances",
+        sql: `update wallets w set posted_micros = w.posted_micros + v.posted, held_micros = w.held_micros + v.held
+          from unnest(?::uuid[], ?::bigint[], ?::bigint[]) v(account_id, posted, held)
+          where w.account_id = v.account_id`,
+        params: [
+          sqlArray(wallets.map(([id]) => id)),
+          sqlArray(wallets.map(([, d]) => d.posted)),
+          sqlArray(wallets.map(([, d]) => d.held)),
+        ],
+      }),
+    ];
+  }
+
+  /** Rooms settled, key spend, periods' use and tokens given back, each in key order. */
+  #allowanceCtes(): Array<Cte | undefined> {
+    const rooms = [...this.#rooms].sort(byKey);
+    const spend = [...this.#keySpend].sort(byKey).map(([key, amount]) => ({ ...split(key), amount }));
+    const tokens = [...this.#tokensBack].sort(byKey).map(([key, n]) => ({ ...split(key), n }));
+    return [
+      ifAny(rooms, {
+        name: "rooms_settled",
+        sql: `update lease_allowances a set settled = a.settled + v.settled
+          from unnest(?::uuid[], ?::bigint[]) v(id, settled) where a.id = v.id`,
+        params: [sqlArray(rooms.map(([id]) => id)), sqlArray(rooms.map(([, n]) => n))],
+      }),
+      ifAny(spend, {
+        name: "key_spend",
+        sql: `insert into key_daily_spend (key_id, day, spent_micros)
+          select * from unnest(?::uuid[], ?::date[], ?::bigint[])
+          on conflict (key_id, day) do update set spent_micros = key_daily_spend.spent_micros + excluded.spent_micros`,
+        params: [
+          sqlArray(spend.map((s) => s.id)),
+          sqlArray(spend.map((s) => s.at)),
+          sqlArray(spend.map((s) => s.amount)),
+        ],
+      }),
+      ifAny(this.#periodUses, periodUsageCte(this.#periodUses)),
+      ifAny(tokens, {
+        name: "tokens_back",
+        sql: `update subscription_rate_counters c set tokens = greatest(0, c.tokens - v.tokens)
+          from unnest(?::uuid[], ?::timestamptz[], ?::bigint[]) v(subscription_id, window_start, tokens)
+          where c.subscription_id = v.subscription_id and c.window_start = v.window_start`,
+        params: [
+          sqlArray(tokens.map((t) => t.id)),
+          sqlArray(tokens.map((t) => t.at)),
+          sqlArray(tokens.map((t) => t.n)),
+        ],
+      }),
+    ];
   }
 
   #wallet(accountId: string): { posted: bigint; held: bigint } {

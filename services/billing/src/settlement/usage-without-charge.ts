@@ -1,8 +1,8 @@
 import { isUuid } from "@mkt/runtime/ids";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import type { Em } from "../context.ts";
-import { answerOf, insertUsageRecord } from "../usage/usage-records.ts";
+import { answerOf } from "../usage/usage-records.ts";
+import type { SettlementWrites } from "./settlement-writes.ts";
 
 /**
  * Why a lease event was refused, recorded at no cost (defence in depth behind NATS permissions,
@@ -37,22 +37,25 @@ export function startedAt(text: string): Date | undefined {
  * Records an event that names no hold billing knows (no lease id, which no edge sends since every
  * request is admitted on a lease), or that its lease refutes (`refused`), at no cost under the
  * account it names: nothing was held for it, so nothing may be charged, but its usage still
- * shows. An event with no valid account cannot even be recorded and is dropped.
+ * shows. An event with no valid account cannot even be recorded and is dropped; one whose request
+ * has a record already (`recorded`) changes nothing.
  */
-export async function recordWithoutCharge(
-  em: Em,
+export function recordWithoutCharge(
+  writes: SettlementWrites,
+  recorded: ReadonlySet<string>,
   event: UsageCompleted,
   log: Logger,
   now: Date,
   refused?: Refusal,
-): Promise<SettleOutcome> {
+): SettleOutcome {
   if (!isUuid(event.accountId)) {
     log.warn({ requestId: event.requestId, refused }, "usage event with no hold and no valid account; dropped");
     return "dropped";
   }
+  if (recorded.has(event.requestId)) return "duplicate";
   const context = { requestId: event.requestId, accountId: event.accountId, leaseId: event.leaseId || undefined };
   log.warn(context, refused ? REFUSALS[refused] : "usage event with no hold; recorded at no cost");
-  const written = await insertUsageRecord(em, {
+  writes.recordWithoutCharge({
     requestId: event.requestId,
     accountId: event.accountId,
     keyId: event.keyId,
@@ -71,6 +74,5 @@ export async function recordWithoutCharge(
     at: startedAt(event.startedAt) ?? now,
     answer: answerOf(event),
   });
-  if (!written) return "duplicate";
   return refused ?? "no_hold";
 }

@@ -1,4 +1,4 @@
-import type { Em } from "../context.ts";
+import { sqlArray, type Cte } from "../batch-statement.ts";
 
 /** One subscription request being settled: the period it counts in and the tokens it used. */
 export interface PeriodUse {
@@ -12,14 +12,14 @@ export interface PeriodUse {
 }
 
 /**
- * Inside the settle transaction: adds each subscription request's tokens to its period's use
- * (`subscription_usage`, keyed on the period index of the terms it was admitted under), and the
- * overage tokens it was charged for (priced by the split decided at admission, not here). Runs
- * only for requests being settled now, so the request_id dedupe keeps it exactly-once. One
- * statement for any number of requests; its rows are written in key order, like every other lock
- * of settlement, so concurrent settlers cannot deadlock.
+ * Inside the settle transaction, as a CTE of its statement (batch-statement.ts): adds each
+ * subscription request's tokens to its period's use (`subscription_usage`, keyed on the period
+ * index of the terms it was admitted under), and the overage tokens it was charged for (priced by
+ * the split decided at admission, not here). Given only requests being settled now, so the
+ * request_id dedupe keeps it exactly-once. Its rows are written in key order, like every other
+ * lock of settlement, so concurrent settlers cannot deadlock.
  */
-export async function countPeriodUsage(em: Em, uses: readonly PeriodUse[]): Promise<void> {
+export function periodUsageCte(uses: readonly PeriodUse[]): Cte {
   const periods = new Map<string, PeriodUse>();
   for (const u of uses) {
     const key = `${u.subscriptionId}/${u.periodIndex}`;
@@ -29,14 +29,19 @@ export async function countPeriodUsage(em: Em, uses: readonly PeriodUse[]): Prom
       period.overageTokens += u.overageTokens;
     } else periods.set(key, { ...u });
   }
-  if (periods.size === 0) return;
   const rows = [...periods].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, period]) => period);
-  await em.execute(
-    `insert into subscription_usage (subscription_id, period_index, used_tokens, overage_tokens)
-     values ${rows.map(() => "(?::uuid, ?::integer, ?::bigint, ?::bigint)").join(", ")}
-     on conflict (subscription_id, period_index) do update
-       set used_tokens = subscription_usage.used_tokens + excluded.used_tokens,
-           overage_tokens = subscription_usage.overage_tokens + excluded.overage_tokens`,
-    rows.flatMap((p) => [p.subscriptionId, p.periodIndex, p.tokens, p.overageTokens]),
-  );
+  return {
+    name: "period_use",
+    sql: `insert into subscription_usage (subscription_id, period_index, used_tokens, overage_tokens)
+      select * from unnest(?::uuid[], ?::integer[], ?::bigint[], ?::bigint[])
+      on conflict (subscription_id, period_index) do update
+        set used_tokens = subscription_usage.used_tokens + excluded.used_tokens,
+            overage_tokens = subscription_usage.overage_tokens + excluded.overage_tokens`,
+    params: [
+      sqlArray(rows.map((p) => p.subscriptionId)),
+      sqlArray(rows.map((p) => p.periodIndex)),
+      sqlArray(rows.map((p) => p.tokens)),
+      sqlArray(rows.map((p) => p.overageTokens)),
+    ],
+  };
 }

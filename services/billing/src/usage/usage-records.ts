@@ -1,5 +1,6 @@
 import type { Micros } from "@mkt/runtime/money";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { runTogether, sqlArray, type ArrayElement, type Cte } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
 
 /** One usage record as settlement writes it; `at` is the request's time (rollup bucket). */
@@ -38,120 +39,87 @@ export function answerOf(event: UsageCompleted): AnswerDetails {
   return { timeToFirstTokenMs: ttft === undefined || ttft < 0n ? null : ttft, finishReason: event.finishReason };
 }
 
-const COLUMNS = `request_id, account_id, key_id, model_id, provider, hoster_id, subscription_id,
-  input_tokens, output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success, error_code,
-  created_at, time_to_first_token_ms, finish_reason`;
-
-function values(row: UsageRow): unknown[] {
-  return [
-    row.requestId,
-    row.accountId,
-    row.keyId,
-    row.modelId,
-    row.provider,
-    row.hosterId,
-    row.subscriptionId,
-    row.inputTokens,
-    row.outputTokens,
-    row.costMicros,
-    row.platformFeeMicros,
-    row.hosterEarnedMicros,
-    row.latencyMs,
-    row.success,
-    row.errorCode,
-    row.at,
-    row.answer?.timeToFirstTokenMs ?? null,
-    row.answer?.finishReason ?? "",
-  ];
-}
-
 /** Inserts the record unless the request already has one; returns whether it was written. */
 export async function insertUsageRecord(em: Em, row: UsageRow): Promise<boolean> {
   return (await insertUsageRecords(em, [row])).has(row.requestId);
 }
 
 /**
- * Inserts the records whose requests have none yet, and adds those to their hourly buckets: two
- * statements for any number of records. Returns the request ids written.
+ * Inserts the records whose requests have none yet, and adds those to their hourly buckets, in
+ * one statement (usageRecordCtes). Returns the request ids written.
  */
 export async function insertUsageRecords(em: Em, rows: readonly UsageRow[]): Promise<Set<string>> {
   if (rows.length === 0) return new Set();
-  const row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz, ?, ?)";
-  const inserted = await em.execute(
-    `insert into usage_records (${COLUMNS})
-     values ${rows.map(() => row).join(", ")}
-     on conflict (request_id) do nothing returning request_id`,
-    rows.flatMap(values),
-  );
-  const written = new Set(inserted.map((r) => r.request_id as string));
-  await addToHourlyRollups(
+  const row = await runTogether(
     em,
-    rows.filter((r) => written.has(r.requestId)),
+    usageRecordCtes(rows),
+    `select coalesce(array_agg(request_id), '{}') as written from ${NEW_RECORDS}`,
   );
-  return written;
+  return new Set(row.written as string[]);
 }
 
-/** The columns of an hourly bucket. */
-const HOURLY_COLUMNS = `(account_id, hour, model_id, provider, subscription_id, requests, input_tokens,
-  output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)`;
-
-/** How a bucket takes in a new record's figures: every column adds up. */
-const HOURLY_ACCUMULATE = `on conflict (account_id, hour, model_id, provider, subscription_id) do update set
-  requests = usage_hourly.requests + excluded.requests,
-  input_tokens = usage_hourly.input_tokens + excluded.input_tokens,
-  output_tokens = usage_hourly.output_tokens + excluded.output_tokens,
-  cost_micros = usage_hourly.cost_micros + excluded.cost_micros,
-  platform_fee_micros = usage_hourly.platform_fee_micros + excluded.platform_fee_micros,
-  hoster_earned_micros = usage_hourly.hoster_earned_micros + excluded.hoster_earned_micros,
-  latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum,
-  failed = usage_hourly.failed + excluded.failed`;
-
-/** One hourly bucket's key and the figures added to it. */
-interface HourlyAddition {
-  row: UsageRow;
-  hour: Date;
-  figures: bigint[];
-}
-
-const HOUR_MS = 3_600_000;
+/** The CTE of usageRecordCtes returning the records written (`request_id`). */
+export const NEW_RECORDS = "new_records";
 
 /**
- * Adds the records' figures to their hourly buckets in one statement, summed per bucket first (an
- * INSERT … ON CONFLICT may not touch the same row twice).
+ * The usage records as two CTEs of one statement (batch-statement.ts): the records whose requests
+ * have none yet are inserted and returned as NEW_RECORDS, and only those are added to their
+ * hourly buckets (usage_hourly, every column adding up), summed per bucket and upserted in key
+ * order, so two settlers take the buckets' locks in the same order.
  */
-async function addToHourlyRollups(em: Em, rows: readonly UsageRow[]): Promise<void> {
-  const buckets = new Map<string, HourlyAddition>();
-  for (const row of rows) {
-    const at = new Date(row.at);
-    const hour = new Date(Math.floor(at.getTime() / HOUR_MS) * HOUR_MS); // date_trunc('hour', …, 'UTC')
-    const key = [row.accountId, hour.toISOString(), row.modelId, row.provider, row.subscriptionId].join("\u0000");
-    const figures = [
-      1n,
-      row.inputTokens,
-      row.outputTokens,
-      row.costMicros,
-      row.platformFeeMicros,
-      row.hosterEarnedMicros,
-      row.latencyMs,
-      row.success ? 0n : 1n,
-    ];
-    const bucket = buckets.get(key);
-    if (bucket) bucket.figures = bucket.figures.map((n, i) => n + figures[i]!);
-    else buckets.set(key, { row, hour, figures });
-  }
-  if (buckets.size === 0) return;
-  const all = [...buckets.values()];
-  await em.execute(
-    `insert into usage_hourly ${HOURLY_COLUMNS}
-     values ${all.map(() => "(?, ?::timestamptz, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}
-     ${HOURLY_ACCUMULATE}`,
-    all.flatMap(({ row, hour, figures }) => [
-      row.accountId,
-      hour,
-      row.modelId,
-      row.provider,
-      row.subscriptionId,
-      ...figures,
-    ]),
-  );
+export function usageRecordCtes(rows: readonly UsageRow[]): Cte[] {
+  const column = (read: (row: UsageRow) => ArrayElement) => sqlArray(rows.map(read));
+  return [
+    {
+      name: NEW_RECORDS,
+      sql: `insert into usage_records (request_id, account_id, key_id, model_id, provider, hoster_id,
+          subscription_id, input_tokens, output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros,
+          latency_ms, success, error_code, created_at, time_to_first_token_ms, finish_reason)
+        select * from unnest(?::text[], ?::uuid[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],
+          ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[], ?::text[],
+          ?::timestamptz[], ?::bigint[], ?::text[])
+        on conflict (request_id) do nothing
+        returning request_id, account_id, created_at, model_id, provider, subscription_id, input_tokens,
+          output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success`,
+      params: [
+        column((r) => r.requestId),
+        column((r) => r.accountId),
+        column((r) => r.keyId),
+        column((r) => r.modelId),
+        column((r) => r.provider),
+        column((r) => r.hosterId),
+        column((r) => r.subscriptionId),
+        column((r) => r.inputTokens),
+        column((r) => r.outputTokens),
+        column((r) => r.costMicros),
+        column((r) => r.platformFeeMicros),
+        column((r) => r.hosterEarnedMicros),
+        column((r) => r.latencyMs),
+        column((r) => r.success),
+        column((r) => r.errorCode),
+        column((r) => (typeof r.at === "string" ? r.at : r.at.toISOString())),
+        column((r) => r.answer?.timeToFirstTokenMs ?? null),
+        column((r) => r.answer?.finishReason ?? ""),
+      ],
+    },
+    {
+      name: "hourly_added",
+      sql: `insert into usage_hourly (account_id, hour, model_id, provider, subscription_id, requests, input_tokens,
+          output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)
+        select account_id, date_trunc('hour', created_at, 'UTC'), model_id, provider, subscription_id, count(*),
+          sum(input_tokens), sum(output_tokens), sum(cost_micros), sum(platform_fee_micros),
+          sum(hoster_earned_micros), sum(latency_ms), count(*) filter (where not success)
+        from ${NEW_RECORDS} group by 1, 2, 3, 4, 5 order by 1, 2, 3, 4, 5
+        on conflict (account_id, hour, model_id, provider, subscription_id) do update set
+          requests = usage_hourly.requests + excluded.requests,
+          input_tokens = usage_hourly.input_tokens + excluded.input_tokens,
+          output_tokens = usage_hourly.output_tokens + excluded.output_tokens,
+          cost_micros = usage_hourly.cost_micros + excluded.cost_micros,
+          platform_fee_micros = usage_hourly.platform_fee_micros + excluded.platform_fee_micros,
+          hoster_earned_micros = usage_hourly.hoster_earned_micros + excluded.hoster_earned_micros,
+          latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum,
+          failed = usage_hourly.failed + excluded.failed`,
+      params: [],
+    },
+  ];
 }

@@ -1,5 +1,5 @@
-import { newId } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
+import { runTogether, sqlArray, type Cte } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
 
 /** Ledger account names (DESIGN.md §3): one per customer and hoster, and the platform's own. */
@@ -40,36 +40,60 @@ export async function postEntry(
 }
 
 /**
- * postEntry for many entries in two statements (settlement posts a batch's charges together).
- * Returns `kind:reference` of the entries written; the others existed already and got no legs.
+ * postEntry for many entries in one statement (journalCtes). Returns `kind:reference` of the
+ * entries written; the others existed already and got no legs.
  */
 export async function postEntries(em: Em, entries: readonly JournalEntry[], at?: Date): Promise<Set<string>> {
   if (entries.length === 0) return new Set();
+  const row = await runTogether(
+    em,
+    journalCtes(entries, at),
+    `select coalesce(array_agg(kind || ':' || reference), '{}') as posted from ${POSTED_ENTRIES}`,
+  );
+  return new Set(row.posted as string[]);
+}
+
+/** The CTE of journalCtes returning the entries written (`id`, `kind`, `reference`). */
+export const POSTED_ENTRIES = "posted_entries";
+
+/**
+ * The journal entries and their legs as two CTEs of one statement (batch-statement.ts): the
+ * entries are inserted unless their (kind, reference) exists, returned as POSTED_ENTRIES, and
+ * only their legs are posted. Zero legs are left out; every entry must balance. `at` dates them
+ * (billing's clock, which reports window on); without it they take the transaction's time.
+ */
+export function journalCtes(entries: readonly JournalEntry[], at?: Date): Cte[] {
   for (const { kind, reference, legs } of entries) {
     const sum = legs.reduce((total, [, amount]) => total + amount, 0n);
     if (sum !== 0n) throw new Error(`unbalanced journal entry ${kind}:${reference} (sum ${sum})`);
   }
-  const ids = entries.map(() => newId());
-  const inserted = await em.execute(
-    `insert into journal_entries (id, kind, reference, created_at)
-     values ${entries.map(() => "(?, ?, ?, coalesce(?::timestamptz, now()))").join(", ")}
-     on conflict (kind, reference) do nothing returning id`,
-    entries.flatMap((entry, i) => [ids[i], entry.kind, entry.reference, at ?? null]),
+  const legs = entries.flatMap((entry) =>
+    entry.legs.filter(([, amount]) => amount !== 0n).map(([account, amount]) => ({ entry, account, amount })),
   );
-  const written = new Set(inserted.map((row) => row.id as string));
-  const postings = entries.flatMap((entry, i) =>
-    written.has(ids[i]!)
-      ? entry.legs.filter(([, amount]) => amount !== 0n).map(([account, amount]) => [ids[i]!, account, amount] as const)
-      : [],
-  );
-  if (postings.length > 0) {
-    await em.execute(
-      `insert into ledger_postings (id, entry_id, ledger_account, amount_micros, created_at)
-       values ${postings.map(() => "(?, ?, ?, ?, coalesce(?::timestamptz, now()))").join(", ")}`,
-      postings.flatMap(([entryId, account, amount]) => [newId(), entryId, account, amount, at ?? null]),
-    );
-  }
-  return new Set(entries.filter((_, i) => written.has(ids[i]!)).map((e) => `${e.kind}:${e.reference}`));
+  return [
+    {
+      name: POSTED_ENTRIES,
+      sql: `insert into journal_entries (id, kind, reference, created_at)
+        select gen_random_uuid(), e.kind, e.reference, coalesce(?::timestamptz, now())
+        from unnest(?::text[], ?::text[]) as e(kind, reference)
+        on conflict (kind, reference) do nothing returning id, kind, reference`,
+      params: [at ?? null, sqlArray(entries.map((e) => e.kind)), sqlArray(entries.map((e) => e.reference))],
+    },
+    {
+      name: "posted_legs",
+      sql: `insert into ledger_postings (id, entry_id, ledger_account, amount_micros, created_at)
+        select gen_random_uuid(), e.id, l.account, l.amount, coalesce(?::timestamptz, now())
+        from unnest(?::text[], ?::text[], ?::text[], ?::bigint[]) as l(kind, reference, account, amount)
+        join ${POSTED_ENTRIES} e on e.kind = l.kind and e.reference = l.reference`,
+      params: [
+        at ?? null,
+        sqlArray(legs.map((l) => l.entry.kind)),
+        sqlArray(legs.map((l) => l.entry.reference)),
+        sqlArray(legs.map((l) => l.account)),
+        sqlArray(legs.map((l) => l.amount)),
+      ],
+    },
+  ];
 }
 
 /**

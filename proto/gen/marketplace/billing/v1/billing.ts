@@ -20,6 +20,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { UsageCompleted } from "../../events/v1/events.ts";
 import {
   GrantLeaseRequest,
   GrantLeaseResponse,
@@ -435,6 +436,14 @@ export interface PlanSubscribers {
   subscribers: bigint;
   /** Everything the plan has earned the hoster, all time (fees and per-request shares). */
   earnedMicros: bigint;
+}
+
+export interface RecordUsageRequest {
+  events: UsageCompleted[];
+}
+
+/** Sent once every event is committed (settled, or found settled already). */
+export interface RecordUsageResponse {
 }
 
 function createBaseGetUsageSummaryRequest(): GetUsageSummaryRequest {
@@ -6847,6 +6856,127 @@ export const PlanSubscribers: MessageFns<PlanSubscribers> = {
   },
 };
 
+function createBaseRecordUsageRequest(): RecordUsageRequest {
+  return { events: [] };
+}
+
+export const RecordUsageRequest: MessageFns<RecordUsageRequest> = {
+  encode(message: RecordUsageRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.events) {
+      UsageCompleted.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordUsageRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordUsageRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.events.push(UsageCompleted.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecordUsageRequest {
+    return {
+      events: globalThis.Array.isArray(object?.events) ? object.events.map((e: any) => UsageCompleted.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: RecordUsageRequest): unknown {
+    const obj: any = {};
+    if (message.events?.length) {
+      obj.events = message.events.map((e) => UsageCompleted.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RecordUsageRequest>, I>>(base?: I): RecordUsageRequest {
+    return RecordUsageRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecordUsageRequest>, I>>(object: I): RecordUsageRequest {
+    const message = createBaseRecordUsageRequest();
+    message.events = object.events?.map((e) => UsageCompleted.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseRecordUsageResponse(): RecordUsageResponse {
+  return {};
+}
+
+export const RecordUsageResponse: MessageFns<RecordUsageResponse> = {
+  encode(_: RecordUsageResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordUsageResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordUsageResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): RecordUsageResponse {
+    return {};
+  },
+
+  toJSON(_: RecordUsageResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RecordUsageResponse>, I>>(base?: I): RecordUsageResponse {
+    return RecordUsageResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecordUsageResponse>, I>>(_: I): RecordUsageResponse {
+    const message = createBaseRecordUsageResponse();
+    return message;
+  },
+};
+
 /**
  * Billing owns wallets, the micro-USD ledger, admission leases, rate limits and usage.
  * All amounts are integer micro-USD (millionths of a dollar).
@@ -7157,6 +7287,22 @@ export const BillingServiceService = {
       Buffer.from(ListHosterSubscribersResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListHosterSubscribersResponse => ListHosterSubscribersResponse.decode(value),
   },
+  /**
+   * The edge's fallback when JetStream does not ack its usage.completed events in time: settles
+   * them as the settlement consumer does (the same batch settlement, keyed on request_id, so an
+   * event that also reaches billing through JetStream, before or after, is settled once) and
+   * answers once they are committed. The edge's identity only.
+   * Errors: invalid_request (an event without a request_id).
+   */
+  recordUsage: {
+    path: "/marketplace.billing.v1.BillingService/RecordUsage" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RecordUsageRequest): Buffer => Buffer.from(RecordUsageRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RecordUsageRequest => RecordUsageRequest.decode(value),
+    responseSerialize: (value: RecordUsageResponse): Buffer => Buffer.from(RecordUsageResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RecordUsageResponse => RecordUsageResponse.decode(value),
+  },
 } as const;
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
@@ -7277,6 +7423,14 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    * usage and a masked e-mail (never the full address).
    */
   listHosterSubscribers: handleUnaryCall<ListHosterSubscribersRequest, ListHosterSubscribersResponse>;
+  /**
+   * The edge's fallback when JetStream does not ack its usage.completed events in time: settles
+   * them as the settlement consumer does (the same batch settlement, keyed on request_id, so an
+   * event that also reaches billing through JetStream, before or after, is settled once) and
+   * answers once they are committed. The edge's identity only.
+   * Errors: invalid_request (an event without a request_id).
+   */
+  recordUsage: handleUnaryCall<RecordUsageRequest, RecordUsageResponse>;
 }
 
 export interface BillingServiceClient extends Client {
@@ -7667,6 +7821,28 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListHosterSubscribersResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The edge's fallback when JetStream does not ack its usage.completed events in time: settles
+   * them as the settlement consumer does (the same batch settlement, keyed on request_id, so an
+   * event that also reaches billing through JetStream, before or after, is settled once) and
+   * answers once they are committed. The edge's identity only.
+   * Errors: invalid_request (an event without a request_id).
+   */
+  recordUsage(
+    request: RecordUsageRequest,
+    callback: (error: ServiceError | null, response: RecordUsageResponse) => void,
+  ): ClientUnaryCall;
+  recordUsage(
+    request: RecordUsageRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RecordUsageResponse) => void,
+  ): ClientUnaryCall;
+  recordUsage(
+    request: RecordUsageRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RecordUsageResponse) => void,
   ): ClientUnaryCall;
 }
 
