@@ -1,3 +1,4 @@
+import { RecordUsageRequest } from "@mkt/proto/billing/v1/billing";
 import type { Logger } from "@mkt/runtime/logger";
 import { connectNats, eventNames, natsCredentials } from "@mkt/runtime/nats";
 import { buildApp } from "./app.ts";
@@ -79,6 +80,12 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     upstreams: routing,
     outliers,
     metrics,
+    // JetStream did not ack in time: billing settles the events itself (the same settlement).
+    recordUsage: async (events) => {
+      await backends.billing.recordUsage(RecordUsageRequest.fromPartial({ events }), {
+        timeoutMs: config.USAGE_DURABLE_TIMEOUT_MS,
+      });
+    },
     log,
   });
   let closing = false;
