@@ -4,9 +4,9 @@
  * `main.ts`, so the kill is real: no final report, no ReturnLeases); the model server, accounts,
  * registry, billing and a second edge run in this process and stay up.
  *
- * What must hold (docs/leases.md, "What a crash costs"): registry sees the dead edge's calls
- * cancelled and publishes their usage, so the requests in flight settle, billed only what was
- * relayed. An edge that vanished for good: the room it never reported stays held until its
+ * What must hold (docs/leases.md, "What a crash costs"): the answers in flight die with the edge
+ * that relayed them (their clients see the connection drop) and, their usage never published,
+ * are never charged. An edge that vanished for good: the room it never reported stays held until its
  * session's deadline + EDGE_ISOLATION_MS, and not a moment less, then the lease closer releases
  * it; meanwhile the other edge serves the account; once everything is returned, conservation is
  * exact. An edge started again under the same EDGE_ID: its new incarnation's first call releases
@@ -16,8 +16,6 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomToken } from "@mkt/runtime/ids";
 import { createLogger } from "@mkt/runtime/logger";
-import { costMicros } from "@mkt/runtime/money";
-import { countTextTokens } from "@mkt/runtime/tokens";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { freePort } from "@mkt/testkit/ports";
 import { testCertificates } from "@mkt/testkit/test-certificates";
@@ -35,7 +33,7 @@ import { startEdge, type EdgeHandle } from "../../edge/src/server.ts";
 import { openBillingDb, postChat, type BillingDb } from "./billing-db.ts";
 import { startChild, waitForReady, type Child } from "./child-process.ts";
 import { streamAnswer } from "./streamed-answer.ts";
-import { DEMO_PRICES, signUp } from "./system.ts";
+import { signUp } from "./system.ts";
 
 // The demo model streams 20 tokens/s: an answer of 200 tokens runs 10 s, far past the kill.
 const TOKENS_PER_SECOND = 20;
@@ -53,11 +51,6 @@ const EDGE_ISOLATION_MS = 10_000;
 const VANISHED_EDGE_ID = "lost-edge-vanished";
 const RESTARTED_EDGE_ID = "lost-edge-restarted";
 const STARTING_CREDIT_MICROS = 5_000_000n; // STARTING_CREDIT_USD = 5
-/**
- * Chunks the registry relayed that the dead edge had not written to the client yet: at most a
- * second of the stream (the kernel resets the dead process's connections at once).
- */
-const IN_FLIGHT_TOKENS = TOKENS_PER_SECOND;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -199,7 +192,7 @@ const walletOf = async (accountId: string) =>
   )[0]!;
 
 describe("an edge killed with SIGKILL while it holds a lease and streams answers", () => {
-  it("settles its requests, keeps a vanished edge's room until deadline + EDGE_ISOLATION_MS, and the other edge serves meanwhile", async () => {
+  it("charges nothing of its cut answers, keeps a vanished edge's room until deadline + EDGE_ISOLATION_MS, and the other edge serves meanwhile", async () => {
     const { apiKey, accountId } = await signUp(edgeAUrl);
 
     // 1. Answers streaming through edge A (the child): its lease is the account's only one.
@@ -289,35 +282,10 @@ describe("an edge killed with SIGKILL while it holds a lease and streams answers
     expect(served.filter((s) => s.at < releasedAt.getTime()).length).toBeGreaterThan(0);
     expect(served[0]!.at - killedAt, "edge B serves at once").toBeLessThan(LEASE_TTL_MS);
 
-    // 4. The requests in flight settled: registry saw its caller cancel and billed what it relayed.
+    // 4. The requests in flight died with edge A, which relayed them and published nothing of
+    // them: none is ever recorded or charged (the closer released their holds with the lease).
     const ids = seen.map((s) => s.requestId);
-    const records = async () =>
-      db.query<{
-        request_id: string;
-        input_tokens: string;
-        output_tokens: string;
-        cost_micros: string;
-        success: boolean;
-        error_code: string;
-        [key: string]: unknown;
-      }>(
-        `select request_id, input_tokens::text, output_tokens::text, cost_micros::text, success, error_code
-         from usage_records where request_id = any($1)`,
-        [ids],
-      );
-    await expect.poll(async () => (await records()).length, { timeout: 15_000 }).toBe(IN_FLIGHT);
-    const byRequest = new Map((await records()).map((r) => [r.request_id, r]));
-    for (const s of seen) {
-      const r = byRequest.get(s.requestId)!;
-      expect(r, s.requestId).toMatchObject({ success: false, error_code: "client_cancelled" });
-      const relayed = BigInt(countTextTokens(s.content));
-      expect(BigInt(r.output_tokens)).toBeGreaterThan(0n);
-      expect(BigInt(r.output_tokens)).toBeLessThanOrEqual(relayed + BigInt(IN_FLIGHT_TOKENS));
-      expect(BigInt(r.output_tokens)).toBeLessThan(BigInt(LONG));
-      expect(BigInt(r.cost_micros)).toBe(
-        costMicros(BigInt(r.input_tokens), BigInt(r.output_tokens), DEMO_PRICES.input, DEMO_PRICES.output),
-      );
-    }
+    expect(await db.figure(`select count(*)::text as v from usage_records where request_id = any($1)`, [ids])).toBe(0n);
 
     // 5. Conservation: edge B returns its leases on a graceful stop; nothing is held once the
     // requests settle; the balance is the grant less what was charged (write-offs given back).
@@ -328,16 +296,12 @@ describe("an edge killed with SIGKILL while it holds a lease and streams answers
       .poll(() => db.figure(`select count(*)::text as v from leases where status <> 'closed'`), { timeout: 15_000 })
       .toBe(0n);
     const settled = await db.figure(`select count(*)::text as v from usage_records where account_id = $1`, [accountId]);
-    expect(settled).toBe(BigInt(IN_FLIGHT + served.length));
+    expect(settled).toBe(BigInt(served.length));
     const charged = await db.figure(`select sum(cost_micros)::text as v from usage_records where account_id = $1`, [
       accountId,
     ]);
     const writtenOff = await db.figure(
       `select sum(-amount_micros)::text as v from ledger_postings where ledger_account = 'platform:write_offs'`,
-    );
-    console.log(
-      `lost edge: billed output tokens ${seen.map((s) => byRequest.get(s.requestId)!.output_tokens).join(",")} ` +
-        `for ${seen.map((s) => countTextTokens(s.content)).join(",")} seen; written off ${writtenOff} micro-USD`,
     );
     expect(BigInt((await walletOf(accountId)).posted)).toBe(STARTING_CREDIT_MICROS - charged + writtenOff);
     expect(await ledgerInvariants(db)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
@@ -384,7 +348,7 @@ describe("an edge killed with SIGKILL while it holds a lease and streams answers
     expect(releasedAt).toBeLessThan(readyAt + LEASE_TTL_MS);
     expect(releasedAt).toBeLessThan(deadline.getTime() + EDGE_ISOLATION_MS / 2);
     expect(released).toMatchObject({ status: "closed", held: "0" });
-    // Nothing of the account is held any more but what its cut requests settle (they already may have).
+    // Nothing of the account is held any more: its cut requests were never published.
     expect(BigInt((await walletOf(accountId)).held)).toBe(0n);
     // And the restarted edge serves the account.
     const res = await postChat(url, apiKey, {
