@@ -214,6 +214,8 @@ const services: SupervisedSpec[] = [
       BILLING_ADDR: addr(ports.billing),
       REGISTRY_ADDR: addr(ports.registry),
       ADMIN_TOKEN: secrets.ADMIN_TOKEN!,
+      // The edge relays chats: a local demo's hoster servers run on this machine.
+      ALLOW_PRIVATE_UPSTREAMS: env("ALLOW_PRIVATE_UPSTREAMS", "true"),
     },
   },
 ];

@@ -181,6 +181,7 @@ export class System {
             BILLING_ADDR: addr(billing),
             REGISTRY_ADDR: addr(registry),
             ADMIN_TOKEN: this.adminToken,
+            ALLOW_PRIVATE_UPSTREAMS: "true",
           },
         },
       ],

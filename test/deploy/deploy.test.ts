@@ -375,8 +375,8 @@ describe("deploy/envoy/envoy.yaml", () => {
     for (const route of routes) expect(route.route.cluster).toBe("edge");
   });
 
-  it("cuts idle streams instead, later than the registry's own first-byte and idle limits", () => {
-    // services/registry: UPSTREAM_FIRST_BYTE_TIMEOUT_MS and UPSTREAM_IDLE_TIMEOUT_MS, 30 s each.
+  it("cuts idle streams instead, later than the relay's own first-byte and idle limits", () => {
+    // The edge: UPSTREAM_FIRST_BYTE_TIMEOUT_MS and UPSTREAM_IDLE_TIMEOUT_MS, 30 s each.
     expect(seconds(hcm.stream_idle_timeout)).toBeGreaterThan(30);
   });
 
@@ -728,7 +728,7 @@ describe("deploy/k8s/base", () => {
       expect(reaching(pod("accounts"), portOf("accounts", "grpc"))).toEqual(["billing", "edge", "registry"]);
       expect(reaching(pod("billing"), portOf("billing", "grpc"))).toEqual(["edge"]);
       expect(reaching(pod("registry"), portOf("registry", "grpc"))).toEqual(["billing", "edge"]);
-      expect(reaching(pod("local-model"), portOf("local-model", "http"))).toEqual(["registry"]);
+      expect(reaching(pod("local-model"), portOf("local-model", "http"))).toEqual(["edge"]);
     });
 
     it("lets only the services reach NATS, and only those with a database reach PostgreSQL", () => {
@@ -750,16 +750,19 @@ describe("deploy/k8s/base", () => {
       }
     });
 
-    it("lets every pod resolve names, and only the registry reach hosters, at public addresses only", () => {
+    it("lets every pod resolve names, and only the edge (relay) and registry (probes) reach hosters, at public addresses only", () => {
       const dns: Endpoint = { namespace: ns("kube-system"), labels: { "k8s-app": "kube-dns" }, ip: "10.96.0.10" };
       for (const name of pods) expect(networkAllows(policies, namespace, pod(name), dns, 53), name).toBe(true);
-      const hoster = (ip: string, port = 443) => networkAllows(policies, namespace, pod("registry"), { ip }, port);
-      expect([hoster("203.0.113.7"), hoster("198.51.100.20", 8443)]).toEqual([true, true]);
-      // Metadata, private and loopback addresses: ALLOW_PRIVATE_UPSTREAMS=false in the network too.
-      expect([hoster("169.254.169.254", 80), hoster("10.1.2.3"), hoster("192.168.1.20"), hoster("172.16.0.5")]).toEqual(
-        [false, false, false, false],
-      );
-      for (const name of pods.filter((p) => p !== "registry")) {
+      for (const from of ["edge", "registry"]) {
+        const hoster = (ip: string, port = 443) => networkAllows(policies, namespace, pod(from), { ip }, port);
+        expect([hoster("203.0.113.7"), hoster("198.51.100.20", 8443)], from).toEqual([true, true]);
+        // Metadata, private and loopback addresses: ALLOW_PRIVATE_UPSTREAMS=false in the network too.
+        expect(
+          [hoster("169.254.169.254", 80), hoster("10.1.2.3"), hoster("192.168.1.20"), hoster("172.16.0.5")],
+          from,
+        ).toEqual([false, false, false, false]);
+      }
+      for (const name of pods.filter((p) => p !== "registry" && p !== "edge")) {
         expect(networkAllows(policies, namespace, pod(name), internet, 443), name).toBe(false);
       }
     });
