@@ -1,7 +1,7 @@
 /**
  * Where our requests waited before their first token, read from the services' own Prometheus
  * histograms (scraped before and after a measured run, so warm-ups and earlier runs drop out):
- * the edge's admission (against its lease) and first event, and the registry's upstream first
+ * the edge's admission (against its lease), the relay's upstream first event and the edge's first
  * event; and, after the answer, how long its usage event took to be durable. The quantiles
  * are interpolated within buckets, as PromQL's histogram_quantile does, so they are as coarse as
  * the buckets (a few per decade).
@@ -19,12 +19,12 @@ const STEPS = {
   admit: { source: "edge", series: "mkt_chat_admit_seconds" },
   // The GrantLease calls admission made (their count: how many went to billing).
   grant: { source: "edge", series: "mkt_lease_grant_seconds" },
-  upstreamFirstEvent: { source: "registry", series: 'mkt_upstream_first_event_seconds{provider="local"}' },
+  upstreamFirstEvent: { source: "edge", series: 'mkt_upstream_first_event_seconds{provider="local"}' },
   firstEventStreamed: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="true"}' },
   firstEventWhole: { source: "edge", series: 'mkt_chat_first_event_seconds{stream="false"}' },
-  // The usage event's durability (issue 20: its cost): each answer's last bytes wait for it.
-  // Events that fell back to the outbox are not timed here.
-  usageDurable: { source: "registry", series: 'mkt_usage_durable_seconds{via="jetstream"}' },
+  // The usage event's durability (its cost): each answer's last bytes wait for it. Events that
+  // went to billing's RecordUsage are not timed here.
+  usageDurable: { source: "edge", series: 'mkt_usage_durable_seconds{via="jetstream"}' },
 } as const;
 
 export type StepName = keyof typeof STEPS;

@@ -63,6 +63,8 @@ beforeAll(async () => {
       REGISTRY_ADDR: system.grpcAddresses.registry,
       ADMIN_TOKEN: system.adminToken,
       SHUTDOWN_GRACE_MS: "0",
+      // The hoster's server listens on loopback.
+      ALLOW_PRIVATE_UPSTREAMS: "true",
     }),
     createLogger("e2e", process.env.E2E_LOG_LEVEL ?? "silent"),
   );

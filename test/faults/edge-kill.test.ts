@@ -61,6 +61,8 @@ beforeAll(async () => {
     BILLING_ADDR: system.grpcAddresses.billing,
     REGISTRY_ADDR: system.grpcAddresses.registry,
     ADMIN_TOKEN: system.adminToken,
+    // The hoster's server listens on loopback.
+    ALLOW_PRIVATE_UPSTREAMS: "true",
   };
 }, 60_000);
 

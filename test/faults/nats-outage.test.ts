@@ -12,8 +12,8 @@ import {
 } from "./fault-checks.ts";
 import { startTraffic, tally } from "./traffic.ts";
 
-// NATS stopped for a few seconds under a running system (issue 20): usage waits in registry's
-// outbox, readiness reports the lost connection, and nothing answers 500. The system runs on a
+// NATS stopped for a few seconds under a running system: the edge hands usage to billing's
+// RecordUsage, readiness reports the lost connection, and nothing answers 500. The system runs on a
 // nats-server of this file's own; the shared one is never touched.
 
 /** Issue 20's measurement: NATS down 10 s under 24 streaming clients. */

@@ -135,6 +135,7 @@ it("an edge that never received a table holds a chat for 5 s, then answers 503 s
   const edge = await startEdge(
     loadEdgeConfig({
       ...(await testCertificates()).env("edge"),
+      EDGE_ID: "never-tabled-edge",
       HOST: "127.0.0.1",
       PORT: "0",
       NATS_URL: TEST_NATS_URL,

@@ -1,9 +1,7 @@
 import {
   Server,
-  type handleBidiStreamingCall,
   type handleServerStreamingCall,
   type handleUnaryCall,
-  type ServerDuplexStream,
   type ServerUnaryCall,
   type ServerWritableStream,
   type ServiceDefinition,
@@ -65,54 +63,13 @@ export function serverStream<Req, Res>(
  * would skip the final step and leave the client waiting forever.
  */
 function failStream<Req, Res>(
-  call: ServerWritableStream<Req, Res> | ServerDuplexStream<Req, Res>,
+  call: ServerWritableStream<Req, Res>,
   err: unknown,
   log: Logger,
   method: string,
 ): void {
   if (call.cancelled) return;
   call.emit("error", Object.assign(new Error("stream failed"), toGrpcError(err, log, method)));
-}
-
-/**
- * A bidirectional call whose caller sends one request, then only half-closes (ChatCompletion):
- * `halfClosed` resolves when it does, or rejects when the call is cancelled first.
- */
-export interface RequestThenStream<Req, Res> {
-  request: Req;
-  call: ServerDuplexStream<Req, Res>;
-  halfClosed: Promise<void>;
-}
-
-/**
- * Adapts an async handler of a RequestThenStream to grpc-js: the handler starts once the first
- * message is in (a call half-closed without one is refused invalid_request), a later message is
- * ignored, and the stream is ended when the handler resolves.
- */
-export function requestThenStream<Req, Res>(
-  log: Logger,
-  method: string,
-  handler: (stream: RequestThenStream<Req, Res>) => Promise<void>,
-): handleBidiStreamingCall<Req, Res> {
-  return (call) => {
-    const fail = (err: unknown) => failStream(call, err, log, method);
-    let started = false;
-    const halfClosed = new Promise<void>((resolve, reject) => {
-      // A cancel (RST_STREAM) ends the readable side too, and grpc-js reports the cancel only
-      // after: an end is a half-close only if no cancel follows it within the same turn.
-      call.once("end", () => setImmediate(() => (call.cancelled ? reject(new Error("call cancelled")) : resolve())));
-      call.once("cancelled", () => reject(new Error("call cancelled")));
-    });
-    halfClosed.catch(() => undefined); // a handler that never waits for it must not see it rejected
-    call.on("data", (request: Req) => {
-      if (started) return;
-      started = true;
-      handler({ request, call, halfClosed }).then(() => call.end(), fail);
-    });
-    call.once("end", () => {
-      if (!started) fail(new AppError("invalid_request", "The call ended before its request."));
-    });
-  };
 }
 
 export interface GrpcServerHandle {

@@ -4,7 +4,7 @@ import type { BillingServiceServer } from "@mkt/proto/billing/v1/billing";
 /**
  * Who may call each BillingService RPC (enforced with mTLS on: packages/runtime/src/caller-policy.ts).
  * The edge serves every public route, admits requests on leases and hands billing the usage events
- * JetStream did not ack in time (RecordUsage); no other service calls billing (registry's usage
+ * JetStream did not ack in time (RecordUsage); no other service calls billing (the edges' usage
  * reaches it over NATS). Money moves (AddCredits) are the edge's alone.
  */
 export const BILLING_CALLERS = {

@@ -73,9 +73,9 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
       // Admission leases (DESIGN.md §2.3): a lease lives this long past its edge's last heartbeat
       // (edges send one every half of it), and a revoked subscription or key is refused within it.
       LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
-      // The longest a request admitted on a lease can still be running: registry refuses to start
-      // one admitted more than 10 s earlier and cuts it at UPSTREAM_TOTAL_TIMEOUT_MS (600 s), plus
-      // a margin. A lease's final totals hold its requests' worst cases this long past the report.
+      // The longest a request admitted on a lease can still be running: the edge's relay cuts it at
+      // its UPSTREAM_TOTAL_TIMEOUT_MS (600 s), plus a margin for its admission. A lease's final
+      // totals hold its requests' worst cases this long past the report.
       MAX_REQUEST_MS: intBetween(1_000, 24 * 3600_000)({ default: 630_000 }),
       // The edge's setting of the same name, which billing must match: an edge cut off from billing
       // this long ends its answers in flight, so a lease whose edge never sent its final totals is

@@ -1,7 +1,7 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * Registry's usage outbox (docs/usage-outbox.md): usage.completed events JetStream did not ack
+ * Registry's usage outbox (dropped since the relay moved into the edge): usage.completed events JetStream did not ack
  * within USAGE_PUBLISH_TIMEOUT_MS, kept until a replay is acked. Not keyed on request_id: the
  * replay's Nats-Msg-Id and billing's unique request_id drop copies, so a row written twice (an
  * insert retried after a lost reply) costs nothing, and an event without a request id still

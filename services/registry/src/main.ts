@@ -8,5 +8,5 @@ import { startRegistry } from "./server.ts";
 const config = loadRegistryConfig();
 const log = createLogger("registry", config.LOG_LEVEL);
 const registry = await startRegistry(config, log);
-// After the grace period, cut streams still make their usage events durable (JetStream, or the outbox) before NATS drains; the deadline leaves room for that.
+// Watches end at once; unary calls get the grace period; the deadline leaves room for the database and NATS to close.
 onShutdown(log, [["registry", () => registry.close()]], config.SHUTDOWN_GRACE_MS + 20_000);
