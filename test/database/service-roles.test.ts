@@ -166,7 +166,9 @@ describe("a service's runtime role", () => {
     const admin = await connectAs(db.databaseUrl);
     // A migration not applied yet, so there is something to refuse: the outbox's drop, its table
     // back as its owner made it.
-    await admin.query("DELETE FROM registry.mikro_orm_migrations WHERE name = 'Migration20261228000000DropUsageOutbox'");
+    await admin.query(
+      "DELETE FROM registry.mikro_orm_migrations WHERE name = 'Migration20261228000000DropUsageOutbox'",
+    );
     const owner = await connectAs(db.services.registry.migrateUrl);
     await owner.query("CREATE TABLE registry.usage_outbox (id bigint)");
     await expect(open("registry", db.services.registry.url, undefined)).rejects.toThrow(

@@ -242,6 +242,8 @@ async function startSystemWith(killed: "registry" | "billing") {
         BILLING_ADDR: `127.0.0.1:${billingPort}`,
         REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
         ADMIN_TOKEN: adminToken,
+        // The hoster's server listens on loopback.
+        ALLOW_PRIVATE_UPSTREAMS: "true",
         ...faultLeaseEnv.edge,
       }),
       log,

@@ -296,6 +296,11 @@ describe("an unhealthy hoster", () => {
         (r) => r !== undefined,
       );
       expect(back?.route).toMatchObject({ modelId: LLAMA, hosterId });
+      // The edge's table has it healthy again once registry's next table arrives.
+      await waitFor(
+        () => h.table.candidatesFor(resolvedEarlier.route).length,
+        (n) => n === 1,
+      );
       expect((await h.chat(await scopedChatRequest(scope, "llama"))).error).toBeUndefined();
     } finally {
       await server.close();
