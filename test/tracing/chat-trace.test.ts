@@ -119,3 +119,37 @@ it("follows one chat request from the edge through the upstream to billing's set
   expect(billingLog.some((line) => (JSON.parse(line) as { trace_id?: string }).trace_id === traceId)).toBe(true);
   expect(receiver.rejected).toEqual([]);
 });
+
+it("walks a warm chat request through the edge alone: the upstream call and the usage publish, no gRPC call", async () => {
+  const [account] = await system.createAccounts(1, 1);
+  const ask = async () => {
+    const res = await fetch(`${system.edgeUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${account!.apiKey}` },
+      body: JSON.stringify({ model: "demo-small", messages: [{ role: "user", content: "hi" }], max_tokens: 4 }),
+    });
+    expect(res.status).toBe(200);
+    await res.json();
+    return res.headers.get("traceresponse")!.match(/^00-([0-9a-f]{32})-/)![1]!;
+  };
+  // The first request is cold: it authenticates with accounts and takes a lease from billing
+  // (which the same look at its trace sees).
+  const coldId = await ask();
+  await waitFor("the cold request's GrantLease at billing", () =>
+    receiver.spans.find((s) => s.traceId === coldId && s.service === "billing" && s.kind === SERVER),
+  );
+  const traceId = await ask();
+  const inTrace = () => receiver.spans.filter((s) => s.traceId === traceId);
+  await waitFor("billing's settle span of the warm request", () =>
+    inTrace().find((s) => s.service === "billing" && s.kind === CONSUMER),
+  );
+  await waitFor("the warm request's upstream call", () =>
+    inTrace().find((s) => s.service === "edge" && s.kind === CLIENT && /POST/.test(s.name)),
+  );
+  // The edge's spans of the request: its server span, the upstream call and the publish; no
+  // client span to a service of ours (accounts, billing, registry are gRPC).
+  const edgeClients = inTrace().filter((s) => s.service === "edge" && s.kind === CLIENT);
+  expect(edgeClients.map((s) => s.name).filter((name) => /grpc|marketplace\./i.test(name))).toEqual([]);
+  expect(inTrace().filter((s) => ["accounts", "registry"].includes(s.service))).toEqual([]);
+  expect(inTrace().filter((s) => s.service === "billing" && s.kind === SERVER)).toEqual([]);
+});
