@@ -87,6 +87,13 @@ describe("NATS stopped under traffic", () => {
     // No hold or slot outlives its deadline.
     const leases = await expectAllReleased(system.databaseUrl, { ...FAULT_LEASES }, quietAt);
     console.info(`${leases.leases} leases all released ${leases.releasedMs} ms after the traffic stopped`);
+    // Every answer billed exactly once: those JetStream could not take went to billing's
+    // RecordUsage, and none waits in the edge's memory.
     await expectConservation(system, outcomes);
+    const metrics = await (await fetch(`${system.url}/metrics`)).text();
+    const sample = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(metrics)?.[1] ?? "0");
+    console.info(`usage events recorded through billing: ${sample("mkt_usage_record_fallbacks_total")}`);
+    expect(sample("mkt_usage_record_fallbacks_total")).toBeGreaterThan(0);
+    expect(sample("mkt_usage_pending_events")).toBe(0);
   }, 90_000);
 });
