@@ -3,6 +3,7 @@ import type { BillingContext, Em } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { extendLiveSession, fenceLapsed, renewSession } from "./edge-session.ts";
 import { growLease } from "./lease-growth.ts";
+import { shrinkIdleCredit } from "./idle-credit.ts";
 import { leaseState, unknownLease } from "./lease-state.ts";
 import { applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
 import { amountsOf, budgetAmountsOf, validateEdgeCall, validateReports } from "./lease-validation.ts";
@@ -55,9 +56,12 @@ const PARALLEL_TRANSACTIONS = 3;
 /**
  * One edge's heartbeat (DESIGN.md §2.3): renews its session, which extends every open lease of
  * the edge; applies each reported lease's cumulative totals (unless billing has passed their
- * sequence); closes those reported final; grows open ones whose demand needs it; and answers
- * every lease of the edge, fences included. A session that had lapsed is fenced first: the edge
- * stopped admitting on it by its own clock, so nothing revives it.
+ * sequence); closes those reported final; shrinks idle ones' credit; grows open ones whose demand
+ * needs it; and answers the leases it reported plus those with news (answeredLeases). Every other
+ * open lease (an idle one, most of them with many accounts) costs nothing here but the session
+ * row: the edge extends it by the reply's valid_for_ms. A session that had lapsed is fenced
+ * first: the edge stopped admitting on it by its own clock, so nothing revives it; that
+ * heartbeat answers every lease of the edge.
  *
  * A live session is extended first (extendLiveSession); the leases are then applied in
  * transactions of ACCOUNTS_PER_TRANSACTION accounts each. One transaction for all of them held
@@ -79,7 +83,7 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
       ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, reports, undefined)),
     );
   } else {
-    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports);
+    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports, ctx.clock());
     const chunks: string[][] = [];
     for (let i = 0; i < accounts.length; i += ACCOUNTS_PER_TRANSACTION) {
       chunks.push(accounts.slice(i, i + ACCOUNTS_PER_TRANSACTION));
@@ -104,13 +108,33 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
   };
 }
 
-/** Accounts of the edge's leases not closed, and of the leases reported (ascending). */
-async function accountsOf(em: Em, edgeId: string, reports: Map<string, LeaseReport>): Promise<string[]> {
-  const rows = await em.execute(
-    `select distinct account_id from leases where edge_id = ? and (status <> 'closed' or id in (${[...reports.keys(), null].map(() => "?").join(", ")}))
-     order by account_id`,
-    [edgeId, ...reports.keys(), null],
-  );
+/**
+ * The leases of the edge a heartbeat answers, as a condition on `l` and its parameters: with
+ * `now`, those it reported and those with news the edge must get though it reported nothing
+ * (fenced ones, open ones with a fenced budget, open ones holding room of a minute or day not
+ * started yet); without `now` (a lapsed or new session), every lease not closed and those reported.
+ */
+function answeredLeases(edgeId: string, reports: Map<string, LeaseReport>, now?: Date) {
+  const reported = `l.id in (${[...reports.keys(), null].map(() => "?").join(", ")})`;
+  if (!now)
+    return {
+      where: `l.edge_id = ? and (l.status <> 'closed' or ${reported})`,
+      params: [edgeId, ...reports.keys(), null],
+    };
+  const news = `l.status = 'fenced' or (l.status = 'open' and (
+      exists (select 1 from lease_budgets b where b.lease_id = l.id and b.status = 'fenced')
+      or exists (select 1 from lease_allowances a where a.lease_id = l.id and a.window_start > ?
+        and a.resource in ('requests_minute', 'requests_day', 'sub_requests_minute', 'sub_tokens_minute'))))`;
+  return {
+    where: `l.edge_id = ? and (${reported} or ${news})`,
+    params: [edgeId, ...reports.keys(), null, now],
+  };
+}
+
+/** Accounts of the leases the heartbeat answers (ascending). */
+async function accountsOf(em: Em, edgeId: string, reports: Map<string, LeaseReport>, now?: Date): Promise<string[]> {
+  const { where, params } = answeredLeases(edgeId, reports, now);
+  const rows = await em.execute(`select distinct account_id from leases l where ${where} order by account_id`, params);
   return rows.map((row) => row.account_id as string);
 }
 
@@ -136,11 +160,11 @@ async function heartbeatIn(
   const wallets = await lockWallets(em, accounts);
   if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);
   const ofAccounts = only ? ` and l.account_id in (${[...only, null].map(() => "?").join(", ")})` : "";
-  const leases = await loadLeases(
-    em,
-    `l.edge_id = ? and (l.status <> 'closed' or l.id in (${[...reports.keys(), null].map(() => "?").join(", ")}))${ofAccounts}`,
-    [req.edgeId, ...reports.keys(), null, ...(only ? [...only, null] : [])],
-  );
+  const answered = answeredLeases(req.edgeId, reports, only ? now : undefined);
+  const leases = await loadLeases(em, `${answered.where}${ofAccounts}`, [
+    ...answered.params,
+    ...(only ? [...only, null] : []),
+  ]);
   for (const lease of leases) {
     const report = reports.get(lease.id);
     if (!report) continue;
@@ -148,6 +172,9 @@ async function heartbeatIn(
     const applied = await applyReport(em, lease, report, req.sequence, now);
     if (applied && report.final) await closeReported(em, lease, wallet, now, ctx.config.MAX_REQUEST_MS);
     else if (applied && lease.status === "open") {
+      if (report.keepSpareCreditMicros !== undefined) {
+        await shrinkIdleCredit(em, lease, wallet, report.keepSpareCreditMicros);
+      }
       await growLease(
         ctx,
         em,

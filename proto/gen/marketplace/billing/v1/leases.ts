@@ -172,6 +172,12 @@ export interface LeaseRoom {
   startsInMs: bigint;
   /** ... until send time + valid_for_ms − margin: min(TTL, window end − now) on billing's clock. */
   validForMs: bigint;
+  /**
+   * The room's window ends this long after billing's now (0: no window end, as for credit and
+   * slots). A heartbeat reply that does not list the lease extends the room up to send time +
+   * this − margin, never past it: an unchanged lease is not sent again, its window is known.
+   */
+  endsInMs: bigint;
 }
 
 /**
@@ -284,6 +290,13 @@ export interface LeaseReport {
    * (billing restarted, say) must not keep a subscription's slots from the edge's next lease.
    */
   slotsPinned: boolean;
+  /**
+   * Set on a lease idle at the edge: billing shrinks its credit room to what the edge admitted
+   * plus this, and releases the rest of the hold, so an idle lease holds about one request's
+   * worst case, not the room lent for its last burst. The edge takes no more credit than this
+   * from the report's send until a reply to its sequence (or a later one) is applied.
+   */
+  keepSpareCreditMicros?: bigint | undefined;
 }
 
 export interface GrantLeaseRequest {
@@ -331,17 +344,26 @@ export interface GrantLeaseResponse {
 export interface HeartbeatRequest {
   edgeId: string;
   sequence: bigint;
-  /** Every lease the edge still holds (open, or fenced and not yet reported final). */
+  /**
+   * The leases that changed since their last applied reply: cumulative totals or demand moved,
+   * room to give back (idle slots, an idle lease's credit), a window ending with use, a report
+   * whose reply was lost, a lease past its validity at the edge, and every final report. The
+   * heartbeat itself renews the session, which extends every other open lease of the edge.
+   */
   leases: LeaseReport[];
 }
 
 export interface HeartbeatResponse {
   /**
-   * Every lease the heartbeat named, and the edge's other leases billing knows about: open ones
-   * extended (and grown where demand needs it), fenced ones to stop using and report final.
+   * Every lease the heartbeat named (extended, and grown where demand needs it), and the edge's
+   * leases with news billing must send: fenced ones (stop using, report final), open ones with a
+   * fenced budget, and open ones holding a next window's room. Every other lease is not listed.
    */
   leases: LeaseState[];
-  /** The edge's session is valid until send time + this − margin. */
+  /**
+   * The edge's session is valid until send time + this − margin; so is every open lease the
+   * edge did not report and billing did not list (its rooms no later than their window's end).
+   */
   validForMs: bigint;
 }
 
@@ -381,7 +403,7 @@ export interface LeaseRecallAck {
 }
 
 function createBaseLeaseRoom(): LeaseRoom {
-  return { allowanceId: "", resource: 0, granted: 0n, startsInMs: 0n, validForMs: 0n };
+  return { allowanceId: "", resource: 0, granted: 0n, startsInMs: 0n, validForMs: 0n, endsInMs: 0n };
 }
 
 export const LeaseRoom: MessageFns<LeaseRoom> = {
@@ -409,6 +431,12 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
         throw new globalThis.Error("value provided for field message.validForMs of type int64 too large");
       }
       writer.uint32(40).int64(message.validForMs);
+    }
+    if (message.endsInMs !== 0n) {
+      if (BigInt.asIntN(64, message.endsInMs) !== message.endsInMs) {
+        throw new globalThis.Error("value provided for field message.endsInMs of type int64 too large");
+      }
+      writer.uint32(48).int64(message.endsInMs);
     }
     return writer;
   },
@@ -466,6 +494,14 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
             message.validForMs = reader.int64() as bigint;
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.endsInMs = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -497,6 +533,11 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
         : isSet(object.valid_for_ms)
         ? BigInt(object.valid_for_ms)
         : 0n,
+      endsInMs: isSet(object.endsInMs)
+        ? BigInt(object.endsInMs)
+        : isSet(object.ends_in_ms)
+        ? BigInt(object.ends_in_ms)
+        : 0n,
     };
   },
 
@@ -517,6 +558,9 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
     if (message.validForMs !== 0n) {
       obj.validForMs = message.validForMs.toString();
     }
+    if (message.endsInMs !== 0n) {
+      obj.endsInMs = message.endsInMs.toString();
+    }
     return obj;
   },
 
@@ -534,6 +578,7 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
     message.validForMs = (object.validForMs !== undefined && object.validForMs !== null)
       ? BigInt(object.validForMs)
       : 0n;
+    message.endsInMs = (object.endsInMs !== undefined && object.endsInMs !== null) ? BigInt(object.endsInMs) : 0n;
     return message;
   },
 };
@@ -1580,7 +1625,15 @@ export const AllowanceReport: MessageFns<AllowanceReport> = {
 };
 
 function createBaseLeaseReport(): LeaseReport {
-  return { leaseId: "", admitted: [], final: false, demandPerSecond: undefined, budgetDemand: [], slotsPinned: false };
+  return {
+    leaseId: "",
+    admitted: [],
+    final: false,
+    demandPerSecond: undefined,
+    budgetDemand: [],
+    slotsPinned: false,
+    keepSpareCreditMicros: undefined,
+  };
 }
 
 export const LeaseReport: MessageFns<LeaseReport> = {
@@ -1602,6 +1655,12 @@ export const LeaseReport: MessageFns<LeaseReport> = {
     }
     if (message.slotsPinned !== false) {
       writer.uint32(48).bool(message.slotsPinned);
+    }
+    if (message.keepSpareCreditMicros !== undefined) {
+      if (BigInt.asIntN(64, message.keepSpareCreditMicros) !== message.keepSpareCreditMicros) {
+        throw new globalThis.Error("value provided for field message.keepSpareCreditMicros of type int64 too large");
+      }
+      writer.uint32(56).int64(message.keepSpareCreditMicros);
     }
     return writer;
   },
@@ -1667,6 +1726,14 @@ export const LeaseReport: MessageFns<LeaseReport> = {
             message.slotsPinned = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.keepSpareCreditMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1705,6 +1772,11 @@ export const LeaseReport: MessageFns<LeaseReport> = {
         : isSet(object.slots_pinned)
         ? globalThis.Boolean(object.slots_pinned)
         : false,
+      keepSpareCreditMicros: isSet(object.keepSpareCreditMicros)
+        ? BigInt(object.keepSpareCreditMicros)
+        : isSet(object.keep_spare_credit_micros)
+        ? BigInt(object.keep_spare_credit_micros)
+        : undefined,
     };
   },
 
@@ -1728,6 +1800,9 @@ export const LeaseReport: MessageFns<LeaseReport> = {
     if (message.slotsPinned !== false) {
       obj.slotsPinned = message.slotsPinned;
     }
+    if (message.keepSpareCreditMicros !== undefined) {
+      obj.keepSpareCreditMicros = message.keepSpareCreditMicros.toString();
+    }
     return obj;
   },
 
@@ -1744,6 +1819,10 @@ export const LeaseReport: MessageFns<LeaseReport> = {
       : undefined;
     message.budgetDemand = object.budgetDemand?.map((e) => LeaseNeed.fromPartial(e)) || [];
     message.slotsPinned = object.slotsPinned ?? false;
+    message.keepSpareCreditMicros =
+      (object.keepSpareCreditMicros !== undefined && object.keepSpareCreditMicros !== null)
+        ? BigInt(object.keepSpareCreditMicros)
+        : undefined;
     return message;
   },
 };
