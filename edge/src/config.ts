@@ -1,6 +1,7 @@
 import { fileURLToPath } from "node:url";
 import { commonSpecs, host, intBetween, listenPort, loadConfig, makeValidator, secret, str } from "@mkt/runtime/config";
 import { tlsSpecs } from "@mkt/runtime/service-tls";
+import { DEFAULT_LEASE_IDLE_MS } from "./leases/lease-table.ts";
 
 /** Comma-separated IPs or CIDRs (e.g. "10.0.0.0/8,127.0.0.1"); empty trusts no proxy. */
 const proxyList = makeValidator<string[]>((value) =>
@@ -33,6 +34,11 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       // Cached principals (§2.1) follow the same clock: revalidated with accounts every half of it
       // while in use, used at most this long past a check, and at most this long past losing NATS.
       LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
+      // A lease with nothing admitted and nothing in flight this long is returned to billing with
+      // its final totals; until then the heartbeat keeps it open at no per-lease cost, so an
+      // account sending now and then is admitted in memory. Its credit beyond one request's worst
+      // case goes back after 2 TTL idle (docs/leases.md).
+      LEASE_IDLE_MS: intBetween(0, 3_600_000)({ default: DEFAULT_LEASE_IDLE_MS }),
       // Hops whose X-Forwarded-For is believed (Envoy); everyone else is their socket address.
       TRUSTED_PROXIES: proxyList({ default: [] }),
       // Chat prompts can be long; Fastify's 1 MiB default would refuse big contexts.

@@ -44,7 +44,13 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const stopRevocations = followKeyRevocations(nc, names.keysRevoked, principals, log);
   const routes = new RouteCache(config.ROUTE_CACHE_TTL_MS);
   const stopCatalogChanges = followCatalogChanges(nc, names.catalogChanged, routes, log);
-  const leases = new LeaseTable({ billing: backends.billing, ttlMs: config.LEASE_TTL_MS, log, edgeId });
+  const leases = new LeaseTable({
+    billing: backends.billing,
+    ttlMs: config.LEASE_TTL_MS,
+    idleMs: config.LEASE_IDLE_MS,
+    log,
+    edgeId,
+  });
   const stopRecalls = followLeaseRecalls(nc, names.leaseRecall(leases.edgeId), leases, log);
   // The subscriptions are live at the server before any key or route is cached, or lease granted.
   await nc.flush();

@@ -16,6 +16,8 @@ export interface LeaseTableOptions {
   billing: LeaseBilling;
   /** Billing's LEASE_TTL_MS (the edge's config must match it). */
   ttlMs: number;
+  /** LEASE_IDLE_MS: a lease with nothing admitted or in flight this long is returned. */
+  idleMs?: number;
   log: Logger;
   /** The edge process's id, shared with its principal cache (a fresh `edge_<uuid>` by default). */
   edgeId?: string;
@@ -68,6 +70,25 @@ interface InHand {
   minCredit: bigint;
 }
 
+/**
+ * One GrantLease of an account (per key) and the requests it is for: while `joinable`, requests
+ * of the key running short add what they need to `inHand`, so a cold burst makes one grant sized
+ * for all of them (the `w` of the sizing rule is their sum) instead of one each.
+ */
+interface GrantBatch {
+  inHand: InHand;
+  members: number;
+  joinable: boolean;
+  done: Promise<{ includedCrossing: boolean }>;
+}
+
+/**
+ * LEASE_IDLE_MS's default: an account that sends a request now and then (every few seconds up to
+ * a minute) keeps its lease, extended by the heartbeat at no cost to billing, so its requests are
+ * admitted in memory instead of each waiting on a GrantLease.
+ */
+export const DEFAULT_LEASE_IDLE_MS = 60_000;
+
 /** How long a cold request waits for its GrantLease before it is answered 503. */
 const GRANT_TIMEOUT_MS = 10_000;
 
@@ -104,14 +125,15 @@ export class LeaseTable {
    * arrive (within a grant's timeout) and must not bring one back. Forgotten after FORGET_CLOSED_MS.
    */
   readonly #closed = new Map<string, number>();
-  /** One GrantLease in flight per account and subscription, shared by the requests waiting on it. */
-  readonly #granting = new Map<string, Promise<unknown>>();
+  /** One GrantLease in flight per account and key, shared by the requests waiting on it. */
+  readonly #granting = new Map<string, GrantBatch>();
   /**
    * 402/429 from billing, refused here until the next heartbeat reply sent after them, and for one
    * TTL at most: a top-up while heartbeats fail (a busy billing) must not leave the account
    * refused on a stale answer; past a TTL its next request asks billing again.
    */
   readonly #refused = new Map<string, { error: AppError; at: number; credit: bigint }>();
+  readonly #idleMs: number;
   #lastBeatAt: number;
   #beatFailures = 0;
   #grantTimes: Pick<Histogram, "observe"> | undefined;
@@ -124,6 +146,7 @@ export class LeaseTable {
     this.marginMs = Math.max(10, Math.floor(options.ttlMs / 10));
     this.#log = options.log;
     this.#now = options.now ?? (() => performance.now());
+    this.#idleMs = options.idleMs ?? DEFAULT_LEASE_IDLE_MS;
     this.#lastBeatAt = this.#now();
   }
 
@@ -250,6 +273,9 @@ export class LeaseTable {
     // Per key: one key's spend limit refuses that key, never the account's others.
     const key = `${accountId}/${on.subscriptionId}/${on.keyId}`;
     let crossing = false;
+    // A request that may shrink to what the account has (min_credit) asks alone: its grant's
+    // cover is computed for it. So does one whose shared grant was refused (below).
+    let alone = inHand.minCredit > 0n;
     for (let grants = 0; ;) {
       const tried = attempt(crossing);
       if ("ok" in tried) return tried.ok;
@@ -262,28 +288,82 @@ export class LeaseTable {
       if (refusal && this.#now() - refusal.at < this.ttlMs && refuses(refusal, inHand)) throw refusal.error;
       if (grants >= MAX_GRANTS_PER_REQUEST) throw unavailable(this.ttlMs, "The account's lease is contended");
       const pending = this.#granting.get(key);
-      if (pending) {
-        // Another request of this account is asking already: its grant is sized for the demand.
-        // Its refusal is its own (a step one refused 429 says nothing of a step two's credit):
+      if (pending && !(pending.joinable && !alone)) {
+        // Another request of this account is asking already and cannot take this one's need in:
+        // its refusal is its own (a step one refused 429 says nothing of a step two's credit), so
         // the loop looks again, and a refusal that applies to this request is cached by then.
-        await pending.catch(() => undefined);
+        await pending.done.catch(() => undefined);
         continue;
       }
       grants += 1;
-      const call = this.#grant(accountId, tier, on, inHand).finally(() => this.#granting.delete(key));
-      this.#granting.set(key, call);
-      // Only the request the grant was made for may cross: a request that waited on another's
-      // grant (above) asks for its own when it is short.
-      crossing = (await call).includedCrossing;
+      const batch = pending ?? this.#startGrant(key, accountId, tier, on, inHand, !alone);
+      if (pending) {
+        pending.members += 1;
+        pending.inHand.requests += inHand.requests;
+        pending.inHand.credit += inHand.credit;
+        pending.inHand.tokens += inHand.tokens;
+      }
+      let granted;
+      try {
+        granted = await batch.done;
+      } catch (err) {
+        // A grant for several requests refused says nothing of each alone (the account may pay
+        // some of them): each asks billing again for itself, as a request without a batch does.
+        if (batch.members > 1 && err instanceof AppError && isRefusal(err)) {
+          alone = true;
+          continue;
+        }
+        throw err;
+      }
+      // Only the request the grant was made for alone may cross its included-token line: one
+      // that shared it (or waited on another's, above) asks for its own when it is short.
+      crossing = batch.members === 1 && granted.includedCrossing;
+      if (granted.includedCrossing && batch.members > 1) alone = true;
     }
   }
 
-  /** The cold or short path: one GrantLease covering the request in hand (DESIGN.md §2.3). */
+  /**
+   * Starts the account's GrantLease for the request in hand. When `joinable`, the call goes out
+   * after this turn of the event loop: the other requests of the key that run short meanwhile (a
+   * burst on a cold account, all waiting on one authentication) join it instead of each making
+   * one; a turn costs microseconds against the grant's round trip.
+   */
+  #startGrant(
+    key: string,
+    accountId: string,
+    tier: string,
+    on: { subscriptionId: string; keyId: string },
+    inHand: InHand,
+    joinable: boolean,
+  ): GrantBatch {
+    const batch: GrantBatch = {
+      inHand: { ...inHand },
+      members: 1,
+      joinable,
+      done: Promise.resolve({ includedCrossing: false }),
+    };
+    batch.done = (async () => {
+      if (joinable) await new Promise((resolve) => setImmediate(resolve));
+      batch.joinable = false;
+      return this.#grant(accountId, tier, on, batch.inHand, batch.members);
+    })().finally(() => {
+      if (this.#granting.get(key) === batch) this.#granting.delete(key);
+    });
+    this.#granting.set(key, batch);
+    return batch;
+  }
+
+  /**
+   * The cold or short path: one GrantLease covering the requests in hand (DESIGN.md §2.3). A
+   * refusal is cached for the key only when the grant was for one request: a batch's says
+   * nothing of each of its requests alone.
+   */
   async #grant(
     accountId: string,
     tier: string,
     on: { subscriptionId: string; keyId: string },
     inHand: InHand,
+    members = 1,
   ): Promise<{ includedCrossing: boolean }> {
     const { subscriptionId, keyId } = on;
     const key = `${accountId}/${subscriptionId}/${keyId}`;
@@ -292,7 +372,6 @@ export class LeaseTable {
     const held = this.#leases.get(accountId) ?? this.#retiredOf(accountId);
     const sequence = this.nextSequence();
     const sentAt = this.#now();
-    const elapsed = sentAt - this.#lastBeatAt;
     // A lease billing fenced, or one the edge retired, goes final with the grant (billing then
     // makes a new one). One merely past its validity (a slow heartbeat) is not: the grant's reply
     // renews it if billing still holds it open, or says it is fenced (the session lapsed).
@@ -303,8 +382,8 @@ export class LeaseTable {
     // (at no cost), so billing may take back the ones lent beyond it when it fences the lease for
     // a lapsed session; otherwise they would keep the subscription's next grant at its limit.
     const pinned = held !== undefined && !final && !held.usable(sentAt);
-    if (pinned) held.pinSlots(sequence);
-    const report = held && { ...held.report(final, elapsed), slotsPinned: pinned };
+    if (pinned) held.pin(sequence);
+    const report = held && { ...held.report(final, sentAt - this.#lastBeatAt, sequence), slotsPinned: pinned };
     if (held && final) this.#retire(held);
     let state: LeaseState | undefined;
     let includedCrossing: boolean;
@@ -334,8 +413,8 @@ export class LeaseTable {
     } catch (err) {
       this.#grantTimes?.observe((this.#now() - sentAt) / 1000);
       const error = AppError.fromGrpc(err);
-      if (error.httpStatus === 402 || error.httpStatus === 429) {
-        this.#refused.set(key, { error, at: sentAt, credit: creditNeeded(inHand) });
+      if (isRefusal(error)) {
+        if (members === 1) this.#refused.set(key, { error, at: sentAt, credit: creditNeeded(inHand) });
         throw error;
       }
       if (error.httpStatus < 500) throw error;
@@ -390,9 +469,11 @@ export class LeaseTable {
   }
 
   /**
-   * One heartbeat (DESIGN.md §2.3): every lease's cumulative totals and demand; final for leases
-   * fenced, retired or idle (nothing admitted for 2 TTL and nothing in flight).
-   * Only replies newer than the last applied to a lease change it. Skipped during back-off.
+   * One heartbeat (DESIGN.md §2.3): the reports of the leases that need one (reportReason), final
+   * for leases fenced, retired or idle (nothing admitted and nothing in flight for LEASE_IDLE_MS).
+   * Every other open lease is extended by the reply's session validity alone, at no cost to
+   * billing: an account sending now and then stays warm. Only replies newer than the last applied
+   * to a lease change it. Skipped during back-off.
    */
   async beat(): Promise<void> {
     const now = this.#now();
@@ -400,16 +481,26 @@ export class LeaseTable {
     const all = [...this.#leases.values(), ...this.#retired.values()];
     // With no lease left a heartbeat still goes while a refusal is cached: its reply lifts it.
     if (all.length === 0 && this.#refused.size === 0) return;
+    // A lease that admitted anything since the last beat is reported in this one (it changed):
+    // its demand is what it admitted over the time since that beat.
     const elapsed = now - this.#lastBeatAt;
     const sequence = this.nextSequence();
     const reports: LeaseReport[] = [];
+    const unreported: HeldLease[] = [];
     for (const lease of all) {
-      const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > 2 * this.ttlMs;
+      const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > this.#idleMs;
       // Past its validity is not final (see #grant): the reply renews it or says it is fenced.
       const final = !lease.open || idle || this.#retired.has(lease.leaseId);
       if (final && !this.#retired.has(lease.leaseId)) this.#retire(lease);
-      lease.pinSlots(sequence);
-      reports.push({ ...lease.report(final, elapsed), slotsPinned: true });
+      const reason = final ? "final" : this.#reportReason(lease, now);
+      if (!reason) {
+        unreported.push(lease);
+        continue;
+      }
+      const keep = reason === "idle credit" ? lease.largestWorstCase : undefined;
+      lease.pin(sequence, keep);
+      const report = lease.report(final, elapsed, sequence, reason === "next window");
+      reports.push({ ...report, slotsPinned: true, keepSpareCreditMicros: keep });
       lease.resetDemand();
     }
     this.#lastBeatAt = now;
@@ -428,9 +519,39 @@ export class LeaseTable {
     this.#beatFailures = 0;
     this.#nextBeatAt = -Infinity;
     const at = { sequence, sentAt: now, receivedAt: this.#now(), marginMs: this.marginMs };
-    for (const state of reply.leases) this.#applyBeat(state, at);
+    const listed = new Set<string>();
+    for (const state of reply.leases) {
+      listed.add(state.leaseId);
+      this.#applyBeat(state, at);
+    }
+    // Valid at the send (so billing's session covered it throughout): a lease past its validity
+    // was reported, and only billing's answer on it may bring it back.
+    for (const lease of unreported) {
+      if (!listed.has(lease.leaseId) && lease.usable(now)) lease.extend(now, Number(reply.validForMs), this.marginMs);
+    }
     for (const [key, refusal] of this.#refused) if (refusal.at < now) this.#refused.delete(key);
     for (const [id, at] of this.#closed) if (now - at > FORGET_CLOSED_MS) this.#closed.delete(id);
+  }
+
+  /**
+   * Why an open lease goes in this heartbeat, or undefined when the session alone extends it:
+   * admitted totals or demand changed; its last report has no reply applied yet (lost, billing
+   * may not have it); it is past its validity here; slots lent beyond those in flight go back; a
+   * window used ends before the next beat's reply could bring the next one's room; or, idle for
+   * 2 TTL, it holds more credit than one request's worst case (never with a grant of the
+   * account in flight, whose older reply could bring the room back).
+   */
+  #reportReason(lease: HeldLease, now: number): string | undefined {
+    if (lease.changed) return "changed";
+    if (lease.lastReplySequence < lease.lastReportSequence) return "unanswered";
+    if (!lease.usable(now)) return "lapsed";
+    if (lease.slotsToReturn()) return "slots";
+    if (lease.windowEnding(now, this.ttlMs)) return "next window";
+    const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > 2 * this.ttlMs;
+    if (idle && lease.credit && lease.spare(lease.credit) > lease.largestWorstCase) {
+      if (!this.#grantingFor(lease.accountId)) return "idle credit";
+    }
+    return undefined;
   }
 
   #applyBeat(state: LeaseState, at: Parameters<HeldLease["apply"]>[1]): void {
@@ -472,18 +593,19 @@ export class LeaseTable {
         this.#refused.delete(key);
       }
     }
-    const elapsed = this.#now() - this.#lastBeatAt;
+    const now = this.#now();
+    const elapsed = now - this.#lastBeatAt;
+    const sequence = this.nextSequence();
     if (subscriptionId) {
       const budget = lease.budgets.get(subscriptionId);
-      const sequence = this.nextSequence();
       if (budget) {
         budget.open = false;
         budget.recalledAt = sequence;
       }
-      return { sequence, report: lease.report(false, elapsed) };
+      return { sequence, report: lease.report(false, elapsed, sequence) };
     }
     this.#retire(lease);
-    return { sequence: this.nextSequence(), report: lease.report(true, elapsed) };
+    return { sequence, report: lease.report(true, elapsed, sequence) };
   }
 
   /** Shutdown: every lease returned with its final totals in one ReturnLeases call. */
@@ -491,12 +613,10 @@ export class LeaseTable {
     const all = [...this.#leases.values(), ...this.#retired.values()];
     if (all.length === 0) return;
     const elapsed = this.#now() - this.#lastBeatAt;
-    const reports = all.map((lease) => lease.report(true, elapsed));
+    const sequence = this.nextSequence();
+    const reports = all.map((lease) => lease.report(true, elapsed, sequence));
     for (const lease of all) this.#retire(lease);
-    await this.#billing.returnLeases(
-      { edgeId: this.edgeId, sequence: this.nextSequence(), leases: reports },
-      { timeoutMs: this.ttlMs },
-    );
+    await this.#billing.returnLeases({ edgeId: this.edgeId, sequence, leases: reports }, { timeoutMs: this.ttlMs });
     this.#retired.clear();
   }
 }
@@ -531,6 +651,9 @@ function spareCredit(lease: HeldLease, keyId: string, now: number): bigint {
   }
   return spare;
 }
+
+/** Billing refused the request: its account (or key, or plan) cannot cover it now. */
+const isRefusal = (error: AppError) => error.httpStatus === 402 || error.httpStatus === 429;
 
 /** The least credit a request in hand can be served with (a request without max_tokens shrinks). */
 const creditNeeded = (inHand: InHand) => (inHand.minCredit > 0n ? inHand.minCredit : inHand.credit);
