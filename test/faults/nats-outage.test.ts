@@ -34,7 +34,7 @@ beforeAll(async () => {
   system = await startSystem({
     natsUrl: nats.url,
     billing: { TIERS: ROOMY_TIER, ...faultLeaseEnv.billing },
-    edge: faultLeaseEnv.ttl,
+    edge: faultLeaseEnv.edge,
     accounts: faultLeaseEnv.ttl,
   });
 });

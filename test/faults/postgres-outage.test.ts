@@ -38,7 +38,7 @@ beforeAll(async () => {
   system = await startSystem({
     postgresUrl: postgres.url,
     billing: { TIERS: ROOMY_TIER, ...faultLeaseEnv.billing },
-    edge: faultLeaseEnv.ttl,
+    edge: faultLeaseEnv.edge,
     accounts: faultLeaseEnv.ttl,
   });
   hoster = await registerHoster(system, { name: "Outage Hoster" });

@@ -241,7 +241,7 @@ async function startSystemWith(killed: "registry" | "billing") {
         BILLING_ADDR: `127.0.0.1:${billingPort}`,
         REGISTRY_ADDR: `127.0.0.1:${registryPort}`,
         ADMIN_TOKEN: adminToken,
-        ...faultLeaseEnv.ttl,
+        ...faultLeaseEnv.edge,
       }),
       log,
     );

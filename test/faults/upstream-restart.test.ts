@@ -24,7 +24,7 @@ beforeAll(async () => {
   model = await startModelProcess({ DEMO_TOKENS_PER_SECOND: "10" });
   system = await startSystem({
     billing: { TIERS: ROOMY_TIER, ...faultLeaseEnv.billing },
-    edge: faultLeaseEnv.ttl,
+    edge: faultLeaseEnv.edge,
     accounts: faultLeaseEnv.ttl,
     // The production back-off (30 s) and failures before ejection: what made recovery take 30 s.
     registry: {

@@ -3,6 +3,7 @@ import type { BillingContext, Em } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { extendLiveSession, fenceLapsed, renewSession } from "./edge-session.ts";
 import { growLease } from "./lease-growth.ts";
+import { windowsOf } from "./lease-windows.ts";
 import { shrinkIdleCredit } from "./idle-credit.ts";
 import { leaseState, unknownLease } from "./lease-state.ts";
 import { applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
@@ -83,7 +84,7 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
       ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, reports, undefined)),
     );
   } else {
-    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports, ctx.clock());
+    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports, { now: ctx.clock(), ttlMs });
     const chunks: string[][] = [];
     for (let i = 0; i < accounts.length; i += ACCOUNTS_PER_TRANSACTION) {
       chunks.push(accounts.slice(i, i + ACCOUNTS_PER_TRANSACTION));
@@ -110,30 +111,37 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
 
 /**
  * The leases of the edge a heartbeat answers, as a condition on `l` and its parameters: with
- * `now`, those it reported and those with news the edge must get though it reported nothing
- * (fenced ones, open ones with a fenced budget, open ones holding room of a minute or day not
- * started yet); without `now` (a lapsed or new session), every lease not closed and those reported.
+ * `live` (the session was live), those it reported and those with news the edge must get though
+ * it reported nothing: fenced ones, open ones with a fenced budget and, within one TTL of a
+ * minute's end (a day ends with a minute), open ones holding room of a window not started yet.
+ * Without it (a lapsed or new session), every lease not closed and those reported.
  */
-function answeredLeases(edgeId: string, reports: Map<string, LeaseReport>, now?: Date) {
+function answeredLeases(edgeId: string, reports: Map<string, LeaseReport>, live?: { now: Date; ttlMs: number }) {
   const reported = `l.id in (${[...reports.keys(), null].map(() => "?").join(", ")})`;
-  if (!now)
-    return {
-      where: `l.edge_id = ? and (l.status <> 'closed' or ${reported})`,
-      params: [edgeId, ...reports.keys(), null],
-    };
-  const news = `l.status = 'fenced' or (l.status = 'open' and (
-      exists (select 1 from lease_budgets b where b.lease_id = l.id and b.status = 'fenced')
-      or exists (select 1 from lease_allowances a where a.lease_id = l.id and a.window_start > ?
-        and a.resource in ('requests_minute', 'requests_day', 'sub_requests_minute', 'sub_tokens_minute'))))`;
+  const params: unknown[] = [edgeId, ...reports.keys(), null];
+  if (!live) return { where: `l.edge_id = ? and (l.status <> 'closed' or ${reported})`, params };
+  let news = `exists (select 1 from lease_budgets b where b.lease_id = l.id and b.status = 'fenced')`;
+  if (windowsOf(MINUTE, live.now, live.ttlMs).next) {
+    news += ` or exists (select 1 from lease_allowances a where a.lease_id = l.id and a.window_start > ?
+        and a.resource in ('requests_minute', 'requests_day', 'sub_requests_minute', 'sub_tokens_minute'))`;
+    params.push(live.now);
+  }
   return {
-    where: `l.edge_id = ? and (${reported} or ${news})`,
-    params: [edgeId, ...reports.keys(), null, now],
+    where: `l.edge_id = ? and (${reported} or l.status = 'fenced' or (l.status = 'open' and (${news})))`,
+    params,
   };
 }
 
+const MINUTE = { lengthMs: 60_000 };
+
 /** Accounts of the leases the heartbeat answers (ascending). */
-async function accountsOf(em: Em, edgeId: string, reports: Map<string, LeaseReport>, now?: Date): Promise<string[]> {
-  const { where, params } = answeredLeases(edgeId, reports, now);
+async function accountsOf(
+  em: Em,
+  edgeId: string,
+  reports: Map<string, LeaseReport>,
+  live?: { now: Date; ttlMs: number },
+): Promise<string[]> {
+  const { where, params } = answeredLeases(edgeId, reports, live);
   const rows = await em.execute(`select distinct account_id from leases l where ${where} order by account_id`, params);
   return rows.map((row) => row.account_id as string);
 }
@@ -160,7 +168,7 @@ async function heartbeatIn(
   const wallets = await lockWallets(em, accounts);
   if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);
   const ofAccounts = only ? ` and l.account_id in (${[...only, null].map(() => "?").join(", ")})` : "";
-  const answered = answeredLeases(req.edgeId, reports, only ? now : undefined);
+  const answered = answeredLeases(req.edgeId, reports, only ? { now, ttlMs } : undefined);
   const leases = await loadLeases(em, `${answered.where}${ofAccounts}`, [
     ...answered.params,
     ...(only ? [...only, null] : []),
