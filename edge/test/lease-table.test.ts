@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { InterceptingCall, type Interceptor } from "@grpc/grpc-js";
+import { InterceptingCall, status as grpcStatus, type Interceptor } from "@grpc/grpc-js";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import type { ServiceTls } from "@mkt/runtime/service-tls";
@@ -71,6 +71,27 @@ function heldBackBilling(port: number) {
       return { arrived: seen, release: () => ((hold = undefined), release()) };
     },
   };
+}
+
+/** A real billing client that loses every GrantLease reply: billing commits, the edge sees a failure. */
+function lostGrantsBilling(port: number): LeaseBilling {
+  const loser: Interceptor = (options, nextCall) => {
+    if (!options.method_definition.path.endsWith("/GrantLease")) return new InterceptingCall(nextCall(options));
+    return new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        next(metadata, {
+          onReceiveMetadata: (md, nextMd) => nextMd(md),
+          // Passed on (grpc-js holds the status until the message is through), then failed.
+          onReceiveMessage: (message, nextMessage) => nextMessage(message),
+          onReceiveStatus: (status, nextStatus) =>
+            nextStatus({ ...status, code: grpcStatus.INTERNAL, details: "reply lost" }),
+        });
+      },
+    });
+  };
+  const client = createClient(BillingServiceClient, `127.0.0.1:${port}`, edgeTls, { interceptors: [loser] });
+  clients.push(client);
+  return promiseClient(client);
 }
 
 let t: TestBilling;
@@ -415,6 +436,21 @@ describe("the edge's lease table against a real billing", () => {
     // 0.01 USD pays three requests of 3,000 µ$, not the eight asked together.
     const tickets = await Promise.all(Array.from({ length: 8 }, () => admitOne(table, accountId, "big", 3_000n)));
     expect(tickets.filter((ticket) => ticket !== null)).toHaveLength(3);
+  });
+
+  it("gives back a lease billing opened for a grant whose reply was lost", async () => {
+    const table = new LeaseTable({ billing: lostGrantsBilling(t.billing.port), ttlMs: TTL, log });
+    const accountId = randomUUID();
+    await expect(admitOne(table, accountId, "big", 100n)).rejects.toMatchObject({ httpStatus: 503 });
+    const statusOf = async () =>
+      (await t.query<{ status: string }>(`select status from leases where account_id = $1`, [accountId])).map(
+        (row) => row.status,
+      );
+    expect(await statusOf()).toEqual(["open"]);
+    // The next heartbeat names the account; billing lists the lease, which the edge reports final.
+    await table.beat();
+    await table.beat();
+    expect(await statusOf()).toEqual(["closed"]);
   });
 
   it("heartbeats keep a lease valid past one TTL, and returnAll closes it", async () => {

@@ -134,6 +134,12 @@ export class LeaseTable {
    */
   readonly #refused = new Map<string, { error: AppError; at: number; credit: bigint }>();
   readonly #idleMs: number;
+  /**
+   * Accounts whose GrantLease got no answer (timed out, billing unreachable): billing may have
+   * opened a lease the edge never heard of. The next heartbeat names them and billing lists their
+   * leases, which the edge then gives back (#applyBeat).
+   */
+  readonly #unansweredGrants = new Set<string>();
   #lastBeatAt: number;
   #beatFailures = 0;
   #grantTimes: Pick<Histogram, "observe"> | undefined;
@@ -418,6 +424,7 @@ export class LeaseTable {
         throw error;
       }
       if (error.httpStatus < 500) throw error;
+      this.#unansweredGrants.add(accountId);
       // Billing down or failing: never a 402/429 (DESIGN.md §2.3 Crashes).
       throw unavailable(this.ttlMs, "Billing is unavailable", error);
     }
@@ -479,8 +486,9 @@ export class LeaseTable {
     const now = this.#now();
     if (now < this.#nextBeatAt) return;
     const all = [...this.#leases.values(), ...this.#retired.values()];
-    // With no lease left a heartbeat still goes while a refusal is cached: its reply lifts it.
-    if (all.length === 0 && this.#refused.size === 0) return;
+    // With no lease left a heartbeat still goes while a refusal is cached (its reply lifts it) or
+    // a grant went unanswered (its reply lists a lease made for it).
+    if (all.length === 0 && this.#refused.size === 0 && this.#unansweredGrants.size === 0) return;
     // A lease that admitted anything since the last beat is reported in this one (it changed):
     // its demand is what it admitted over the time since that beat.
     const elapsed = now - this.#lastBeatAt;
@@ -504,10 +512,11 @@ export class LeaseTable {
       lease.resetDemand();
     }
     this.#lastBeatAt = now;
+    const unanswered = [...this.#unansweredGrants];
     let reply;
     try {
       reply = await this.#billing.heartbeat(
-        { edgeId: this.edgeId, sequence, leases: reports },
+        { edgeId: this.edgeId, sequence, leases: reports, unansweredGrantAccounts: unanswered },
         { timeoutMs: Math.max(100, this.ttlMs / 2) },
       );
     } catch (err) {
@@ -518,6 +527,7 @@ export class LeaseTable {
     }
     this.#beatFailures = 0;
     this.#nextBeatAt = -Infinity;
+    for (const accountId of unanswered) this.#unansweredGrants.delete(accountId);
     const at = { sequence, sentAt: now, receivedAt: this.#now(), marginMs: this.marginMs };
     const listed = new Set<string>();
     for (const state of reply.leases) {

@@ -111,6 +111,7 @@ describe("admission leases", () => {
 
     offsetMs += TTL - 100;
     const beat = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId,
       sequence: 2n,
       leases: [
@@ -161,15 +162,30 @@ describe("admission leases", () => {
       demandPerSecond: need(1_000n, 0n),
     });
     // The reply to sequence 3 is lost: the grant it carried stands, and is not made twice.
-    const lost = await t.client.heartbeat({ edgeId, sequence: 3n, leases: [report(100n)] });
+    const lost = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
+      edgeId,
+      sequence: 3n,
+      leases: [report(100n)],
+    });
     const grown = lost.leases[0]!.credit!.granted;
     expect(grown).toBeGreaterThan(100n);
     const heldAfterLost = (await wallet(accountId)).held;
     // A delayed sequence 2, final and with smaller totals, changes nothing.
-    const stale = await t.client.heartbeat({ edgeId, sequence: 2n, leases: [report(50n, true)] });
+    const stale = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
+      edgeId,
+      sequence: 2n,
+      leases: [report(50n, true)],
+    });
     expect(stale.leases[0]!.status).toBe(LeaseStatus.LEASE_STATUS_OPEN);
     expect(stale.leases[0]!.appliedSequence).toBe(3n);
-    const next = await t.client.heartbeat({ edgeId, sequence: 4n, leases: [report(100n)] });
+    const next = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
+      edgeId,
+      sequence: 4n,
+      leases: [report(100n)],
+    });
     expect(next.leases[0]!.credit!.granted).toBe(grown);
     expect(next.leases[0]!.appliedSequence).toBe(4n);
     expect((await wallet(accountId)).held).toBe(heldAfterLost);
@@ -254,6 +270,7 @@ describe("admission leases", () => {
     expect(counter!.count).toBe("4");
     // A late final report changes nothing; the edge is told to drop the lease.
     const late = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId,
       sequence: 2n,
       leases: [{ leaseId: lease!.leaseId, admitted: [], final: true, budgetDemand: [], slotsPinned: true }],
@@ -294,6 +311,7 @@ describe("admission leases", () => {
     const lapse = BASE + offsetMs + TTL;
     offsetMs = lapse - BASE + 1_000;
     await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId: soon.edgeId,
       sequence: 2n,
       leases: [report(first.leaseId, first.credit!.allowanceId)],
@@ -311,6 +329,7 @@ describe("admission leases", () => {
     const second = await grant(late.accountId, late.edgeId);
     offsetMs += TTL + MAX_REQUEST + 500;
     await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId: late.edgeId,
       sequence: 2n,
       leases: [report(second.leaseId, second.credit!.allowanceId)],
@@ -353,8 +372,17 @@ describe("admission leases", () => {
       slotsPinned: true,
       demandPerSecond: demand,
     });
-    const ga = (await t.client.heartbeat({ edgeId: a, sequence: 2n, leases: [report(first.lease!)] })).leases[0]!;
-    const gb = (await t.client.heartbeat({ edgeId: b, sequence: 2n, leases: [report(second.lease!)] })).leases[0]!;
+    const ga = (
+      await t.client.heartbeat({ unansweredGrantAccounts: [], edgeId: a, sequence: 2n, leases: [report(first.lease!)] })
+    ).leases[0]!;
+    const gb = (
+      await t.client.heartbeat({
+        unansweredGrantAccounts: [],
+        edgeId: b,
+        sequence: 2n,
+        leases: [report(second.lease!)],
+      })
+    ).leases[0]!;
     // Two edges use the account: A's lease may hold half of what is free plus its own unspent
     // room ((8 + 1) / 2 = 4 requests, (8,000 + 1,000) / 2 = 4,500 µ$), then B half of the rest.
     expect(minuteRoom(ga).granted).toBe(4n);
@@ -432,7 +460,7 @@ describe("admission leases", () => {
     const fenced = await orm.em.fork().transactional(async (em) => {
       const result = await fenceLeases(em, accountId);
       // The heartbeat waits on the wallet lock the fence holds until it commits.
-      racing = t.client.heartbeat({ edgeId, sequence: 2n, leases: [report] });
+      racing = t.client.heartbeat({ unansweredGrantAccounts: [], edgeId, sequence: 2n, leases: [report] });
       await new Promise((resolve) => setTimeout(resolve, 300));
       return result;
     });
@@ -442,7 +470,8 @@ describe("admission leases", () => {
     expect(raced.validForMs).toBe(0n);
     expect(raced.credit!.granted).toBe(100n);
     offsetMs += TTL / 2;
-    const later = (await t.client.heartbeat({ edgeId, sequence: 3n, leases: [report] })).leases[0]!;
+    const later = (await t.client.heartbeat({ unansweredGrantAccounts: [], edgeId, sequence: 3n, leases: [report] }))
+      .leases[0]!;
     expect(later.status).toBe(LeaseStatus.LEASE_STATUS_FENCED);
     const [row] = await t.query<{ deadline: Date; session: Date }>(
       `select l.deadline, s.deadline as session from leases l join edge_sessions s using (edge_id) where l.id = $1`,

@@ -77,6 +77,7 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
   validateReports(req.leases);
   const ttlMs = ctx.config.LEASE_TTL_MS;
   const reports = new Map<string, LeaseReport>(req.leases.filter((r) => isUuid(r.leaseId)).map((r) => [r.leaseId, r]));
+  const unanswered = unansweredAccounts(req);
   const renewed = await extendLiveSession(ctx.orm.em.fork(), req.edgeId, req.sequence, ctx.clock(), ttlMs);
   let states: LeaseState[];
   if (!renewed) {
@@ -84,7 +85,7 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
       ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, reports, undefined)),
     );
   } else {
-    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports, { now: ctx.clock(), ttlMs });
+    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports, { now: ctx.clock(), ttlMs, unanswered });
     const chunks: string[][] = [];
     for (let i = 0; i < accounts.length; i += ACCOUNTS_PER_TRANSACTION) {
       chunks.push(accounts.slice(i, i + ACCOUNTS_PER_TRANSACTION));
@@ -116,7 +117,11 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
  * minute's end (a day ends with a minute), open ones holding room of a window not started yet.
  * Without it (a lapsed or new session), every lease not closed and those reported.
  */
-function answeredLeases(edgeId: string, reports: Map<string, LeaseReport>, live?: { now: Date; ttlMs: number }) {
+function answeredLeases(
+  edgeId: string,
+  reports: Map<string, LeaseReport>,
+  live?: { now: Date; ttlMs: number; unanswered: string[] },
+) {
   const reported = `l.id in (${[...reports.keys(), null].map(() => "?").join(", ")})`;
   const params: unknown[] = [edgeId, ...reports.keys(), null];
   if (!live) return { where: `l.edge_id = ? and (l.status <> 'closed' or ${reported})`, params };
@@ -126,6 +131,10 @@ function answeredLeases(edgeId: string, reports: Map<string, LeaseReport>, live?
         and a.resource in ('requests_minute', 'requests_day', 'sub_requests_minute', 'sub_tokens_minute'))`;
     params.push(live.now);
   }
+  if (live.unanswered.length > 0) {
+    news += ` or l.account_id in (${live.unanswered.map(() => "?").join(", ")})`;
+    params.push(...live.unanswered);
+  }
   return {
     where: `l.edge_id = ? and (${reported} or l.status = 'fenced' or (l.status = 'open' and (${news})))`,
     params,
@@ -134,12 +143,15 @@ function answeredLeases(edgeId: string, reports: Map<string, LeaseReport>, live?
 
 const MINUTE = { lengthMs: 60_000 };
 
+/** The accounts of grants the edge got no answer to (ids that are not UUIDs name no lease). */
+const unansweredAccounts = (req: HeartbeatRequest) => [...new Set(req.unansweredGrantAccounts.filter(isUuid))];
+
 /** Accounts of the leases the heartbeat answers (ascending). */
 async function accountsOf(
   em: Em,
   edgeId: string,
   reports: Map<string, LeaseReport>,
-  live?: { now: Date; ttlMs: number },
+  live?: { now: Date; ttlMs: number; unanswered: string[] },
 ): Promise<string[]> {
   const { where, params } = answeredLeases(edgeId, reports, live);
   const rows = await em.execute(`select distinct account_id from leases l where ${where} order by account_id`, params);
@@ -168,7 +180,8 @@ async function heartbeatIn(
   const wallets = await lockWallets(em, accounts);
   if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);
   const ofAccounts = only ? ` and l.account_id in (${[...only, null].map(() => "?").join(", ")})` : "";
-  const answered = answeredLeases(req.edgeId, reports, only ? { now, ttlMs } : undefined);
+  const unanswered = unansweredAccounts(req);
+  const answered = answeredLeases(req.edgeId, reports, only ? { now, ttlMs, unanswered } : undefined);
   const leases = await loadLeases(em, `${answered.where}${ofAccounts}`, [
     ...answered.params,
     ...(only ? [...only, null] : []),

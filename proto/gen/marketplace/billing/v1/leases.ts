@@ -351,13 +351,20 @@ export interface HeartbeatRequest {
    * heartbeat itself renews the session, which extends every other open lease of the edge.
    */
   leases: LeaseReport[];
+  /**
+   * Accounts whose GrantLease got no answer (timed out, billing unreachable) since the last
+   * heartbeat reply: billing lists the edge's open leases on them, so a lease made for a reply
+   * that was lost goes back instead of staying open, unknown to the edge, until it stops.
+   */
+  unansweredGrantAccounts: string[];
 }
 
 export interface HeartbeatResponse {
   /**
    * Every lease the heartbeat named (extended, and grown where demand needs it), and the edge's
    * leases with news billing must send: fenced ones (stop using, report final), open ones with a
-   * fenced budget, and open ones holding a next window's room. Every other lease is not listed.
+   * fenced budget, open ones holding a next window's room, and open ones on an account named in
+   * unanswered_grant_accounts. Every other lease is not listed.
    */
   leases: LeaseState[];
   /**
@@ -2139,7 +2146,7 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
 };
 
 function createBaseHeartbeatRequest(): HeartbeatRequest {
-  return { edgeId: "", sequence: 0n, leases: [] };
+  return { edgeId: "", sequence: 0n, leases: [], unansweredGrantAccounts: [] };
 }
 
 export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
@@ -2155,6 +2162,9 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     }
     for (const v of message.leases) {
       LeaseReport.encode(v!, writer.uint32(26).fork()).join();
+    }
+    for (const v of message.unansweredGrantAccounts) {
+      writer.uint32(34).string(v!);
     }
     return writer;
   },
@@ -2196,6 +2206,14 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
             message.leases.push(LeaseReport.decode(reader, reader.uint32()));
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.unansweredGrantAccounts.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2217,6 +2235,11 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
         : "",
       sequence: isSet(object.sequence) ? BigInt(object.sequence) : 0n,
       leases: globalThis.Array.isArray(object?.leases) ? object.leases.map((e: any) => LeaseReport.fromJSON(e)) : [],
+      unansweredGrantAccounts: globalThis.Array.isArray(object?.unansweredGrantAccounts)
+        ? object.unansweredGrantAccounts.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.unanswered_grant_accounts)
+        ? object.unanswered_grant_accounts.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -2231,6 +2254,9 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     if (message.leases?.length) {
       obj.leases = message.leases.map((e) => LeaseReport.toJSON(e));
     }
+    if (message.unansweredGrantAccounts?.length) {
+      obj.unansweredGrantAccounts = message.unansweredGrantAccounts;
+    }
     return obj;
   },
 
@@ -2242,6 +2268,7 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     message.edgeId = object.edgeId ?? "";
     message.sequence = (object.sequence !== undefined && object.sequence !== null) ? BigInt(object.sequence) : 0n;
     message.leases = object.leases?.map((e) => LeaseReport.fromPartial(e)) || [];
+    message.unansweredGrantAccounts = object.unansweredGrantAccounts?.map((e) => e) || [];
     return message;
   },
 };
