@@ -249,8 +249,9 @@ export class HeldLease {
   /**
    * The report a call with `sequence` carries: cumulative totals and demand per second over
    * `elapsedMs` (rounded up, so any demand asks for at least one unit). `final`: the edge
-   * admits nothing more on it. `nextWindow`: sent for a window ending with use, so with no new
-   * demand it asks by its last demand (requests and tokens: credit has no window).
+   * admits nothing more on it. `nextWindow`: sent ahead of the end of a window it used, for the
+   * next one's room, so with no new demand it asks by its last demand (requests and tokens:
+   * credit has no window).
    */
   report(final: boolean, elapsedMs: number, sequence: bigint, nextWindow = false): LeaseReport {
     const ms = BigInt(Math.max(1, Math.round(elapsedMs)));
@@ -285,6 +286,7 @@ export class HeldLease {
       budgetDemand: budgets,
       // Set by the caller that pinned the slots for this very report (pin).
       slotsPinned: false,
+      nextWindow,
     };
   }
 

@@ -8,6 +8,7 @@ import { HeldLease } from "./held-lease.ts";
 import { keyBudgetOf, takeRequest, takeWorstCase, type Attempt, type Ticket } from "./lease-admission.ts";
 import { nextBackoffMs } from "./heartbeat-backoff.ts";
 import { newEdgeId } from "../edge-id.ts";
+import { nextWindowAheadMs } from "@mkt/runtime/next-window";
 import type { Histogram } from "prom-client";
 
 export type LeaseBilling = Pick<PromiseClient<BillingServiceClient>, "grantLease" | "heartbeat" | "returnLeases">;
@@ -88,6 +89,13 @@ interface GrantBatch {
  * admitted in memory instead of each waiting on a GrantLease.
  */
 export const DEFAULT_LEASE_IDLE_MS = 60_000;
+
+/**
+ * Idle leases whose credit one heartbeat gives back, at most: the room they hold is no one's use
+ * and goes back a beat later just as well, while one heartbeat carrying every lease that went
+ * idle together (after a burst on many accounts) can take longer than its timeout to answer.
+ */
+const MAX_IDLE_SHRINKS_PER_BEAT = 32;
 
 /** How long a cold request waits for its GrantLease before it is answered 503. */
 const GRANT_TIMEOUT_MS = 10_000;
@@ -495,19 +503,21 @@ export class LeaseTable {
     const sequence = this.nextSequence();
     const reports: LeaseReport[] = [];
     const unreported: HeldLease[] = [];
+    let shrinks = 0;
     for (const lease of all) {
       const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > this.#idleMs;
       // Past its validity is not final (see #grant): the reply renews it or says it is fenced.
       const final = !lease.open || idle || this.#retired.has(lease.leaseId);
       if (final && !this.#retired.has(lease.leaseId)) this.#retire(lease);
-      const reason = final ? "final" : this.#reportReason(lease, now);
-      if (!reason) {
+      const nextWindow = !final && lease.windowEnding(now, this.#nextWindowWithinMs(lease));
+      const reason = final ? "final" : nextWindow ? "next window" : this.#reportReason(lease, now);
+      if (!reason || (reason === "idle credit" && shrinks++ >= MAX_IDLE_SHRINKS_PER_BEAT)) {
         unreported.push(lease);
         continue;
       }
       const keep = reason === "idle credit" ? lease.largestWorstCase : undefined;
       lease.pin(sequence, keep);
-      const report = lease.report(final, elapsed, sequence, reason === "next window");
+      const report = lease.report(final, elapsed, sequence, nextWindow);
       reports.push({ ...report, slotsPinned: true, keepSpareCreditMicros: keep });
       lease.resetDemand();
     }
@@ -546,8 +556,8 @@ export class LeaseTable {
   /**
    * Why an open lease goes in this heartbeat, or undefined when the session alone extends it:
    * admitted totals or demand changed; its last report has no reply applied yet (lost, billing
-   * may not have it); it is past its validity here; slots lent beyond those in flight go back; a
-   * window used ends before the next beat's reply could bring the next one's room; or, idle for
+   * may not have it); it is past its validity here; slots lent beyond those in flight go back; or
+   * (capped per beat), idle for
    * 2 TTL, it holds more credit than one request's worst case (never with a grant of the
    * account in flight, whose older reply could bring the room back).
    */
@@ -556,12 +566,22 @@ export class LeaseTable {
     if (lease.lastReplySequence < lease.lastReportSequence) return "unanswered";
     if (!lease.usable(now)) return "lapsed";
     if (lease.slotsToReturn()) return "slots";
-    if (lease.windowEnding(now, this.ttlMs)) return "next window";
     const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > 2 * this.ttlMs;
     if (idle && lease.credit && lease.spare(lease.credit) > lease.largestWorstCase) {
       if (!this.#grantingFor(lease.accountId)) return "idle credit";
     }
     return undefined;
+  }
+
+  /**
+   * How long before the end of a window it used a lease asks for the next one's room: between one
+   * TTL and nextWindowAheadMs − TTL, at a point of its own (from its id), so that an edge's leases
+   * used in a minute do not all ask in its last heartbeat.
+   */
+  #nextWindowWithinMs(lease: HeldLease): number {
+    const spread = Math.max(0, nextWindowAheadMs(this.ttlMs) - 2 * this.ttlMs);
+    const point = Number.parseInt(lease.leaseId.slice(0, 8), 16);
+    return this.ttlMs + (Number.isNaN(point) ? 0 : (point / 2 ** 32) * spread);
   }
 
   #applyBeat(state: LeaseState, at: Parameters<HeldLease["apply"]>[1]): void {

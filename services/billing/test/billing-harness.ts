@@ -172,6 +172,7 @@ export async function admitOnLease(t: TestBilling, usage: LeaseUsage): Promise<U
         })),
         final: true,
         budgetDemand: [],
+        nextWindow: false,
         slotsPinned: true,
       },
     ],

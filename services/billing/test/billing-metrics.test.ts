@@ -119,6 +119,7 @@ describe("billing's /metrics", () => {
           admitted: [{ allowanceId: l.credit!.allowanceId, admitted: 8_000n }],
           final: true,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
         },
       ],

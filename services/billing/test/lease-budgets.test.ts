@@ -129,7 +129,9 @@ describe("subscription budgets in leases", () => {
       unansweredGrantAccounts: [],
       edgeId,
       sequence: 2n,
-      leases: [{ leaseId: lease.leaseId, admitted: [], final: false, budgetDemand: [], slotsPinned: true }],
+      leases: [
+        { leaseId: lease.leaseId, admitted: [], final: false, budgetDemand: [], nextWindow: false, slotsPinned: true },
+      ],
     });
     const other = (await grant(edge(), 1n, slots.accountId, need(slots.id))).lease!;
     expect(room(other, LeaseResource.LEASE_RESOURCE_SLOTS)).toBe(1n);
@@ -159,6 +161,7 @@ describe("subscription budgets in leases", () => {
           admitted: [{ allowanceId: includedRoom.allowanceId, admitted: 400n }],
           final: false,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
         },
       ],
@@ -199,6 +202,7 @@ describe("subscription budgets in leases", () => {
       admitted: [],
       final: false,
       budgetDemand: [need(sub.id, 100n, 5n)],
+      nextWindow: false,
       slotsPinned: true,
     };
     let racing: ReturnType<typeof t.client.heartbeat> | undefined;

@@ -123,6 +123,7 @@ describe("admission leases", () => {
           ],
           final: false,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
           demandPerSecond: need(500n, 1n),
         },
@@ -158,6 +159,7 @@ describe("admission leases", () => {
       admitted: [{ allowanceId: lease!.credit!.allowanceId, admitted }],
       final,
       budgetDemand: [],
+      nextWindow: false,
       slotsPinned: true,
       demandPerSecond: need(1_000n, 0n),
     });
@@ -221,6 +223,7 @@ describe("admission leases", () => {
           ],
           final: true,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
         },
       ],
@@ -273,7 +276,9 @@ describe("admission leases", () => {
       unansweredGrantAccounts: [],
       edgeId,
       sequence: 2n,
-      leases: [{ leaseId: lease!.leaseId, admitted: [], final: true, budgetDemand: [], slotsPinned: true }],
+      leases: [
+        { leaseId: lease!.leaseId, admitted: [], final: true, budgetDemand: [], nextWindow: false, slotsPinned: true },
+      ],
     });
     expect(late.leases[0]!.status).toBe(LeaseStatus.LEASE_STATUS_CLOSED);
     expect((await wallet(accountId)).held).toBe(0n);
@@ -290,6 +295,7 @@ describe("admission leases", () => {
       admitted: [{ allowanceId, admitted: 300n }],
       final: true,
       budgetDemand: [],
+      nextWindow: false,
       slotsPinned: true,
     });
     const grant = async (accountId: string, edgeId: string) =>
@@ -369,6 +375,7 @@ describe("admission leases", () => {
       admitted: [],
       final: false,
       budgetDemand: [],
+      nextWindow: false,
       slotsPinned: true,
       demandPerSecond: demand,
     });
@@ -453,6 +460,7 @@ describe("admission leases", () => {
       admitted: [],
       final: false,
       budgetDemand: [],
+      nextWindow: false,
       slotsPinned: true,
       demandPerSecond: need(1_000n, 1n),
     };

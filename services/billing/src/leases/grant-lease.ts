@@ -121,7 +121,7 @@ async function grantIn(
     await applyReport(
       em,
       lease,
-      { leaseId: lease.id, admitted: [], final: false, budgetDemand: [], slotsPinned: false },
+      { leaseId: lease.id, admitted: [], final: false, budgetDemand: [], slotsPinned: false, nextWindow: false },
       req.sequence,
       now,
     );

@@ -4,6 +4,7 @@ import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { extendLiveSession, fenceLapsed, renewSession } from "./edge-session.ts";
 import { growLease } from "./lease-growth.ts";
 import { windowsOf } from "./lease-windows.ts";
+import { nextWindowAheadMs } from "@mkt/runtime/next-window";
 import { shrinkIdleCredit } from "./idle-credit.ts";
 import { leaseState, unknownLease } from "./lease-state.ts";
 import { applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
@@ -43,7 +44,12 @@ async function growBudgets(
       em,
       lease,
       subscription,
-      { inHand: { requests: 0n, tokens: 0n }, demandPerSecond: budgetAmountsOf(demand), returnIdleSlots: true },
+      {
+        inHand: { requests: 0n, tokens: 0n },
+        demandPerSecond: budgetAmountsOf(demand),
+        returnIdleSlots: true,
+        nextWindowAheadMs: aheadFor(ctx, report),
+      },
       now,
     );
   }
@@ -126,7 +132,7 @@ function answeredLeases(
   const params: unknown[] = [edgeId, ...reports.keys(), null];
   if (!live) return { where: `l.edge_id = ? and (l.status <> 'closed' or ${reported})`, params };
   let news = `exists (select 1 from lease_budgets b where b.lease_id = l.id and b.status = 'fenced')`;
-  if (windowsOf(MINUTE, live.now, live.ttlMs).next) {
+  if (windowsOf(MINUTE, live.now, nextWindowAheadMs(live.ttlMs)).next) {
     news += ` or exists (select 1 from lease_allowances a where a.lease_id = l.id and a.window_start > ?
         and a.resource in ('requests_minute', 'requests_day', 'sub_requests_minute', 'sub_tokens_minute'))`;
     params.push(live.now);
@@ -142,6 +148,10 @@ function answeredLeases(
 }
 
 const MINUTE = { lengthMs: 60_000 };
+
+/** A report sent ahead for the next window's room gets it from nextWindowAheadMs before the end. */
+const aheadFor = (ctx: BillingContext, report: LeaseReport) =>
+  report.nextWindow ? nextWindowAheadMs(ctx.config.LEASE_TTL_MS) : undefined;
 
 /** The accounts of grants the edge got no answer to (ids that are not UUIDs name no lease). */
 const unansweredAccounts = (req: HeartbeatRequest) => [...new Set(req.unansweredGrantAccounts.filter(isUuid))];
@@ -201,7 +211,11 @@ async function heartbeatIn(
         em,
         lease,
         wallet,
-        { inHand: NOTHING, demandPerSecond: amountsOf(report.demandPerSecond) },
+        {
+          inHand: NOTHING,
+          demandPerSecond: amountsOf(report.demandPerSecond),
+          nextWindowAheadMs: aheadFor(ctx, report),
+        },
         now,
       );
       await growBudgets(ctx, em, lease, subscriptions, report, now);

@@ -296,7 +296,15 @@ export interface LeaseReport {
    * worst case, not the room lent for its last burst. The edge takes no more credit than this
    * from the report's send until a reply to its sequence (or a later one) is applied.
    */
-  keepSpareCreditMicros?: bigint | undefined;
+  keepSpareCreditMicros?:
+    | bigint
+    | undefined;
+  /**
+   * Sent ahead of the end of a minute (or day) the lease used, for the next window's room: billing
+   * grants it up to nextWindowAheadMs(TTL) before the boundary (not only within one TTL, as for
+   * other reports), so an edge can spread these reports over the last seconds of the window.
+   */
+  nextWindow: boolean;
 }
 
 export interface GrantLeaseRequest {
@@ -1640,6 +1648,7 @@ function createBaseLeaseReport(): LeaseReport {
     budgetDemand: [],
     slotsPinned: false,
     keepSpareCreditMicros: undefined,
+    nextWindow: false,
   };
 }
 
@@ -1668,6 +1677,9 @@ export const LeaseReport: MessageFns<LeaseReport> = {
         throw new globalThis.Error("value provided for field message.keepSpareCreditMicros of type int64 too large");
       }
       writer.uint32(56).int64(message.keepSpareCreditMicros);
+    }
+    if (message.nextWindow !== false) {
+      writer.uint32(64).bool(message.nextWindow);
     }
     return writer;
   },
@@ -1741,6 +1753,14 @@ export const LeaseReport: MessageFns<LeaseReport> = {
             message.keepSpareCreditMicros = reader.int64() as bigint;
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.nextWindow = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1784,6 +1804,11 @@ export const LeaseReport: MessageFns<LeaseReport> = {
         : isSet(object.keep_spare_credit_micros)
         ? BigInt(object.keep_spare_credit_micros)
         : undefined,
+      nextWindow: isSet(object.nextWindow)
+        ? globalThis.Boolean(object.nextWindow)
+        : isSet(object.next_window)
+        ? globalThis.Boolean(object.next_window)
+        : false,
     };
   },
 
@@ -1810,6 +1835,9 @@ export const LeaseReport: MessageFns<LeaseReport> = {
     if (message.keepSpareCreditMicros !== undefined) {
       obj.keepSpareCreditMicros = message.keepSpareCreditMicros.toString();
     }
+    if (message.nextWindow !== false) {
+      obj.nextWindow = message.nextWindow;
+    }
     return obj;
   },
 
@@ -1830,6 +1858,7 @@ export const LeaseReport: MessageFns<LeaseReport> = {
       (object.keepSpareCreditMicros !== undefined && object.keepSpareCreditMicros !== null)
         ? BigInt(object.keepSpareCreditMicros)
         : undefined;
+    message.nextWindow = object.nextWindow ?? false;
     return message;
   },
 };
