@@ -119,8 +119,9 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
 /**
  * The leases of the edge a heartbeat answers, as a condition on `l` and its parameters: with
  * `live` (the session was live), those it reported and those with news the edge must get though
- * it reported nothing: fenced ones, open ones with a fenced budget and, within one TTL of a
- * minute's end (a day ends with a minute), open ones holding room of a window not started yet.
+ * it reported nothing: fenced ones, open ones with a fenced budget, open ones on an account whose
+ * grant the edge got no answer to and, within nextWindowAheadMs of a minute's end (a day ends
+ * with a minute), open ones holding room of a window not started yet.
  * Without it (a lapsed or new session), every lease not closed and those reported.
  */
 function answeredLeases(
