@@ -85,6 +85,17 @@ describe("sparse accounts stay warm", () => {
     expect((await grantsCounted()) - before).toBe(1);
   });
 
+  it("admits a cold request without max_tokens on one GrantLease", async () => {
+    const { apiKey } = await signUp(system.url);
+    const before = await grantsCounted();
+    const res = await postChat(system.url, apiKey, { model: "demo-small", messages: chat.messages });
+    expect(res.status).toBe(200);
+    await res.text();
+    // Its worst case, at the model's output cap, is known only once the prompt is counted: the
+    // first grant lends room for it ahead, so the second step needs no grant of its own.
+    expect((await grantsCounted()) - before).toBe(1);
+  });
+
   it(
     `makes at most one grant per account per minute for ${ACCOUNTS} accounts each sending every ${EVERY_MS / 1000} s`,
     async () => {

@@ -40,6 +40,13 @@ export interface AdmitNeed {
    * so it makes one round trip, not a second one for its worst case.
    */
   atLeast?: { credit: bigint; tokens: bigint };
+  /**
+   * The credit its worst case is likely to take (a request without max_tokens: at the model's
+   * output cap), for a cold grant's sizing only: the grant lends that much ahead when the account
+   * has it, so step two is admitted from memory, but covers no more than `atLeast` (an account
+   * that cannot pay the model's cap is served a smaller one, against the whole account).
+   */
+  likelyCredit?: bigint;
 }
 
 /** A request's worst case: credit (micro-USD), tokens, and the output cap per choice it means. */
@@ -69,6 +76,8 @@ interface InHand {
   credit: bigint;
   tokens: bigint;
   minCredit: bigint;
+  /** AdmitNeed.likelyCredit: demand for sizing, not cover (0 when not known). */
+  likelyCredit: bigint;
 }
 
 /**
@@ -192,6 +201,7 @@ export class LeaseTable {
       credit: need.atLeast?.credit ?? 0n,
       tokens: need.atLeast?.tokens ?? 0n,
       minCredit: 0n,
+      likelyCredit: need.likelyCredit ?? 0n,
     };
     return this.#admitting(need.accountId, need.tier, { subscriptionId, keyId }, inHand, () => {
       const lease = this.#leases.get(need.accountId);
@@ -237,7 +247,13 @@ export class LeaseTable {
     const { subscriptionId, keyId } = ticket;
     const worstCaseOn = typeof wanted === "function" ? wanted : () => wanted;
     const first = worstCaseOn(ticket.lease);
-    const inHand = { requests: 0n, credit: first.credit, tokens: first.tokens, minCredit: fit?.min ?? 0n };
+    const inHand = {
+      requests: 0n,
+      credit: first.credit,
+      tokens: first.tokens,
+      minCredit: fit?.min ?? 0n,
+      likelyCredit: 0n,
+    };
     let granted = false;
     return this.#admitting(accountId, tier, { subscriptionId, keyId }, inHand, (crossing) => {
       const current = this.#leases.get(accountId);
@@ -316,6 +332,7 @@ export class LeaseTable {
         pending.inHand.requests += inHand.requests;
         pending.inHand.credit += inHand.credit;
         pending.inHand.tokens += inHand.tokens;
+        pending.inHand.likelyCredit += inHand.likelyCredit;
       }
       let granted;
       try {
@@ -653,11 +670,14 @@ export class LeaseTable {
 
 /**
  * The demand a GrantLease sizes by: the lease's as last measured (or the request in hand when
- * the edge has none), and for a subscription's request its budget's tokens, which billing reads
- * when `subscription_id` names the budget it grows (so a warm subscriber gets room ahead too).
+ * the edge has none), its credit at least the likely worst case of the requests in hand, and for
+ * a subscription's request its budget's tokens, which billing reads when `subscription_id` names
+ * the budget it grows (so a warm subscriber gets room ahead too).
  */
 function demandFor(report: LeaseReport | undefined, inHand: InHand, subscriptionId: string): LeaseNeed {
-  const account = report?.demandPerSecond ?? { creditMicros: inHand.credit, requests: inHand.requests, tokens: 0n };
+  const measured = report?.demandPerSecond ?? { creditMicros: inHand.credit, requests: inHand.requests, tokens: 0n };
+  const credit = measured.creditMicros > inHand.likelyCredit ? measured.creditMicros : inHand.likelyCredit;
+  const account = { ...measured, creditMicros: credit };
   if (!subscriptionId) return { ...account, tokens: 0n, subscriptionId: "", keyId: "" };
   const budget = report?.budgetDemand.find((d) => d.subscriptionId === subscriptionId);
   return {
