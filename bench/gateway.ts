@@ -9,7 +9,8 @@
  * 0. A fresh database and NATS prefix; accounts, billing, registry and the edge as separate
  *    processes on free ports (logs in logs/bench-gateway-<time>/), the upstream is hoster-server's
  *    demo model; a `bench` tier without practical limits; BENCH_ACCOUNTS accounts signed up
- *    through POST /v1/accounts and topped up through the admin API. Connection i uses key i % N.
+ *    through POST /v1/accounts and topped up through the admin API. Every request takes the next
+ *    account's key in turn, whatever its connection (load.ts, `key`).
  * 1. Added latency: 1 connection, non-streaming, short completion (p50/p90/p99/mean, "added" =
  *    target − direct).
  * 2. Throughput: 64 connections, non-streaming, short completion (requests/s, percentiles, errors).
@@ -18,6 +19,9 @@
  * 4. Arrivals: the same streams started at a steady BENCH_ARRIVAL_RATE per second for
  *    BENCH_ARRIVAL_SECONDS, open loop (each on schedule whether or not earlier ones have finished):
  *    completed, TTFT, CPU per stream, how late the load generator started them.
+ * 6. Sparse accounts (ours only, between 2 and 3, on short answers): BENCH_SPARSE_ACCOUNTS more
+ *    accounts each sending one request every BENCH_SPARSE_EVERY_SECONDS for BENCH_SPARSE_SECONDS
+ *    (bench/gateway/sparse.ts): how many GrantLease calls billing made, per account per minute.
  * 5. Correctness, after each scenario that loaded our system: every request it was sent compared
  *    with billing's usage records, leases, wallets and ledger (bench/gateway/verify.ts).
  * Each measured run follows an unmeasured warm-up (its requests to ours are still verified). The
@@ -44,6 +48,9 @@
  *   BENCH_STREAMS_PEER             1       also run scenarios 3–4 against the peer (0: skip)
  *   BENCH_STREAM_PRECONNECT        1       scenario 3: open the streams' connections before the measured
  *                                          run (0: each stream connects as it starts; see streams.ts)
+ *   BENCH_SPARSE_ACCOUNTS          1000    scenario 6: accounts (made besides BENCH_ACCOUNTS)
+ *   BENCH_SPARSE_EVERY_SECONDS     5       scenario 6: each account's interval between requests
+ *   BENCH_SPARSE_SECONDS           60      scenario 6: how long each account sends (0: skip it)
  *   BENCH_SETTLE_TIMEOUT_SECONDS   90      how long scenario 5 waits for billing to settle
  *   BENCH_RSS_SAMPLE_MS            100     RSS sampling interval
  *   BENCH_TOPUP_USD                1000    credit added to each bench account
@@ -79,6 +86,7 @@ import { goals } from "./gateway/targets.ts";
 import { freePort } from "@mkt/testkit/ports";
 import { MODEL_PRICES, System, type Account } from "./gateway/system.ts";
 import { Verifier } from "./gateway/verify.ts";
+import { grantsCounted, sparseAccounts } from "./gateway/sparse.ts";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const startedAt = new Date().toISOString();
@@ -158,7 +166,7 @@ function targets(accounts: readonly Account[]): Record<TargetName, () => Target>
       origin: system.edgeUrl,
       path: CHAT_PATH,
       healthPath: "/healthz",
-      headers: (connection) => ({ authorization: `Bearer ${accounts[connection % accounts.length]!.apiKey}` }),
+      headers: (key) => ({ authorization: `Bearer ${accounts[key % accounts.length]!.apiKey}` }),
     }),
     peer: () => ({
       name: "peer",
@@ -382,6 +390,45 @@ async function streamScenario(
   return runs;
 }
 
+/** Scenario 6: sparse accounts on ours, each on its own key (`key` = its index in `accounts`). */
+async function sparseScenario(accounts: readonly Account[]): Promise<void> {
+  const target = targets(accounts).ours();
+  const pool = openPool(target, 128);
+  try {
+    const before = await grantsCounted(system.billingMetricsUrl);
+    const started = performance.now();
+    const records = await sparseAccounts(pool, target, {
+      accounts: accounts.length,
+      everyMs: config.sparseEverySeconds * 1000,
+      durationMs: config.sparseSeconds * 1000,
+      body: chatBody(config.model, false),
+      scenario: "sparse",
+    });
+    const grants = (await grantsCounted(system.billingMetricsUrl)) - before;
+    oursSent.push(...records);
+    const done = records.filter((r) => r.status === 200 && r.complete);
+    // Each account sends one request per interval: an interval of traffic for each request.
+    const minutes = (Math.round(config.sparseSeconds / config.sparseEverySeconds) * config.sparseEverySeconds) / 60;
+    results.sparse = {
+      accounts: accounts.length,
+      everySeconds: config.sparseEverySeconds,
+      seconds: config.sparseSeconds,
+      requests: records.length,
+      completed: done.length,
+      latency: summarize(done.map((r) => r.latencyMs)),
+      grants,
+      grantsPerAccountPerMinute: grants / accounts.length / minutes,
+    };
+    step(
+      `sparse ours   ${done.length}/${records.length} complete in ${((performance.now() - started) / 1000).toFixed(1)} s, ` +
+        `latency p50 ${results.sparse.latency.p50.toFixed(2)} p99 ${results.sparse.latency.p99.toFixed(2)} ms; ` +
+        `${grants} GrantLease calls: ${results.sparse.grantsPerAccountPerMinute.toFixed(2)} per account per minute`,
+    );
+  } finally {
+    await pool.close();
+  }
+}
+
 async function verifyOurs(scenario: string): Promise<void> {
   if (!verifier) return;
   step(`checking ${oursSent.length} requests sent to ours against billing (scenario 5 after ${scenario})`);
@@ -399,8 +446,13 @@ try {
   step(`our system is ready at ${system.edgeUrl}`);
   const accounts = await system.createAccounts(config.accounts, topUpUsd);
   step(`${accounts.length} accounts signed up and topped up with $${topUpUsd} each`);
+  const sparse = wanted("ours") && config.sparseSeconds > 0;
+  const sparseOnes = sparse ? await system.createAccounts(config.sparseAccounts, topUpUsd) : [];
+  if (sparse) step(`${sparseOnes.length} more accounts for scenario 6 (sparse accounts)`);
   if (wanted("ours")) {
-    verifier = new Verifier(databaseUrl, accounts, config.model, MODEL_PRICES);
+    const accountOf = (r: RequestRecord) =>
+      r.scenario === "sparse" ? sparseOnes[r.key]! : accounts[r.key % accounts.length]!;
+    verifier = new Verifier(databaseUrl, [...accounts, ...sparseOnes], accountOf, config.model, MODEL_PRICES);
     await verifier.connect();
   }
   if (wanted("peer")) {
@@ -421,6 +473,15 @@ try {
     make,
   );
   if (wanted("ours")) await verifyOurs("throughput");
+
+  if (sparse) {
+    step(
+      `scenario 6: sparse accounts, ${sparseOnes.length} each sending one request every ${config.sparseEverySeconds} s ` +
+        `for ${config.sparseSeconds} s (ours only)`,
+    );
+    await sparseScenario(sparseOnes);
+    await verifyOurs("sparse");
+  }
 
   // Scenarios 3–4 restart the upstream on the same port with a paced, longer answer (system.ts).
   await system.startModel({ completionTokens: config.streamTokens, tokensPerSecond: config.streamTokensPerSecond });

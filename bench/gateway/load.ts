@@ -14,16 +14,22 @@ export interface Target {
   path: string;
   /** A cheap GET on the same server, used to open connections before a measured run. */
   healthPath: string;
-  /** Headers of the n-th connection's requests (ours spreads its accounts' keys over them). */
-  headers(connection: number): Record<string, string>;
+  /** Headers of the request with key slot `key` (ours sends it with account `key % accounts`). */
+  headers(key: number): Record<string, string>;
 }
 
 export interface RequestRecord {
   target: TargetName;
   scenario: string;
   warmup: boolean;
-  /** Which connection (worker) sent it: ours used key `connection % accounts`. */
+  /** Which connection (worker) sent it. */
   connection: number;
+  /**
+   * Its key slot: ours sent it with account `key % accounts`. Every request takes the next slot,
+   * so an account's requests are spread in time among the others', as a marketplace's are (a
+   * connection keeping one account would make every account a busy one).
+   */
+  key: number;
   /** performance.now() when sent, ms. */
   start: number;
   latencyMs: number;
@@ -67,13 +73,25 @@ export function openPool(target: Target, connections: number): Pool {
 export const headerOf = (value: string | string[] | undefined): string | undefined =>
   Array.isArray(value) ? value[0] : value;
 
-/** The record of one request about to be sent: nothing known yet but when it started. */
-export function newRecord(target: Target, connection: number, scenario: string, warmup: boolean): RequestRecord {
+let nextKey = 0;
+
+/**
+ * The record of one request about to be sent: nothing known yet but when it started, and its key
+ * slot (the next one, unless the caller picks it).
+ */
+export function newRecord(
+  target: Target,
+  connection: number,
+  scenario: string,
+  warmup: boolean,
+  key = nextKey++,
+): RequestRecord {
   return {
     target: target.name,
     scenario,
     warmup,
     connection,
+    key,
     start: performance.now(),
     latencyMs: 0,
     status: 0,
@@ -85,12 +103,12 @@ export function newRecord(target: Target, connection: number, scenario: string, 
   };
 }
 
-/** POSTs a chat body to the target as connection `connection` (its key, its headers). */
-export function postChat(pool: Pool, target: Target, connection: number, body: string, signal?: AbortSignal) {
+/** POSTs a chat body to the target with the headers of key slot `key`. */
+export function postChat(pool: Pool, target: Target, key: number, body: string, signal?: AbortSignal) {
   return pool.request({
     method: "POST",
     path: target.path,
-    headers: { "content-type": "application/json", ...target.headers(connection) },
+    headers: { "content-type": "application/json", ...target.headers(key) },
     body,
     signal,
   });
@@ -104,11 +122,12 @@ export async function sendOne(
   body: string,
   scenario: string,
   warmup: boolean,
+  key?: number,
 ): Promise<RequestRecord> {
-  const record = newRecord(target, connection, scenario, warmup);
+  const record = newRecord(target, connection, scenario, warmup, key);
   const start = record.start;
   try {
-    const res = await postChat(pool, target, connection, body);
+    const res = await postChat(pool, target, record.key, body);
     record.status = res.statusCode;
     record.requestId = headerOf(res.headers["x-request-id"]);
     const text = await res.body.text();

@@ -41,6 +41,19 @@ export interface StreamRun {
   arrivalLag?: Summary;
 }
 
+export interface SparseRun {
+  accounts: number;
+  everySeconds: number;
+  seconds: number;
+  requests: number;
+  completed: number;
+  latency: Summary;
+  /** GrantLease calls billing granted during the run (mkt_lease_grants_total). */
+  grants: number;
+  /** grants ÷ accounts ÷ each account's minutes of traffic. */
+  grantsPerAccountPerMinute: number;
+}
+
 export interface Results {
   startedAt: string;
   settings: Record<string, unknown>;
@@ -52,6 +65,8 @@ export interface Results {
   arrivals: Partial<Record<TargetName, StreamRun>>;
   /** Our processes during the streams started at once. */
   rss?: RssPeaks;
+  /** Sparse accounts (ours only): how often their requests went to billing for a grant. */
+  sparse?: SparseRun;
   verdicts: Verdict[];
   goals: Goal[];
 }

@@ -26,7 +26,7 @@ async function oneStream(
   const record = newRecord(target, connection, scenario, warmup);
   const start = record.start;
   try {
-    const res = await postChat(pool, target, connection, body, AbortSignal.timeout(timeoutMs));
+    const res = await postChat(pool, target, record.key, body, AbortSignal.timeout(timeoutMs));
     record.status = res.statusCode;
     record.requestId = headerOf(res.headers["x-request-id"]);
     if (res.statusCode !== 200) {

@@ -52,6 +52,8 @@ export class System {
   edgeUrl = "";
   /** Where the edge and the registry expose their Prometheus metrics. */
   metrics: MetricsSources = { edge: "", registry: "" };
+  /** Billing's Prometheus metrics (its lease grants, for the sparse accounts' scenario). */
+  billingMetricsUrl = "";
   modelUrl = "";
   private modelPort = 0;
   private readonly options: SystemOptions;
@@ -190,6 +192,7 @@ export class System {
     );
     this.edgeUrl = `http://127.0.0.1:${edge}`;
     this.metrics = { edge: `${this.edgeUrl}/metrics`, registry: `http://127.0.0.1:${registryMetrics}/metrics` };
+    this.billingMetricsUrl = `http://127.0.0.1:${billingMetrics}/metrics`;
     if (!(await waitForHttp(`${this.edgeUrl}/readyz`, 90_000))) throw new Error("the edge did not become ready");
   }
 

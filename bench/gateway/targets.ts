@@ -18,6 +18,10 @@ export const TARGET_SCENARIOS = {
   /** New streams per second, and for how long. */
   arrivalRate: 100,
   arrivalSeconds: 10,
+  /** Sparse accounts: each sends one request every so often, for so long. */
+  sparseAccounts: 1000,
+  sparseEverySeconds: 5,
+  sparseSeconds: 60,
 } as const;
 
 /** The limits: ratios are ours ÷ the peer's (added figures: minus the direct call's). */
@@ -28,6 +32,7 @@ export const LIMITS = {
   cpuPerStreamVsPeer: 1.0,
   billingPostgresCpuMsPerRequest: 0.3,
   edgeRegistryRssMb: 700,
+  sparseGrantsPerAccountPerMinute: 1,
 } as const;
 
 export interface Goal {
@@ -45,6 +50,7 @@ const L = LIMITS;
 const thousands = (n: number) => n.toLocaleString("en");
 const BURST = `${thousands(S.streams)} streams at once`;
 const ARRIVALS = `${S.arrivalRate} new streams per second for ${S.arrivalSeconds} s`;
+const SPARSE = `${thousands(S.sparseAccounts)} accounts each sending one request every ${S.sparseEverySeconds} s for ${S.sparseSeconds} s`;
 
 const fmt = (n: number | undefined, digits = 1) =>
   n === undefined || !Number.isFinite(n)
@@ -104,6 +110,13 @@ const arrivalsCaveat = (c: BenchConfig) =>
   c.arrivalRate === S.arrivalRate && c.arrivalSeconds === S.arrivalSeconds
     ? undefined
     : `run at ${c.arrivalRate}/s for ${c.arrivalSeconds} s (BENCH_ARRIVAL_RATE, BENCH_ARRIVAL_SECONDS)`;
+
+const sparseCaveat = (c: BenchConfig) =>
+  c.sparseAccounts === S.sparseAccounts &&
+  c.sparseEverySeconds === S.sparseEverySeconds &&
+  c.sparseSeconds === S.sparseSeconds
+    ? undefined
+    : `run with ${thousands(c.sparseAccounts)} accounts every ${c.sparseEverySeconds} s for ${c.sparseSeconds} s (BENCH_SPARSE_*)`;
 
 const TARGETS: TargetSpec[] = [
   {
@@ -183,6 +196,18 @@ const TARGETS: TargetSpec[] = [
       };
     },
     caveat: burstCaveat,
+  },
+  {
+    target: `${SPARSE}: GrantLease calls ≤ ${fmt(L.sparseGrantsPerAccountPerMinute)} per account per minute, 0 errors`,
+    judge({ sparse }) {
+      if (!sparse) return UNMEASURED;
+      const errors = sparse.requests - sparse.completed;
+      return {
+        value: `${fmt(sparse.grantsPerAccountPerMinute, 2)} (${thousands(sparse.grants)} grants, ${thousands(sparse.requests)} requests), ${errors} errors`,
+        pass: sparse.grantsPerAccountPerMinute <= L.sparseGrantsPerAccountPerMinute && errors === 0,
+      };
+    },
+    caveat: sparseCaveat,
   },
 ];
 

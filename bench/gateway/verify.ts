@@ -15,9 +15,10 @@
  *   - no response, or a 200 cut short on the client's side: at most one record, either outcome
  *     (the upstream may have finished before the cut reached it).
  * And for the whole database: no usage record the load generator did not send (beyond requests
- * that never got an x-request-id back), no admission lease still holding credit once the load is
- * quiet (the edges return idle leases), no wallet with held_micros ≠ 0 and each wallet's hold the
- * sum of its leases', every journal entry balanced, and per account: the customer ledger
+ * that never got an x-request-id back), once the load is quiet no closed lease still holding
+ * credit and every open one holding exactly its unspent credit (granted − settled: an idle lease
+ * stays open for LEASE_IDLE_MS keeping about one request's worth), each wallet's hold the sum of
+ * its leases', every journal entry balanced, and per account: the customer ledger
  * postings add up to the wallet's posted balance, and the usage debits to the sum of its usage
  * records' cost.
  */
@@ -56,20 +57,34 @@ interface UsageRow {
 
 const MAX_LISTED = 5;
 
+/**
+ * Leases holding other than they should once every request settled: a closed one nothing; an
+ * open or fenced one its credit granted less what settled (the room it keeps for the account's
+ * next requests, not spent: the shown balance leaves it out).
+ */
+const HOLDING_TOO_MUCH = `select count(*) as n from leases l
+  where l.held_micros <> case when l.status = 'closed' then 0 else coalesce((select a.granted from lease_allowances a
+    where a.lease_id = l.id and a.resource = 'credit'), 0) - l.settled_micros end`;
+
 export class Verifier {
   private readonly db: pg.Client;
 
   private readonly accounts: readonly Account[];
+  private readonly accountOf: (r: RequestRecord) => Account;
   private readonly model: string;
   private readonly prices: { input: bigint; output: bigint };
 
   constructor(
     databaseUrl: string,
+    /** Every account the bench made (each has a wallet). */
     accounts: readonly Account[],
+    /** The account whose key a request was sent with. */
+    accountOf: (r: RequestRecord) => Account,
     model: string,
     prices: { input: bigint; output: bigint },
   ) {
     this.accounts = accounts;
+    this.accountOf = accountOf;
     this.model = model;
     this.prices = prices;
     this.db = new pg.Client({ connectionString: databaseUrl, options: "-c search_path=billing" });
@@ -90,14 +105,14 @@ export class Verifier {
 
   /**
    * Waits until billing has settled every request that must have a record and no lease holds
-   * credit: the edges return their leases once idle (2 LEASE_TTL_MS), which leaves each holding
-   * only what was admitted and not yet settled.
+   * more than it should once they have (HOLDING_TOO_MUCH): a closed lease nothing, an open one
+   * its unspent credit.
    */
   private async settled(required: number, timeoutMs: number): Promise<{ ok: boolean; seconds: number }> {
     const started = performance.now();
     for (;;) {
       const records = await this.count(`select count(*) as n from usage_records`);
-      const held = await this.count(`select count(*) as n from leases where held_micros <> 0`);
+      const held = await this.count(HOLDING_TOO_MUCH);
       if (records >= required && held === 0) return { ok: true, seconds: (performance.now() - started) / 1000 };
       if (performance.now() - started > timeoutMs) {
         console.log(`  settlement timed out: ${records} usage records (≥ ${required} expected), ${held} held`);
@@ -143,7 +158,7 @@ export class Verifier {
       if (sentIds.has(r.requestId)) problem("request id seen twice", r.requestId);
       sentIds.add(r.requestId);
       const row = byId.get(r.requestId);
-      const account = this.accounts[r.connection % this.accounts.length]!;
+      const account = this.accountOf(r);
       if (row && row.account_id !== account.accountId) {
         problem("wrong account", `${r.requestId}: ${row.account_id}, sent with the key of ${account.accountId}`);
       }
@@ -216,13 +231,11 @@ export class Verifier {
   }
 
   private async checkBooks(problem: (kind: string, detail: string) => void): Promise<void> {
-    const leasing = await this.count(`select count(*) as n from leases where held_micros <> 0`);
-    if (leasing) problem("leases still holding credit", String(leasing));
+    const leasing = await this.count(HOLDING_TOO_MUCH);
+    if (leasing) problem("leases holding other than their unspent credit", String(leasing));
     const unmatched = await this.count(`select count(*) as n from wallets w where w.held_micros <>
       coalesce((select sum(l.held_micros) from leases l where l.account_id = w.account_id), 0)`);
     if (unmatched) problem("wallet held ≠ its leases' holds", String(unmatched));
-    const holding = await this.count(`select count(*) as n from wallets where held_micros <> 0`);
-    if (holding) problem("wallets with held_micros ≠ 0", String(holding));
     const unbalanced = await this.count(`select count(*) as n from (select entry_id from ledger_postings
       group by entry_id having sum(amount_micros) <> 0) e`);
     if (unbalanced) problem("unbalanced journal entries", String(unbalanced));

@@ -15,6 +15,7 @@ import {
 } from "@mkt/runtime/config";
 import { tlsSpecs } from "@mkt/runtime/service-tls";
 import { defaultEdgeId, EDGE_ID_PATTERN } from "./edge-id.ts";
+import { DEFAULT_LEASE_IDLE_MS } from "./leases/lease-table.ts";
 
 /** Comma-separated IPs or CIDRs (e.g. "10.0.0.0/8,127.0.0.1"); empty trusts no proxy. */
 const proxyList = makeValidator<string[]>((value) =>
@@ -63,6 +64,11 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       // no lease call has been answered for this long end with an error event, since billing
       // releases what this edge's leases hold at their deadline + this.
       EDGE_ISOLATION_MS: intBetween(1_000, 24 * 3600_000)({ default: 60_000 }),
+      // A lease with nothing admitted and nothing in flight this long is returned to billing with
+      // its final totals; until then the heartbeat keeps it open at no per-lease cost, so an
+      // account sending now and then is admitted in memory. Its credit beyond one request's worst
+      // case goes back after 2 TTL idle (docs/leases.md).
+      LEASE_IDLE_MS: intBetween(0, 3_600_000)({ default: DEFAULT_LEASE_IDLE_MS }),
       // Hops whose X-Forwarded-For is believed (Envoy); everyone else is their socket address.
       TRUSTED_PROXIES: proxyList({ default: [] }),
       // Chat prompts can be long; Fastify's 1 MiB default would refuse big contexts.

@@ -58,6 +58,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const leases: LeaseTable = new LeaseTable({
     billing: backends.billing,
     ttlMs: config.LEASE_TTL_MS,
+    idleMs: config.LEASE_IDLE_MS,
     log,
     edgeId,
     isolation,

@@ -8,6 +8,7 @@ const room = (allowanceId: string, resource: LeaseResource, granted: bigint): Le
   granted,
   startsInMs: 0n,
   validForMs: 2_000n,
+  endsInMs: 0n,
 });
 
 function state(credit: bigint, slots: bigint): LeaseState {

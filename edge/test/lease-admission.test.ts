@@ -12,6 +12,7 @@ const room = (resource: LeaseResource, granted: bigint): LeaseRoom => ({
   granted,
   startsInMs: 0n,
   validForMs: 2_000n,
+  endsInMs: 0n,
 });
 
 function overageLease(included: bigint, pricingModel = "subscription_overage"): HeldLease {

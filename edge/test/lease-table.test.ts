@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { InterceptingCall, type Interceptor } from "@grpc/grpc-js";
+import { InterceptingCall, status as grpcStatus, type Interceptor } from "@grpc/grpc-js";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import type { ServiceTls } from "@mkt/runtime/service-tls";
@@ -12,7 +12,7 @@ import { TEST_NATS_URL } from "@mkt/testkit/env";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
 import { startTestBilling, type TestBilling } from "../../services/billing/test/billing-harness.ts";
-import { LeaseTable } from "../src/leases/lease-table.ts";
+import { LeaseTable, type LeaseBilling } from "../src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../src/leases/lease-recall.ts";
 import type { Ticket } from "../src/leases/lease-admission.ts";
 
@@ -73,18 +73,58 @@ function heldBackBilling(port: number) {
   };
 }
 
+/** A real billing client that loses every GrantLease reply: billing commits, the edge sees a failure. */
+function lostGrantsBilling(port: number): LeaseBilling {
+  const loser: Interceptor = (options, nextCall) => {
+    if (!options.method_definition.path.endsWith("/GrantLease")) return new InterceptingCall(nextCall(options));
+    return new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        next(metadata, {
+          onReceiveMetadata: (md, nextMd) => nextMd(md),
+          // Passed on (grpc-js holds the status until the message is through), then failed.
+          onReceiveMessage: (message, nextMessage) => nextMessage(message),
+          onReceiveStatus: (status, nextStatus) =>
+            nextStatus({ ...status, code: grpcStatus.INTERNAL, details: "reply lost" }),
+        });
+      },
+    });
+  };
+  const client = createClient(BillingServiceClient, `127.0.0.1:${port}`, edgeTls, { interceptors: [loser] });
+  clients.push(client);
+  return promiseClient(client);
+}
+
 let t: TestBilling;
 let edgeTls: ServiceTls;
 let nc: NatsConnection;
 const clients: Array<{ close(): void }> = [];
 
-function edge(billing: TestBilling = t, now?: () => number) {
+function edge(billing: TestBilling = t, now?: () => number, idleMs?: number) {
   const counted = countedBilling(billing.billing.port);
   clients.push(counted.client);
+  // Every heartbeat and its reply, as they crossed the wire (the real billing answers them).
+  const beats: Array<{ reported: string[]; listed: string[] }> = [];
+  const recorded: LeaseBilling = {
+    grantLease: (...args) => counted.billing.grantLease(...args),
+    returnLeases: (...args) => counted.billing.returnLeases(...args),
+    async heartbeat(...args: Parameters<typeof counted.billing.heartbeat>) {
+      const reply = await counted.billing.heartbeat(...args);
+      beats.push({ reported: args[0].leases.map((l) => l.leaseId), listed: reply.leases.map((l) => l.leaseId) });
+      return reply;
+    },
+  };
   return {
     ...counted,
-    table: new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing: counted.billing, ttlMs: TTL, log, now }),
+    beats,
+    table: new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing: recorded, ttlMs: TTL, log, now, idleMs }),
   };
+}
+
+/** `mkt_lease_grants_total{result="granted"}` on billing's metrics endpoint. */
+async function grantsCounted(billing: TestBilling = t): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${billing.billing.metricsPort}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith('mkt_lease_grants_total{result="granted"}'));
+  return Number(line?.split(" ")[1] ?? NaN);
 }
 
 beforeAll(async () => {
@@ -367,6 +407,99 @@ describe("the edge's lease table against a real billing", () => {
     });
     // The new one is served.
     expect(await admitOne(next, accountId, "big", 100n)).not.toBeNull();
+  });
+
+  it("extends an idle lease by the session alone, shrinks its credit to one request, admits warm, returns it after LEASE_IDLE_MS", async () => {
+    let clock = 0;
+    const idleMs = 6 * TTL;
+    const { table, calls, beats } = edge(t, () => clock, idleMs);
+    const accountId = randomUUID();
+    // A burst lends the lease room for several requests ahead of demand.
+    for (let i = 0; i < 5; i++) table.release((await admitOne(table, accountId, "big", 100n))!);
+    const lease = table.leaseOf(accountId)!;
+    await table.beat();
+    expect(beats.at(-1)!.reported).toEqual([lease.leaseId]);
+    expect(lease.spare(lease.credit!)).toBeGreaterThan(100n);
+    const heldOf = async () =>
+      BigInt(
+        (
+          await t.query<{ held: string }>(`select held_micros::text as held from leases where id = $1`, [lease.leaseId])
+        )[0]!.held,
+      );
+    // Idle for 2 TTL: one report gives back the credit beyond one request's worst case (nothing
+    // settled here, so billing holds the 500 admitted and the 100 kept).
+    const counted = beats.length;
+    for (let i = 1; i <= 5; i++) {
+      clock = (i * TTL) / 2;
+      await table.beat();
+    }
+    const shrinking = beats.slice(counted).filter((b) => b.reported.length > 0);
+    expect(shrinking).toEqual([{ reported: [lease.leaseId], listed: [lease.leaseId] }]);
+    expect(lease.spare(lease.credit!)).toBe(100n);
+    expect(await heldOf()).toBe(600n);
+    // Then nothing of it goes to billing, nor comes back, beat after beat; it stays valid.
+    const quiet = beats.length;
+    for (let i = 0; i < 4; i++) {
+      clock += TTL / 2;
+      await table.beat();
+    }
+    expect(beats.slice(quiet)).toEqual(Array.from({ length: 4 }, () => ({ reported: [], listed: [] })));
+    expect(lease.usable(clock)).toBe(true);
+    const grants = calls.filter((c) => c === "GrantLease").length;
+    const warm = await admitOne(table, accountId, "big", 100n);
+    expect(warm?.lease).toBe(lease);
+    expect(calls.filter((c) => c === "GrantLease").length).toBe(grants);
+    table.release(warm!);
+    // LEASE_IDLE_MS after its last request it goes back with its final totals.
+    const admittedAt = clock;
+    while (clock - admittedAt <= idleMs) {
+      clock += TTL / 2;
+      await table.beat();
+    }
+    await table.beat(); // the reply that says it closed
+    expect(table.leaseOf(accountId)).toBeUndefined();
+    const [row] = await t.query<{ status: string }>(`select status from leases where id = $1`, [lease.leaseId]);
+    expect(row!.status).toBe("closed");
+    expect(await heldOf()).toBe(600n); // admitted, not settled here: held until it settles
+  });
+
+  it("makes one GrantLease for a burst of cold requests of one account, and admits them all", async () => {
+    const { table, calls } = edge();
+    const accountId = randomUUID();
+    const before = await grantsCounted();
+    const tickets = await Promise.all(Array.from({ length: 12 }, () => admitOne(table, accountId, "big", 100n)));
+    expect(tickets.every((ticket) => ticket !== null)).toBe(true);
+    expect(calls.filter((c) => c === "GrantLease")).toHaveLength(1);
+    expect((await grantsCounted()) - before).toBe(1);
+    expect(new Set(tickets.map((ticket) => ticket!.lease)).size).toBe(1);
+  });
+
+  it("answers a refused burst request by request: the balance pays some of them", async () => {
+    const { table } = edge();
+    const accountId = randomUUID();
+    // 0.01 USD pays three requests of 3,000 µ$, not the eight asked together.
+    const tickets = await Promise.all(Array.from({ length: 8 }, () => admitOne(table, accountId, "big", 3_000n)));
+    expect(tickets.filter((ticket) => ticket !== null)).toHaveLength(3);
+  });
+
+  it("gives back a lease billing opened for a grant whose reply was lost", async () => {
+    const table = new LeaseTable({
+      edgeId: `edge-${randomUUID()}`,
+      billing: lostGrantsBilling(t.billing.port),
+      ttlMs: TTL,
+      log,
+    });
+    const accountId = randomUUID();
+    await expect(admitOne(table, accountId, "big", 100n)).rejects.toMatchObject({ httpStatus: 503 });
+    const statusOf = async () =>
+      (await t.query<{ status: string }>(`select status from leases where account_id = $1`, [accountId])).map(
+        (row) => row.status,
+      );
+    expect(await statusOf()).toEqual(["open"]);
+    // The next heartbeat names the account; billing lists the lease, which the edge reports final.
+    await table.beat();
+    await table.beat();
+    expect(await statusOf()).toEqual(["closed"]);
   });
 
   it("heartbeats keep a lease valid past one TTL, and returnAll closes it", async () => {

@@ -41,7 +41,13 @@ describe("chat through edge → gRPC → upstream, with the official openai clie
     expect(prompt_tokens).toBeGreaterThan(0);
     expect(completion_tokens).toBeGreaterThan(0);
 
-    const usage = await waitForUsage<Usage>(system.url, apiKey, (u) => u.usage_30d.total_requests === 1);
+    // Settled, and the edge's report of the request admitted has reached billing: rate-limit
+    // figures trail admission by up to one heartbeat (the cold grant was made before admitting).
+    const usage = await waitForUsage<Usage>(
+      system.url,
+      apiKey,
+      (u) => u.usage_30d.total_requests === 1 && u.rate_limits.requests_today === 1,
+    );
     const cost = expectedCost(prompt_tokens, completion_tokens);
     expect(usage.usage_30d).toMatchObject({
       total_requests: 1,

@@ -39,6 +39,9 @@ beforeAll(async () => {
     // 100-token answers at 20 tokens/s: 5 s, long enough to act while one is streaming even on a
     // busy machine (a cold admission on the other edge recalls the first edge's lease first).
     model: { DEMO_COMPLETION_TOKENS: "100", DEMO_TOKENS_PER_SECOND: "20" },
+    // Idle leases close after 2 TTL (the system's TTL is 10 s), not the default minute: the test
+    // waits for nothing to stay held. idle-leases.test.ts checks the shown balance with the default.
+    edge: { LEASE_IDLE_MS: "20000" },
   });
   db = await openBillingDb(system.databaseUrl);
 });

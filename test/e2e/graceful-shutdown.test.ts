@@ -228,6 +228,9 @@ beforeAll(async () => {
       ...backends,
       ADMIN_TOKEN: adminToken,
       SHUTDOWN_GRACE_MS: "1000",
+      // Its idle leases go back after 2 TTL (not the default minute): the test waits for nothing
+      // to stay held while it runs (idle-leases.test.ts checks the shown balance with the default).
+      LEASE_IDLE_MS: "4000",
     }),
     log,
   );

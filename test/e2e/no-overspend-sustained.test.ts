@@ -38,7 +38,8 @@ beforeAll(async () => {
       // Neither rate window may be what refuses requests here: this test is about credit.
       TIERS: JSON.stringify({ free: { limit_per_minute: 10_000_000, limit_per_day: 100_000_000 } }),
     },
-    edge: { LEASE_TTL_MS: TTL_MS },
+    // Idle leases close after 2 TTL (not the default minute): nothing held once the load stops.
+    edge: { LEASE_TTL_MS: TTL_MS, LEASE_IDLE_MS: String(2 * Number(TTL_MS)) },
     model: { DEMO_COMPLETION_TOKENS: String(MAX_TOKENS), DEMO_TOKENS_PER_SECOND: "5000" },
   });
   db = await openBillingDb(system.databaseUrl);

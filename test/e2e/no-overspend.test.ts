@@ -29,6 +29,9 @@ beforeAll(async () => {
       TIERS: JSON.stringify({ free: { limit_per_minute: 1000, limit_per_day: 10_000 } }),
     },
     model: { DEMO_COMPLETION_TOKENS: String(MAX_TOKENS), DEMO_TOKENS_PER_SECOND: "4000" },
+    // Idle leases close after 2 TTL (the system's TTL is 10 s), not the default minute: the test
+    // waits for nothing to stay held. idle-leases.test.ts checks the shown balance with the default.
+    edge: { LEASE_IDLE_MS: "20000" },
   });
   db = await openBillingDb(system.databaseUrl);
 });

@@ -167,11 +167,20 @@ export async function expectNothingPastDeadline(
  */
 export const FAULT_LEASES = { leaseTtlMs: 2_000, maxRequestMs: 2_500, isolationMs: 12_000, slackMs: 3_000 } as const;
 
-/** FAULT_LEASES as the services' environment (edge, accounts and billing share the TTL). */
+/**
+ * FAULT_LEASES as the services' environment (edge, accounts and billing share the TTL). The
+ * edges return a lease idle for 2 TTL, not the default minute, so the checks that everything is
+ * released once traffic stops need not wait a minute (test/e2e/idle-leases.test.ts checks what a
+ * user is shown with the default).
+ */
 export const faultLeaseEnv = {
   /** Accounts' (it caches no lease). */
   ttl: { LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs) },
-  edge: { LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs), EDGE_ISOLATION_MS: String(FAULT_LEASES.isolationMs) },
+  edge: {
+    LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs),
+    EDGE_ISOLATION_MS: String(FAULT_LEASES.isolationMs),
+    LEASE_IDLE_MS: String(2 * FAULT_LEASES.leaseTtlMs),
+  },
   billing: {
     LEASE_TTL_MS: String(FAULT_LEASES.leaseTtlMs),
     MAX_REQUEST_MS: String(FAULT_LEASES.maxRequestMs),
@@ -208,8 +217,9 @@ export interface LeaseDeadlines {
 
 /**
  * Once traffic has stopped, waits until every lease is released with nothing held (wallet holds,
- * slots in flight): idle leases go final after 2 TTL, and a closed one is held MAX_REQUEST_MS
- * more; one never reported, EDGE_ISOLATION_MS past its deadline. Then checks none was released past its deadline (expectNothingPastDeadline). Returns how
+ * slots in flight): idle leases go final after 2 TTL (faultLeaseEnv.edge's LEASE_IDLE_MS), and a
+ * closed one is held MAX_REQUEST_MS more; one never reported, EDGE_ISOLATION_MS past its deadline.
+ * Then checks none was released past its deadline (expectNothingPastDeadline). Returns how
  * long after `quietAt` the last was released, with expectNothingPastDeadline's figures.
  */
 export async function expectAllReleased(databaseUrl: string, deadlines: LeaseDeadlines, quietAt: number) {

@@ -43,12 +43,31 @@ export function admitRequest(leases: LeaseTable, need: ChatNeed): Promise<Ticket
     (most, route) => max(most, costMicros(0n, output, route.inputPricePer1mMicros, route.outputPricePer1mMicros)),
     0n,
   );
+  // Without max_tokens the worst case is likely the model's output cap (or less when the prompt
+  // or the balance leaves less): a cold grant lends that ahead, so step two needs no second one.
+  const likely =
+    need.requested > 0n || need.subscriptionId
+      ? 0n
+      : need.routes.reduce(
+          (most, route) =>
+            max(
+              most,
+              costMicros(
+                0n,
+                route.maxOutputTokensCap * need.choices,
+                route.inputPricePer1mMicros,
+                route.outputPricePer1mMicros,
+              ),
+            ),
+          0n,
+        );
   return leases.admit({
     accountId: need.accountId,
     tier: need.tier,
     subscriptionId: need.subscriptionId,
     keyId: need.keyId,
     atLeast: { credit: need.subscriptionId ? 0n : credit, tokens: output },
+    likelyCredit: likely,
   });
 }
 

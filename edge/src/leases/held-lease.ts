@@ -23,6 +23,8 @@ export interface Room {
   usableFrom: number;
   /** Send time + valid_for_ms − margin: never trusted past the point billing's clock could be at. */
   validUntil: number;
+  /** Send time + ends_in_ms − margin: a session-only extension stops here (∞: no window end). */
+  windowEndsAt: number;
 }
 
 export interface Budget {
@@ -89,14 +91,26 @@ export class HeldLease {
   /** Tickets not released yet (requests whose registry call has not ended). */
   inFlight = 0;
   lastAdmittedAt: number;
-  /** Credit and requests admitted since the last heartbeat (this lease's demand). */
+  /** Credit and requests admitted since the last heartbeat that reported it (its demand). */
   demand = { credit: 0n, requests: 0n };
+  /** The demand of its last report that had any (a report at a window's end asks by it). */
+  lastDemand: { account: LeaseNeed; budgets: LeaseNeed[] } | undefined;
   /**
-   * A heartbeat lets billing take back slots beyond the requests in flight it reports, so from its
-   * send until a reply to it (or a later call) is applied, no more slots are taken than it
-   * reported. Kept when its reply is lost: billing may have applied it all the same.
+   * Admission or a release changed what its report says since its last report: a heartbeat
+   * carries only leases that changed (or have room to give back, or lapsed).
    */
-  pinnedSlots: { sequence: bigint; inFlight: Map<string, bigint> } | undefined;
+  changed = false;
+  /** The sequence of the last call that carried its report (a reply to it acknowledges it). */
+  lastReportSequence = 0n;
+  /** The largest credit worst case taken on it: what it keeps spare once idle. */
+  largestWorstCase = 0n;
+  /**
+   * A report lets billing take back room beyond what it says (slots beyond the requests in
+   * flight; an idle lease's credit beyond its kept spare), so from its send until a reply to it
+   * (or a later call) is applied, no more of those allowances is taken than it allowed: `caps`
+   * by allowance id. Kept when its reply is lost: billing may have applied it all the same.
+   */
+  pinned: { sequence: bigint; caps: Map<string, bigint> } | undefined;
 
   constructor(state: LeaseState, tier: string, createdAt: number) {
     this.leaseId = state.leaseId;
@@ -105,21 +119,49 @@ export class HeldLease {
     this.lastAdmittedAt = createdAt;
   }
 
-  /** Records the slots in flight a heartbeat about to be sent with `sequence` reports. */
-  pinSlots(sequence: bigint): void {
-    const inFlight = new Map<string, bigint>();
+  /**
+   * Pins what a report about to be sent with `sequence` lets billing take back: the slots in
+   * flight, and with `keepSpareCredit` the credit admitted plus that. A credit cap of an earlier
+   * report not answered yet stays (billing may have applied it).
+   */
+  pin(sequence: bigint, keepSpareCredit?: bigint): void {
+    const caps = new Map<string, bigint>();
     for (const budget of this.budgets.values()) {
       for (const r of budget.rooms)
-        if (r.resource === LeaseResource.LEASE_RESOURCE_SLOTS) inFlight.set(r.allowanceId, r.admitted);
+        if (r.resource === LeaseResource.LEASE_RESOURCE_SLOTS) caps.set(r.allowanceId, r.admitted);
     }
-    this.pinnedSlots = { sequence, inFlight };
+    if (this.credit) {
+      const earlier = this.pinned?.caps.get(this.credit.allowanceId);
+      const asked = keepSpareCredit === undefined ? undefined : this.credit.admitted + keepSpareCredit;
+      const cap = earlier === undefined || (asked !== undefined && asked < earlier) ? asked : earlier;
+      if (cap !== undefined) caps.set(this.credit.allowanceId, cap);
+    }
+    this.pinned = { sequence, caps };
   }
 
-  /** Room left in an allowance now (slots: lent minus in flight, within a pending heartbeat's report). */
+  /** Room left in an allowance now (granted minus admitted, within a pending report's caps). */
   spare(room: Room): bigint {
-    const pinned = this.pinnedSlots?.inFlight.get(room.allowanceId);
+    const pinned = this.pinned?.caps.get(room.allowanceId);
     const granted = pinned !== undefined && pinned < room.granted ? pinned : room.granted;
     return granted - room.admitted;
+  }
+
+  /**
+   * A heartbeat reply that does not list the lease: billing extended it by the edge's session
+   * alone (nothing of it changed there), so it is valid until the heartbeat's send time +
+   * `validForMs` − margin, and each room as long, never past its window's end.
+   */
+  extend(sentAt: number, validForMs: number, marginMs: number): void {
+    if (!this.open) return;
+    const until = sentAt + validForMs - marginMs;
+    if (until > this.validUntil) this.validUntil = until;
+    const rooms = [...(this.credit ? [this.credit] : []), ...this.rooms];
+    for (const budget of this.budgets.values()) if (budget.open) rooms.push(...budget.rooms);
+    for (const key of this.keyBudgets.values()) if (key.listed) rooms.push(...key.rooms);
+    for (const room of rooms) {
+      const roomUntil = Math.min(until, room.windowEndsAt);
+      if (roomUntil > room.validUntil) room.validUntil = roomUntil;
+    }
   }
 
   /**
@@ -135,7 +177,7 @@ export class HeldLease {
     }
     this.lastReplySequence = at.sequence;
     if (state.limitPerMinute > 0n) this.limitPerMinute = state.limitPerMinute;
-    if (this.pinnedSlots && at.sequence >= this.pinnedSlots.sequence) this.pinnedSlots = undefined;
+    if (this.pinned && at.sequence >= this.pinned.sequence) this.pinned = undefined;
     this.open &&= !this.finalSent && state.status === LeaseStatus.LEASE_STATUS_OPEN;
     this.validUntil = this.open ? at.sentAt + Number(state.validForMs) - at.marginMs : -Infinity;
     this.credit = state.credit ? mergeRooms(this.credit ? [this.credit] : [], [state.credit], at)[0] : undefined;
@@ -205,11 +247,16 @@ export class HeldLease {
   }
 
   /**
-   * The report a call carries: cumulative totals and demand per second since `since` (rounded
-   * up, so any demand asks for at least one unit). `final`: the edge admits nothing more on it.
+   * The report a call with `sequence` carries: cumulative totals and demand per second over
+   * `elapsedMs` (rounded up, so any demand asks for at least one unit). `final`: the edge
+   * admits nothing more on it. `nextWindow`: sent ahead of the end of a window it used, for the
+   * next one's room, so with no new demand it asks by its last demand (requests and tokens:
+   * credit has no window).
    */
-  report(final: boolean, elapsedMs: number): LeaseReport {
+  report(final: boolean, elapsedMs: number, sequence: bigint, nextWindow = false): LeaseReport {
     const ms = BigInt(Math.max(1, Math.round(elapsedMs)));
+    this.changed = false;
+    if (sequence > this.lastReportSequence) this.lastReportSequence = sequence;
     if (final) {
       this.finalSent = true;
       this.open = false;
@@ -222,22 +269,61 @@ export class HeldLease {
       subscriptionId,
       keyId: "",
     });
+    let account = need(this.demand.credit, this.demand.requests, 0n, "");
+    let budgets = [...this.budgets.values()]
+      .filter((b) => b.open)
+      .map((b) => need(0n, b.demand.requests, b.demand.tokens, b.subscriptionId));
+    if (account.requests > 0n) this.lastDemand = { account, budgets };
+    else if (nextWindow && this.lastDemand) {
+      account = { ...this.lastDemand.account, creditMicros: 0n };
+      budgets = this.lastDemand.budgets.filter((d) => this.budgets.get(d.subscriptionId)?.open);
+    }
     return {
       leaseId: this.leaseId,
       admitted: this.admittedTotals(),
       final,
-      demandPerSecond: need(this.demand.credit, this.demand.requests, 0n, ""),
-      budgetDemand: [...this.budgets.values()]
-        .filter((b) => b.open)
-        .map((b) => need(0n, b.demand.requests, b.demand.tokens, b.subscriptionId)),
-      // Set by the caller that pinned the slots for this very report (pinSlots).
+      demandPerSecond: account,
+      budgetDemand: budgets,
+      // Set by the caller that pinned the slots for this very report (pin).
       slotsPinned: false,
+      nextWindow,
     };
   }
 
   resetDemand(): void {
     this.demand = { credit: 0n, requests: 0n };
     for (const budget of this.budgets.values()) budget.demand = { requests: 0n, tokens: 0n };
+  }
+
+  /**
+   * A room of a minute or day window used in it and ending within `withinMs`, with no room of
+   * the next window yet: the lease must ask for the next window's room before the boundary (a
+   * request in the new window would otherwise go to billing).
+   */
+  windowEnding(now: number, withinMs: number): boolean {
+    const windowed = (rooms: readonly Room[]) =>
+      rooms.some(
+        (r) =>
+          r.resource !== LeaseResource.LEASE_RESOURCE_SLOTS &&
+          r.resource !== LeaseResource.LEASE_RESOURCE_INCLUDED_TOKENS &&
+          r.resource !== LeaseResource.LEASE_RESOURCE_KEY_CREDIT &&
+          r.admitted > 0n &&
+          now < r.windowEndsAt &&
+          r.windowEndsAt - now <= withinMs &&
+          !rooms.some((next) => next.resource === r.resource && next.windowEndsAt > r.windowEndsAt),
+      );
+    if (windowed(this.rooms)) return true;
+    for (const budget of this.budgets.values()) if (budget.open && windowed(budget.rooms)) return true;
+    return false;
+  }
+
+  /** Slots lent to an open budget beyond its requests in flight: a report gives them back. */
+  slotsToReturn(): boolean {
+    for (const budget of this.budgets.values()) {
+      for (const r of budget.rooms)
+        if (r.resource === LeaseResource.LEASE_RESOURCE_SLOTS && r.granted > r.admitted) return true;
+    }
+    return false;
   }
 
   /** Usable now: open and within its validity. */
@@ -253,12 +339,14 @@ export class HeldLease {
 function mergeRooms(held: Room[], rooms: readonly LeaseRoom[], at: ReplyTimes): Room[] {
   return rooms.map((r) => {
     const startsIn = Number(r.startsInMs);
+    const endsIn = Number(r.endsInMs);
     const fresh = {
       allowanceId: r.allowanceId,
       resource: r.resource,
       granted: r.granted,
       usableFrom: startsIn > 0 ? at.receivedAt + startsIn + at.marginMs : -Infinity,
       validUntil: at.sentAt + Number(r.validForMs) - at.marginMs,
+      windowEndsAt: endsIn > 0 ? at.sentAt + endsIn - at.marginMs : Infinity,
     };
     const mine = held.find((h) => h.allowanceId === r.allowanceId);
     return mine ? Object.assign(mine, fresh) : { ...fresh, admitted: 0n };

@@ -101,6 +101,7 @@ export function takeRequest(lease: HeldLease, subscriptionId: string, now: numbe
   for (const room of picked.ok) room.admitted += 1n;
   lease.inFlight += 1;
   lease.lastAdmittedAt = now;
+  lease.changed = true;
   lease.demand.requests += 1n;
   if (budget) budget.demand.requests += 1n;
   const slot = picked.ok.find((r) => r.resource === LeaseResource.LEASE_RESOURCE_SLOTS);
@@ -180,6 +181,8 @@ export function takeWorstCase(
   for (const [i, room] of picked.ok.entries()) room.admitted += wanted[i]![2];
   if (taken) taken.room.admitted += taken.take;
   lease.demand.credit += credit;
+  lease.changed = true;
+  if (credit > lease.largestWorstCase) lease.largestWorstCase = credit;
   if (budget) budget.demand.tokens += tokens;
   ticket.worstCaseMicros = credit;
   ticket.worstCaseTokens = tokens;

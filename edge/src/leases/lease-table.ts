@@ -9,6 +9,7 @@ import { HeldLease } from "./held-lease.ts";
 import { keyBudgetOf, takeRequest, takeWorstCase, type Attempt, type Ticket } from "./lease-admission.ts";
 import { nextBackoffMs } from "./heartbeat-backoff.ts";
 import type { IsolationWatch } from "./isolation-watch.ts";
+import { nextWindowAheadMs } from "@mkt/runtime/next-window";
 import type { Histogram } from "prom-client";
 
 export type LeaseBilling = Pick<PromiseClient<BillingServiceClient>, "grantLease" | "heartbeat" | "returnLeases">;
@@ -17,6 +18,8 @@ export interface LeaseTableOptions {
   billing: LeaseBilling;
   /** Billing's LEASE_TTL_MS (the edge's config must match it). */
   ttlMs: number;
+  /** LEASE_IDLE_MS: a lease with nothing admitted or in flight this long is returned. */
+  idleMs?: number;
   log: Logger;
   /** The edge's stable id (EDGE_ID), shared with its principal cache. */
   edgeId: string;
@@ -40,6 +43,13 @@ export interface AdmitNeed {
    * so it makes one round trip, not a second one for its worst case.
    */
   atLeast?: { credit: bigint; tokens: bigint };
+  /**
+   * The credit its worst case is likely to take (a request without max_tokens: at the model's
+   * output cap), for a cold grant's sizing only: the grant lends that much ahead when the account
+   * has it, so step two is admitted from memory, but covers no more than `atLeast` (an account
+   * that cannot pay the model's cap is served a smaller one, against the whole account).
+   */
+  likelyCredit?: bigint;
 }
 
 /** A request's worst case: credit (micro-USD), tokens, and the output cap per choice it means. */
@@ -69,7 +79,35 @@ interface InHand {
   credit: bigint;
   tokens: bigint;
   minCredit: bigint;
+  /** AdmitNeed.likelyCredit: demand for sizing, not cover (0 when not known). */
+  likelyCredit: bigint;
 }
+
+/**
+ * One GrantLease of an account (per key) and the requests it is for: while `joinable`, requests
+ * of the key running short add what they need to `inHand`, so a cold burst makes one grant sized
+ * for all of them (the `w` of the sizing rule is their sum) instead of one each.
+ */
+interface GrantBatch {
+  inHand: InHand;
+  members: number;
+  joinable: boolean;
+  done: Promise<{ includedCrossing: boolean }>;
+}
+
+/**
+ * LEASE_IDLE_MS's default: an account that sends a request now and then (every few seconds up to
+ * a minute) keeps its lease, extended by the heartbeat at no cost to billing, so its requests are
+ * admitted in memory instead of each waiting on a GrantLease.
+ */
+export const DEFAULT_LEASE_IDLE_MS = 60_000;
+
+/**
+ * Idle leases whose credit one heartbeat gives back, at most: the room they hold is no one's use
+ * and goes back a beat later just as well, while one heartbeat carrying every lease that went
+ * idle together (after a burst on many accounts) can take longer than its timeout to answer.
+ */
+const MAX_IDLE_SHRINKS_PER_BEAT = 32;
 
 /** How long a cold request waits for its GrantLease before it is answered 503. */
 const GRANT_TIMEOUT_MS = 10_000;
@@ -109,14 +147,21 @@ export class LeaseTable {
    * arrive (within a grant's timeout) and must not bring one back. Forgotten after FORGET_CLOSED_MS.
    */
   readonly #closed = new Map<string, number>();
-  /** One GrantLease in flight per account and subscription, shared by the requests waiting on it. */
-  readonly #granting = new Map<string, Promise<unknown>>();
+  /** One GrantLease in flight per account and key, shared by the requests waiting on it. */
+  readonly #granting = new Map<string, GrantBatch>();
   /**
    * 402/429 from billing, refused here until the next heartbeat reply sent after them, and for one
    * TTL at most: a top-up while heartbeats fail (a busy billing) must not leave the account
    * refused on a stale answer; past a TTL its next request asks billing again.
    */
   readonly #refused = new Map<string, { error: AppError; at: number; credit: bigint }>();
+  readonly #idleMs: number;
+  /**
+   * Accounts whose GrantLease got no answer (timed out, billing unreachable): billing may have
+   * opened a lease the edge never heard of. The next heartbeat names them and billing lists their
+   * leases, which the edge then gives back (#applyBeat).
+   */
+  readonly #unansweredGrants = new Set<string>();
   #lastBeatAt: number;
   #beatFailures = 0;
   #grantTimes: Pick<Histogram, "observe"> | undefined;
@@ -135,6 +180,7 @@ export class LeaseTable {
     this.marginMs = Math.max(10, Math.floor(options.ttlMs / 10));
     this.#log = options.log;
     this.#now = options.now ?? (() => performance.now());
+    this.#idleMs = options.idleMs ?? DEFAULT_LEASE_IDLE_MS;
     this.#lastBeatAt = this.#now();
   }
 
@@ -211,6 +257,7 @@ export class LeaseTable {
       credit: need.atLeast?.credit ?? 0n,
       tokens: need.atLeast?.tokens ?? 0n,
       minCredit: 0n,
+      likelyCredit: need.likelyCredit ?? 0n,
     };
     return this.#admitting(need.accountId, need.tier, { subscriptionId, keyId }, inHand, () => {
       const lease = this.#leases.get(need.accountId);
@@ -256,7 +303,13 @@ export class LeaseTable {
     const { subscriptionId, keyId } = ticket;
     const worstCaseOn = typeof wanted === "function" ? wanted : () => wanted;
     const first = worstCaseOn(ticket.lease);
-    const inHand = { requests: 0n, credit: first.credit, tokens: first.tokens, minCredit: fit?.min ?? 0n };
+    const inHand = {
+      requests: 0n,
+      credit: first.credit,
+      tokens: first.tokens,
+      minCredit: fit?.min ?? 0n,
+      likelyCredit: 0n,
+    };
     let granted = false;
     return this.#admitting(accountId, tier, { subscriptionId, keyId }, inHand, (crossing) => {
       const current = this.#leases.get(accountId);
@@ -306,6 +359,9 @@ export class LeaseTable {
     // Per key: one key's spend limit refuses that key, never the account's others.
     const key = `${accountId}/${on.subscriptionId}/${on.keyId}`;
     let crossing = false;
+    // A request that may shrink to what the account has (min_credit) asks alone: its grant's
+    // cover is computed for it. So does one whose shared grant was refused (below).
+    let alone = inHand.minCredit > 0n;
     for (let grants = 0; ;) {
       const tried = attempt(crossing);
       if ("ok" in tried) return tried.ok;
@@ -318,28 +374,83 @@ export class LeaseTable {
       if (refusal && this.#now() - refusal.at < this.ttlMs && refuses(refusal, inHand)) throw refusal.error;
       if (grants >= MAX_GRANTS_PER_REQUEST) throw unavailable(this.ttlMs, "The account's lease is contended");
       const pending = this.#granting.get(key);
-      if (pending) {
-        // Another request of this account is asking already: its grant is sized for the demand.
-        // Its refusal is its own (a step one refused 429 says nothing of a step two's credit):
+      if (pending && !(pending.joinable && !alone)) {
+        // Another request of this account is asking already and cannot take this one's need in:
+        // its refusal is its own (a step one refused 429 says nothing of a step two's credit), so
         // the loop looks again, and a refusal that applies to this request is cached by then.
-        await pending.catch(() => undefined);
+        await pending.done.catch(() => undefined);
         continue;
       }
       grants += 1;
-      const call = this.#grant(accountId, tier, on, inHand).finally(() => this.#granting.delete(key));
-      this.#granting.set(key, call);
-      // Only the request the grant was made for may cross: a request that waited on another's
-      // grant (above) asks for its own when it is short.
-      crossing = (await call).includedCrossing;
+      const batch = pending ?? this.#startGrant(key, accountId, tier, on, inHand, !alone);
+      if (pending) {
+        pending.members += 1;
+        pending.inHand.requests += inHand.requests;
+        pending.inHand.credit += inHand.credit;
+        pending.inHand.tokens += inHand.tokens;
+        pending.inHand.likelyCredit += inHand.likelyCredit;
+      }
+      let granted;
+      try {
+        granted = await batch.done;
+      } catch (err) {
+        // A grant for several requests refused says nothing of each alone (the account may pay
+        // some of them): each asks billing again for itself, as a request without a batch does.
+        if (batch.members > 1 && err instanceof AppError && isRefusal(err)) {
+          alone = true;
+          continue;
+        }
+        throw err;
+      }
+      // Only the request the grant was made for alone may cross its included-token line: one
+      // that shared it (or waited on another's, above) asks for its own when it is short.
+      crossing = batch.members === 1 && granted.includedCrossing;
+      if (granted.includedCrossing && batch.members > 1) alone = true;
     }
   }
 
-  /** The cold or short path: one GrantLease covering the request in hand (DESIGN.md §2.3). */
+  /**
+   * Starts the account's GrantLease for the request in hand. When `joinable`, the call goes out
+   * after this turn of the event loop: the other requests of the key that run short meanwhile (a
+   * burst on a cold account, all waiting on one authentication) join it instead of each making
+   * one; a turn costs microseconds against the grant's round trip.
+   */
+  #startGrant(
+    key: string,
+    accountId: string,
+    tier: string,
+    on: { subscriptionId: string; keyId: string },
+    inHand: InHand,
+    joinable: boolean,
+  ): GrantBatch {
+    const batch: GrantBatch = {
+      inHand: { ...inHand },
+      members: 1,
+      joinable,
+      done: Promise.resolve({ includedCrossing: false }),
+    };
+    batch.done = (async () => {
+      if (joinable) await new Promise((resolve) => setImmediate(resolve));
+      batch.joinable = false;
+      return this.#grant(accountId, tier, on, batch.inHand, batch.members);
+    })().finally(() => {
+      if (this.#granting.get(key) === batch) this.#granting.delete(key);
+    });
+    this.#granting.set(key, batch);
+    return batch;
+  }
+
+  /**
+   * The cold or short path: one GrantLease covering the requests in hand (DESIGN.md §2.3). A
+   * refusal is cached for the key only when the grant was for one request: a batch's says
+   * nothing of each of its requests alone.
+   */
   async #grant(
     accountId: string,
     tier: string,
     on: { subscriptionId: string; keyId: string },
     inHand: InHand,
+    members = 1,
   ): Promise<{ includedCrossing: boolean }> {
     const { subscriptionId, keyId } = on;
     const key = `${accountId}/${subscriptionId}/${keyId}`;
@@ -348,7 +459,6 @@ export class LeaseTable {
     const held = this.#leases.get(accountId) ?? this.#retiredOf(accountId);
     const sequence = this.nextSequence();
     const sentAt = this.#now();
-    const elapsed = sentAt - this.#lastBeatAt;
     // A lease billing fenced, or one the edge retired, goes final with the grant (billing then
     // makes a new one). One merely past its validity (a slow heartbeat) is not: the grant's reply
     // renews it if billing still holds it open, or says it is fenced (the session lapsed).
@@ -359,8 +469,8 @@ export class LeaseTable {
     // (at no cost), so billing may take back the ones lent beyond it when it fences the lease for
     // a lapsed session; otherwise they would keep the subscription's next grant at its limit.
     const pinned = held !== undefined && !final && !held.usable(sentAt);
-    if (pinned) held.pinSlots(sequence);
-    const report = held && { ...held.report(final, elapsed), slotsPinned: pinned };
+    if (pinned) held.pin(sequence);
+    const report = held && { ...held.report(final, sentAt - this.#lastBeatAt, sequence), slotsPinned: pinned };
     if (held && final) this.#retire(held);
     let state: LeaseState | undefined;
     let includedCrossing: boolean;
@@ -397,11 +507,12 @@ export class LeaseTable {
       this.#grantTimes?.observe((this.#now() - sentAt) / 1000);
       const error = AppError.fromGrpc(err);
       if (error.code === "edge_superseded") throw this.#supersede(error);
-      if (error.httpStatus === 402 || error.httpStatus === 429) {
-        this.#refused.set(key, { error, at: sentAt, credit: creditNeeded(inHand) });
+      if (isRefusal(error)) {
+        if (members === 1) this.#refused.set(key, { error, at: sentAt, credit: creditNeeded(inHand) });
         throw error;
       }
       if (error.httpStatus < 500) throw error;
+      this.#unansweredGrants.add(accountId);
       // Billing down or failing: never a 402/429 (DESIGN.md §2.3 Crashes).
       throw unavailable(this.ttlMs, "Billing is unavailable", error);
     }
@@ -453,35 +564,52 @@ export class LeaseTable {
   }
 
   /**
-   * One heartbeat (DESIGN.md §2.3): every lease's cumulative totals and demand; final for leases
-   * fenced, retired or idle (nothing admitted for 2 TTL and nothing in flight).
-   * Only replies newer than the last applied to a lease change it. Skipped during back-off.
+   * One heartbeat (DESIGN.md §2.3): the reports of the leases that need one (reportReason), final
+   * for leases fenced, retired or idle (nothing admitted and nothing in flight for LEASE_IDLE_MS).
+   * Every other open lease is extended by the reply's session validity alone, at no cost to
+   * billing: an account sending now and then stays warm. Only replies newer than the last applied
+   * to a lease change it. Skipped during back-off.
    */
   async beat(): Promise<void> {
     const now = this.#now();
     if (now < this.#nextBeatAt || this.#superseded) return;
     const all = [...this.#leases.values(), ...this.#retired.values()];
-    // With no lease left a heartbeat still goes while a refusal is cached: its reply lifts it. The
-    // first one goes at start: it takes this process's incarnation, so billing releases what an
-    // earlier process under the same edge id held at once, with no request needed.
-    if (all.length === 0 && this.#refused.size === 0 && this.#incarnation !== 0n) return;
+    // With no lease left a heartbeat still goes while a refusal is cached (its reply lifts it) or
+    // a grant went unanswered (its reply lists a lease made for it). The first one goes at start:
+    // it takes this process's incarnation, so billing releases what an earlier process under the
+    // same edge id held at once, with no request needed.
+    if (all.length === 0 && this.#refused.size === 0 && this.#unansweredGrants.size === 0 && this.#incarnation !== 0n)
+      return;
+    // A lease that admitted anything since the last beat is reported in this one (it changed):
+    // its demand is what it admitted over the time since that beat.
     const elapsed = now - this.#lastBeatAt;
     const sequence = this.nextSequence();
     const reports: LeaseReport[] = [];
+    const unreported: HeldLease[] = [];
+    let shrinks = 0;
     for (const lease of all) {
-      const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > 2 * this.ttlMs;
+      const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > this.#idleMs;
       // Past its validity is not final (see #grant): the reply renews it or says it is fenced.
       const final = !lease.open || idle || this.#retired.has(lease.leaseId);
       if (final && !this.#retired.has(lease.leaseId)) this.#retire(lease);
-      lease.pinSlots(sequence);
-      reports.push({ ...lease.report(final, elapsed), slotsPinned: true });
+      const nextWindow = !final && lease.windowEnding(now, this.#nextWindowWithinMs(lease));
+      const reason = final ? "final" : nextWindow ? "next window" : this.#reportReason(lease, now);
+      if (!reason || (reason === "idle credit" && shrinks++ >= MAX_IDLE_SHRINKS_PER_BEAT)) {
+        unreported.push(lease);
+        continue;
+      }
+      const keep = reason === "idle credit" ? lease.largestWorstCase : undefined;
+      lease.pin(sequence, keep);
+      const report = lease.report(final, elapsed, sequence, nextWindow);
+      reports.push({ ...report, slotsPinned: true, keepSpareCreditMicros: keep });
       lease.resetDemand();
     }
     this.#lastBeatAt = now;
+    const unanswered = [...this.#unansweredGrants];
     let reply;
     try {
       reply = await this.#billing.heartbeat(
-        { ...this.#caller(), sequence, leases: reports },
+        { ...this.#caller(), sequence, leases: reports, unansweredGrantAccounts: unanswered },
         { timeoutMs: Math.max(100, this.ttlMs / 2) },
       );
     } catch (err) {
@@ -498,10 +626,51 @@ export class LeaseTable {
     this.#answered(reply.incarnation, now);
     this.#beatFailures = 0;
     this.#nextBeatAt = -Infinity;
+    for (const accountId of unanswered) this.#unansweredGrants.delete(accountId);
     const at = { sequence, sentAt: now, receivedAt: this.#now(), marginMs: this.marginMs };
-    for (const state of reply.leases) this.#applyBeat(state, at);
+    const listed = new Set<string>();
+    for (const state of reply.leases) {
+      listed.add(state.leaseId);
+      this.#applyBeat(state, at);
+    }
+    // Valid at the send (so billing's session covered it throughout): a lease past its validity
+    // was reported, and only billing's answer on it may bring it back.
+    for (const lease of unreported) {
+      if (!listed.has(lease.leaseId) && lease.usable(now)) lease.extend(now, Number(reply.validForMs), this.marginMs);
+    }
     for (const [key, refusal] of this.#refused) if (refusal.at < now) this.#refused.delete(key);
     for (const [id, at] of this.#closed) if (now - at > FORGET_CLOSED_MS) this.#closed.delete(id);
+  }
+
+  /**
+   * Why an open lease goes in this heartbeat, or undefined when the session alone extends it:
+   * admitted totals or demand changed; its last report has no reply applied yet (lost, billing
+   * may not have it); it is past its validity here; slots lent beyond those in flight go back; or
+   * (capped per beat), idle for
+   * 2 TTL, it holds more credit than one request's worst case (never with a grant of the
+   * account in flight, whose older reply could bring the room back).
+   */
+  #reportReason(lease: HeldLease, now: number): string | undefined {
+    if (lease.changed) return "changed";
+    if (lease.lastReplySequence < lease.lastReportSequence) return "unanswered";
+    if (!lease.usable(now)) return "lapsed";
+    if (lease.slotsToReturn()) return "slots";
+    const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > 2 * this.ttlMs;
+    if (idle && lease.credit && lease.spare(lease.credit) > lease.largestWorstCase) {
+      if (!this.#grantingFor(lease.accountId)) return "idle credit";
+    }
+    return undefined;
+  }
+
+  /**
+   * How long before the end of a window it used a lease asks for the next one's room: between one
+   * TTL and nextWindowAheadMs − TTL, at a point of its own (from its id), so that an edge's leases
+   * used in a minute do not all ask in its last heartbeat.
+   */
+  #nextWindowWithinMs(lease: HeldLease): number {
+    const spread = Math.max(0, nextWindowAheadMs(this.ttlMs) - 2 * this.ttlMs);
+    const point = Number.parseInt(lease.leaseId.slice(0, 8), 16);
+    return this.ttlMs + (Number.isNaN(point) ? 0 : (point / 2 ** 32) * spread);
   }
 
   #applyBeat(state: LeaseState, at: Parameters<HeldLease["apply"]>[1]): void {
@@ -543,18 +712,19 @@ export class LeaseTable {
         this.#refused.delete(key);
       }
     }
-    const elapsed = this.#now() - this.#lastBeatAt;
+    const now = this.#now();
+    const elapsed = now - this.#lastBeatAt;
+    const sequence = this.nextSequence();
     if (subscriptionId) {
       const budget = lease.budgets.get(subscriptionId);
-      const sequence = this.nextSequence();
       if (budget) {
         budget.open = false;
         budget.recalledAt = sequence;
       }
-      return { sequence, report: lease.report(false, elapsed) };
+      return { sequence, report: lease.report(false, elapsed, sequence) };
     }
     this.#retire(lease);
-    return { sequence: this.nextSequence(), report: lease.report(true, elapsed) };
+    return { sequence, report: lease.report(true, elapsed, sequence) };
   }
 
   /** Shutdown: every lease returned with its final totals in one ReturnLeases call. */
@@ -562,23 +732,24 @@ export class LeaseTable {
     const all = [...this.#leases.values(), ...this.#retired.values()];
     if (all.length === 0 || this.#superseded) return;
     const elapsed = this.#now() - this.#lastBeatAt;
-    const reports = all.map((lease) => lease.report(true, elapsed));
+    const sequence = this.nextSequence();
+    const reports = all.map((lease) => lease.report(true, elapsed, sequence));
     for (const lease of all) this.#retire(lease);
-    await this.#billing.returnLeases(
-      { ...this.#caller(), sequence: this.nextSequence(), leases: reports },
-      { timeoutMs: this.ttlMs },
-    );
+    await this.#billing.returnLeases({ ...this.#caller(), sequence, leases: reports }, { timeoutMs: this.ttlMs });
     this.#retired.clear();
   }
 }
 
 /**
  * The demand a GrantLease sizes by: the lease's as last measured (or the request in hand when
- * the edge has none), and for a subscription's request its budget's tokens, which billing reads
- * when `subscription_id` names the budget it grows (so a warm subscriber gets room ahead too).
+ * the edge has none), its credit at least the likely worst case of the requests in hand, and for
+ * a subscription's request its budget's tokens, which billing reads when `subscription_id` names
+ * the budget it grows (so a warm subscriber gets room ahead too).
  */
 function demandFor(report: LeaseReport | undefined, inHand: InHand, subscriptionId: string): LeaseNeed {
-  const account = report?.demandPerSecond ?? { creditMicros: inHand.credit, requests: inHand.requests, tokens: 0n };
+  const measured = report?.demandPerSecond ?? { creditMicros: inHand.credit, requests: inHand.requests, tokens: 0n };
+  const credit = measured.creditMicros > inHand.likelyCredit ? measured.creditMicros : inHand.likelyCredit;
+  const account = { ...measured, creditMicros: credit };
   if (!subscriptionId) return { ...account, tokens: 0n, subscriptionId: "", keyId: "" };
   const budget = report?.budgetDemand.find((d) => d.subscriptionId === subscriptionId);
   return {
@@ -602,6 +773,9 @@ function spareCredit(lease: HeldLease, keyId: string, now: number): bigint {
   }
   return spare;
 }
+
+/** Billing refused the request: its account (or key, or plan) cannot cover it now. */
+const isRefusal = (error: AppError) => error.httpStatus === 402 || error.httpStatus === 429;
 
 /** The least credit a request in hand can be served with (a request without max_tokens shrinks). */
 const creditNeeded = (inHand: InHand) => (inHand.minCredit > 0n ? inHand.minCredit : inHand.credit);

@@ -176,6 +176,7 @@ export async function admitOnLease(t: TestBilling, usage: LeaseUsage): Promise<U
         })),
         final: true,
         budgetDemand: [],
+        nextWindow: false,
         slotsPinned: true,
       },
     ],

@@ -123,6 +123,7 @@ describe("billing's /metrics", () => {
           admitted: [{ allowanceId: l.credit!.allowanceId, admitted: 8_000n }],
           final: true,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
         },
       ],
@@ -168,7 +169,14 @@ describe("billing's /metrics", () => {
       minCreditMicros: 0n,
       request: need(1_000n),
     });
-    await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: randomUUID(), sequence: 1n, leases: [] });
+    await t.client.heartbeat({
+      edgeId,
+      incarnation: 0n,
+      bootId: randomUUID(),
+      sequence: 1n,
+      leases: [],
+      unansweredGrantAccounts: [],
+    });
     const after = await scrape();
     const delta = (series: string) => value(after, series) - value(before, series);
     expect(delta("mkt_edge_incarnations_total")).toBe(2);

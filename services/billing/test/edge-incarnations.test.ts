@@ -38,12 +38,12 @@ function edgeProcess(edgeId = `edge-${randomUUID()}`) {
     bootId: randomUUID(),
     grant: async (accountId: string, request: LeaseNeed) =>
       learn(await t.client.grantLease({ ...caller(), accountId, tier: "free", minCreditMicros: 0n, request })),
-    heartbeat: async () => learn(await t.client.heartbeat({ ...caller(), leases: [] })),
+    heartbeat: async () => learn(await t.client.heartbeat({ ...caller(), leases: [], unansweredGrantAccounts: [] })),
     returnLeases: async (leaseId: string) =>
       learn(
         await t.client.returnLeases({
           ...caller(),
-          leases: [{ leaseId, admitted: [], final: true, budgetDemand: [], slotsPinned: true }],
+          leases: [{ leaseId, admitted: [], final: true, budgetDemand: [], slotsPinned: true, nextWindow: false }],
         }),
       ),
   };

@@ -128,11 +128,14 @@ describe("subscription budgets in leases", () => {
     });
     // No request in flight: the heartbeat takes the idle slot back, and another edge gets it.
     await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId,
       incarnation: 0n,
       bootId: "",
       sequence: 2n,
-      leases: [{ leaseId: lease.leaseId, admitted: [], final: false, budgetDemand: [], slotsPinned: true }],
+      leases: [
+        { leaseId: lease.leaseId, admitted: [], final: false, budgetDemand: [], nextWindow: false, slotsPinned: true },
+      ],
     });
     const other = (await grant(edge(), 1n, slots.accountId, need(slots.id))).lease!;
     expect(room(other, LeaseResource.LEASE_RESOURCE_SLOTS)).toBe(1n);
@@ -153,6 +156,7 @@ describe("subscription budgets in leases", () => {
       (r) => r.resource === LeaseResource.LEASE_RESOURCE_INCLUDED_TOKENS,
     )!;
     await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId: first,
       incarnation: 0n,
       bootId: "",
@@ -163,6 +167,7 @@ describe("subscription budgets in leases", () => {
           admitted: [{ allowanceId: includedRoom.allowanceId, admitted: 400n }],
           final: false,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
         },
       ],
@@ -203,6 +208,7 @@ describe("subscription budgets in leases", () => {
       admitted: [],
       final: false,
       budgetDemand: [need(sub.id, 100n, 5n)],
+      nextWindow: false,
       slotsPinned: true,
     };
     let racing: ReturnType<typeof t.client.heartbeat> | undefined;
@@ -213,15 +219,30 @@ describe("subscription budgets in leases", () => {
       expect(await fenceBudgets(em, sub.id, "cancelled", new Date(BASE))).toEqual([
         { leaseId: lease!.leaseId, edgeId },
       ]);
-      racing = t.client.heartbeat({ edgeId, incarnation: 0n, bootId: "", sequence: 2n, leases: [report] });
+      racing = t.client.heartbeat({
+        unansweredGrantAccounts: [],
+        edgeId,
+        incarnation: 0n,
+        bootId: "",
+        sequence: 2n,
+        leases: [report],
+      });
       await new Promise((resolve) => setTimeout(resolve, 300));
     });
     const raced = (await racing!).leases[0]!;
     expect(raced.status).toBe(LeaseStatus.LEASE_STATUS_OPEN); // the account's lease lives on
     expect(raced.budgets[0]).toMatchObject({ status: LeaseStatus.LEASE_STATUS_FENCED, state: "cancelled" });
     expect(raced.budgets[0]!.rooms.every((r) => r.validForMs === 0n)).toBe(true);
-    const later = (await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: "", sequence: 3n, leases: [report] }))
-      .leases[0]!;
+    const later = (
+      await t.client.heartbeat({
+        unansweredGrantAccounts: [],
+        edgeId,
+        incarnation: 0n,
+        bootId: "",
+        sequence: 3n,
+        leases: [report],
+      })
+    ).leases[0]!;
     expect(later.budgets[0]!.status).toBe(LeaseStatus.LEASE_STATUS_FENCED);
     await expect(grant(edgeId, 4n, sub.accountId, need(sub.id))).rejects.toMatchObject({
       message: expect.stringContaining("its subscription has been cancelled"),

@@ -189,6 +189,7 @@ describe("settlement from lease holds", () => {
           admitted: [{ allowanceId: a.credit!.allowanceId, admitted: 2_000n }],
           final: true,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
         },
       ],
@@ -295,7 +296,14 @@ describe("settlement from lease holds", () => {
     const edgeId = edge();
     const l = await grant(accountId, need(8_000n), edgeId);
     // The edge dies with the request running; it starts again under the same id.
-    await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: randomUUID(), sequence: 1n, leases: [] });
+    await t.client.heartbeat({
+      edgeId,
+      incarnation: 0n,
+      bootId: randomUUID(),
+      sequence: 1n,
+      leases: [],
+      unansweredGrantAccounts: [],
+    });
     expect(await wallet(accountId)).toEqual({ posted: 10_000n, held: 0n });
     const other = await grant(accountId, need(9_900n));
     // The dead process's request is settled afterwards: its hold is gone, so it pays what is free.
@@ -324,6 +332,7 @@ describe("settlement from lease holds", () => {
           admitted: [{ allowanceId: l.credit!.allowanceId, admitted: 8_000n }],
           final: true,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
         },
       ],

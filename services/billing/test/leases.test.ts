@@ -116,6 +116,7 @@ describe("admission leases", () => {
 
     offsetMs += TTL - 100;
     const beat = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId,
       incarnation: 0n,
       bootId: "",
@@ -129,6 +130,7 @@ describe("admission leases", () => {
           ],
           final: false,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
           demandPerSecond: need(500n, 1n),
         },
@@ -166,11 +168,13 @@ describe("admission leases", () => {
       admitted: [{ allowanceId: lease!.credit!.allowanceId, admitted }],
       final,
       budgetDemand: [],
+      nextWindow: false,
       slotsPinned: true,
       demandPerSecond: need(1_000n, 0n),
     });
     // The reply to sequence 3 is lost: the grant it carried stands, and is not made twice.
     const lost = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId,
       incarnation: 0n,
       bootId: "",
@@ -182,6 +186,7 @@ describe("admission leases", () => {
     const heldAfterLost = (await wallet(accountId)).held;
     // A delayed sequence 2, final and with smaller totals, changes nothing.
     const stale = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId,
       incarnation: 0n,
       bootId: "",
@@ -191,6 +196,7 @@ describe("admission leases", () => {
     expect(stale.leases[0]!.status).toBe(LeaseStatus.LEASE_STATUS_OPEN);
     expect(stale.leases[0]!.appliedSequence).toBe(3n);
     const next = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId,
       incarnation: 0n,
       bootId: "",
@@ -236,6 +242,7 @@ describe("admission leases", () => {
           ],
           final: true,
           budgetDemand: [],
+          nextWindow: false,
           slotsPinned: true,
         },
       ],
@@ -287,11 +294,14 @@ describe("admission leases", () => {
     expect(counter!.count).toBe("4");
     // A late final report changes nothing; the edge is told to drop the lease.
     const late = await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId,
       incarnation: 0n,
       bootId: "",
       sequence: 2n,
-      leases: [{ leaseId: lease!.leaseId, admitted: [], final: true, budgetDemand: [], slotsPinned: true }],
+      leases: [
+        { leaseId: lease!.leaseId, admitted: [], final: true, budgetDemand: [], nextWindow: false, slotsPinned: true },
+      ],
     });
     expect(late.leases[0]!.status).toBe(LeaseStatus.LEASE_STATUS_CLOSED);
     expect((await wallet(accountId)).held).toBe(0n);
@@ -308,6 +318,7 @@ describe("admission leases", () => {
       admitted: [{ allowanceId, admitted: 300n }],
       final: true,
       budgetDemand: [],
+      nextWindow: false,
       slotsPinned: true,
     });
     const grant = async (accountId: string, edgeId: string) =>
@@ -331,6 +342,7 @@ describe("admission leases", () => {
     const lapse = BASE + offsetMs + TTL;
     offsetMs = lapse - BASE + 1_000;
     await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId: soon.edgeId,
       incarnation: 0n,
       bootId: "",
@@ -350,6 +362,7 @@ describe("admission leases", () => {
     const second = await grant(late.accountId, late.edgeId);
     offsetMs += TTL + MAX_REQUEST + 500;
     await t.client.heartbeat({
+      unansweredGrantAccounts: [],
       edgeId: late.edgeId,
       incarnation: 0n,
       bootId: "",
@@ -395,14 +408,23 @@ describe("admission leases", () => {
       admitted: [],
       final: false,
       budgetDemand: [],
+      nextWindow: false,
       slotsPinned: true,
       demandPerSecond: demand,
     });
     const ga = (
-      await t.client.heartbeat({ edgeId: a, incarnation: 0n, bootId: "", sequence: 2n, leases: [report(first.lease!)] })
+      await t.client.heartbeat({
+        unansweredGrantAccounts: [],
+        edgeId: a,
+        incarnation: 0n,
+        bootId: "",
+        sequence: 2n,
+        leases: [report(first.lease!)],
+      })
     ).leases[0]!;
     const gb = (
       await t.client.heartbeat({
+        unansweredGrantAccounts: [],
         edgeId: b,
         incarnation: 0n,
         bootId: "",
@@ -488,6 +510,7 @@ describe("admission leases", () => {
       admitted: [],
       final: false,
       budgetDemand: [],
+      nextWindow: false,
       slotsPinned: true,
       demandPerSecond: need(1_000n, 1n),
     };
@@ -495,7 +518,14 @@ describe("admission leases", () => {
     const fenced = await orm.em.fork().transactional(async (em) => {
       const result = await fenceLeases(em, accountId);
       // The heartbeat waits on the wallet lock the fence holds until it commits.
-      racing = t.client.heartbeat({ edgeId, incarnation: 0n, bootId: "", sequence: 2n, leases: [report] });
+      racing = t.client.heartbeat({
+        unansweredGrantAccounts: [],
+        edgeId,
+        incarnation: 0n,
+        bootId: "",
+        sequence: 2n,
+        leases: [report],
+      });
       await new Promise((resolve) => setTimeout(resolve, 300));
       return result;
     });
@@ -505,8 +535,16 @@ describe("admission leases", () => {
     expect(raced.validForMs).toBe(0n);
     expect(raced.credit!.granted).toBe(100n);
     offsetMs += TTL / 2;
-    const later = (await t.client.heartbeat({ edgeId, incarnation: 0n, bootId: "", sequence: 3n, leases: [report] }))
-      .leases[0]!;
+    const later = (
+      await t.client.heartbeat({
+        unansweredGrantAccounts: [],
+        edgeId,
+        incarnation: 0n,
+        bootId: "",
+        sequence: 3n,
+        leases: [report],
+      })
+    ).leases[0]!;
     expect(later.status).toBe(LeaseStatus.LEASE_STATUS_FENCED);
     const [row] = await t.query<{ deadline: Date; session: Date }>(
       `select l.deadline, s.deadline as session from leases l join edge_sessions s using (edge_id) where l.id = $1`,

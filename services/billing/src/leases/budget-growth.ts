@@ -42,6 +42,8 @@ export async function growBudget(
     inHand: BudgetAmounts;
     demandPerSecond: BudgetAmounts;
     returnIdleSlots: boolean;
+    /** As Growth.nextWindowAheadMs: how far ahead of the minute's end the next one's room is granted. */
+    nextWindowAheadMs?: number;
   },
   now: Date,
 ): Promise<{ includedCrossing: boolean }> {
@@ -61,7 +63,7 @@ export async function growBudget(
 
   // rpm and tpm: the current minute, and the next one's room only with demand or a request in
   // hand (as the account's: near the boundary the edge can only admit the request on it).
-  const { current, next } = windowsOf(MINUTE, now, ttlMs);
+  const { current, next } = windowsOf(MINUTE, now, growth.nextWindowAheadMs ?? ttlMs);
   const resetSeconds = Math.max(1, Math.ceil((current.end.getTime() - now.getTime()) / 1000));
   const ahead = next && (demand.requests > 0n || inHand.requests > 0n || inHand.tokens > 0n);
   for (const span of ahead ? [current, next] : [current]) {

@@ -27,6 +27,18 @@ import { lockSubscriptions, openBudget } from "./lease-budgets.ts";
  * 429, included tokens, max_concurrent).
  */
 export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): Promise<GrantLeaseResponse> {
+  try {
+    const granted = await grantOrRefuse(ctx, req);
+    ctx.metrics.leaseGrants.inc({ result: "granted" });
+    return granted;
+  } catch (err) {
+    const refused = err instanceof AppError && err.httpStatus < 500;
+    ctx.metrics.leaseGrants.inc({ result: refused ? "refused" : "failed" });
+    throw err;
+  }
+}
+
+async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promise<GrantLeaseResponse> {
   validateEdgeCall(req);
   if (!isUuid(req.accountId)) {
     throw new AppError("invalid_request", "account_id must be a UUID", { param: "account_id" });
@@ -113,7 +125,7 @@ async function grantIn(
     await applyReport(
       em,
       lease,
-      { leaseId: lease.id, admitted: [], final: false, budgetDemand: [], slotsPinned: false },
+      { leaseId: lease.id, admitted: [], final: false, budgetDemand: [], slotsPinned: false, nextWindow: false },
       req.sequence,
       now,
     );

@@ -4,6 +4,9 @@ import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { extendLiveSession, fenceLapsed, renewSession } from "./edge-session.ts";
 import { holdIncarnation, incarnationOf, type EdgeCaller } from "./edge-incarnation.ts";
 import { growLease } from "./lease-growth.ts";
+import { windowsOf } from "./lease-windows.ts";
+import { nextWindowAheadMs } from "@mkt/runtime/next-window";
+import { shrinkIdleCredit } from "./idle-credit.ts";
 import { leaseState, unknownLease } from "./lease-state.ts";
 import { applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
 import { amountsOf, budgetAmountsOf, validateEdgeCall, validateReports } from "./lease-validation.ts";
@@ -42,7 +45,12 @@ async function growBudgets(
       em,
       lease,
       subscription,
-      { inHand: { requests: 0n, tokens: 0n }, demandPerSecond: budgetAmountsOf(demand), returnIdleSlots: true },
+      {
+        inHand: { requests: 0n, tokens: 0n },
+        demandPerSecond: budgetAmountsOf(demand),
+        returnIdleSlots: true,
+        nextWindowAheadMs: aheadFor(ctx, report),
+      },
       now,
     );
   }
@@ -56,9 +64,12 @@ const PARALLEL_TRANSACTIONS = 3;
 /**
  * One edge's heartbeat (DESIGN.md §2.3): renews its session, which extends every open lease of
  * the edge; applies each reported lease's cumulative totals (unless billing has passed their
- * sequence); closes those reported final; grows open ones whose demand needs it; and answers
- * every lease of the edge, fences included. A session that had lapsed is fenced first: the edge
- * stopped admitting on it by its own clock, so nothing revives it.
+ * sequence); closes those reported final; shrinks idle ones' credit; grows open ones whose demand
+ * needs it; and answers the leases it reported plus those with news (answeredLeases). Every other
+ * open lease (an idle one, most of them with many accounts) costs nothing here but the session
+ * row: the edge extends it by the reply's valid_for_ms. A session that had lapsed is fenced
+ * first: the edge stopped admitting on it by its own clock, so nothing revives it; that
+ * heartbeat answers every lease of the edge.
  *
  * A live session is extended first (extendLiveSession); the leases are then applied in
  * transactions of ACCOUNTS_PER_TRANSACTION accounts each. One transaction for all of them held
@@ -73,6 +84,7 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
   validateReports(req.leases);
   const ttlMs = ctx.config.LEASE_TTL_MS;
   const reports = new Map<string, LeaseReport>(req.leases.filter((r) => isUuid(r.leaseId)).map((r) => [r.leaseId, r]));
+  const unanswered = unansweredAccounts(req);
   const caller = { edgeId: req.edgeId, incarnation: await incarnationOf(ctx, req), bootId: req.bootId };
   const renewed = await extendLiveSession(ctx.orm.em.fork(), caller, req.sequence, ctx.clock(), ttlMs);
   let states: LeaseState[];
@@ -81,7 +93,7 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
       ctx.orm.em.fork().transactional((em) => heartbeatIn(ctx, em, req, caller, reports, undefined)),
     );
   } else {
-    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports);
+    const accounts = await accountsOf(ctx.orm.em.fork(), req.edgeId, reports, { now: ctx.clock(), ttlMs, unanswered });
     const chunks: string[][] = [];
     for (let i = 0; i < accounts.length; i += ACCOUNTS_PER_TRANSACTION) {
       chunks.push(accounts.slice(i, i + ACCOUNTS_PER_TRANSACTION));
@@ -107,13 +119,56 @@ export async function heartbeat(ctx: BillingContext, req: HeartbeatRequest): Pro
   };
 }
 
-/** Accounts of the edge's leases not closed, and of the leases reported (ascending). */
-async function accountsOf(em: Em, edgeId: string, reports: Map<string, LeaseReport>): Promise<string[]> {
-  const rows = await em.execute(
-    `select distinct account_id from leases where edge_id = ? and (status <> 'closed' or id in (${[...reports.keys(), null].map(() => "?").join(", ")}))
-     order by account_id`,
-    [edgeId, ...reports.keys(), null],
-  );
+/**
+ * The leases of the edge a heartbeat answers, as a condition on `l` and its parameters: with
+ * `live` (the session was live), those it reported and those with news the edge must get though
+ * it reported nothing: fenced ones, open ones with a fenced budget, open ones on an account whose
+ * grant the edge got no answer to and, within nextWindowAheadMs of a minute's end (a day ends
+ * with a minute), open ones holding room of a window not started yet.
+ * Without it (a lapsed or new session), every lease not closed and those reported.
+ */
+function answeredLeases(
+  edgeId: string,
+  reports: Map<string, LeaseReport>,
+  live?: { now: Date; ttlMs: number; unanswered: string[] },
+) {
+  const reported = `l.id in (${[...reports.keys(), null].map(() => "?").join(", ")})`;
+  const params: unknown[] = [edgeId, ...reports.keys(), null];
+  if (!live) return { where: `l.edge_id = ? and (l.status <> 'closed' or ${reported})`, params };
+  let news = `exists (select 1 from lease_budgets b where b.lease_id = l.id and b.status = 'fenced')`;
+  if (windowsOf(MINUTE, live.now, nextWindowAheadMs(live.ttlMs)).next) {
+    news += ` or exists (select 1 from lease_allowances a where a.lease_id = l.id and a.window_start > ?
+        and a.resource in ('requests_minute', 'requests_day', 'sub_requests_minute', 'sub_tokens_minute'))`;
+    params.push(live.now);
+  }
+  if (live.unanswered.length > 0) {
+    news += ` or l.account_id in (${live.unanswered.map(() => "?").join(", ")})`;
+    params.push(...live.unanswered);
+  }
+  return {
+    where: `l.edge_id = ? and (${reported} or l.status = 'fenced' or (l.status = 'open' and (${news})))`,
+    params,
+  };
+}
+
+const MINUTE = { lengthMs: 60_000 };
+
+/** A report sent ahead for the next window's room gets it from nextWindowAheadMs before the end. */
+const aheadFor = (ctx: BillingContext, report: LeaseReport) =>
+  report.nextWindow ? nextWindowAheadMs(ctx.config.LEASE_TTL_MS) : undefined;
+
+/** The accounts of grants the edge got no answer to (ids that are not UUIDs name no lease). */
+const unansweredAccounts = (req: HeartbeatRequest) => [...new Set(req.unansweredGrantAccounts.filter(isUuid))];
+
+/** Accounts of the leases the heartbeat answers (ascending). */
+async function accountsOf(
+  em: Em,
+  edgeId: string,
+  reports: Map<string, LeaseReport>,
+  live?: { now: Date; ttlMs: number; unanswered: string[] },
+): Promise<string[]> {
+  const { where, params } = answeredLeases(edgeId, reports, live);
+  const rows = await em.execute(`select distinct account_id from leases l where ${where} order by account_id`, params);
   return rows.map((row) => row.account_id as string);
 }
 
@@ -141,11 +196,12 @@ async function heartbeatIn(
   const wallets = await lockWallets(em, accounts);
   if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);
   const ofAccounts = only ? ` and l.account_id in (${[...only, null].map(() => "?").join(", ")})` : "";
-  const leases = await loadLeases(
-    em,
-    `l.edge_id = ? and (l.status <> 'closed' or l.id in (${[...reports.keys(), null].map(() => "?").join(", ")}))${ofAccounts}`,
-    [req.edgeId, ...reports.keys(), null, ...(only ? [...only, null] : [])],
-  );
+  const unanswered = unansweredAccounts(req);
+  const answered = answeredLeases(req.edgeId, reports, only ? { now, ttlMs, unanswered } : undefined);
+  const leases = await loadLeases(em, `${answered.where}${ofAccounts}`, [
+    ...answered.params,
+    ...(only ? [...only, null] : []),
+  ]);
   for (const lease of leases) {
     const report = reports.get(lease.id);
     if (!report) continue;
@@ -153,12 +209,19 @@ async function heartbeatIn(
     const applied = await applyReport(em, lease, report, req.sequence, now);
     if (applied && report.final) await closeReported(em, lease, wallet, now, ctx.config.MAX_REQUEST_MS);
     else if (applied && lease.status === "open") {
+      if (report.keepSpareCreditMicros !== undefined) {
+        await shrinkIdleCredit(em, lease, wallet, report.keepSpareCreditMicros);
+      }
       await growLease(
         ctx,
         em,
         lease,
         wallet,
-        { inHand: NOTHING, demandPerSecond: amountsOf(report.demandPerSecond) },
+        {
+          inHand: NOTHING,
+          demandPerSecond: amountsOf(report.demandPerSecond),
+          nextWindowAheadMs: aheadFor(ctx, report),
+        },
         now,
       );
       await growBudgets(ctx, em, lease, subscriptions, report, now);

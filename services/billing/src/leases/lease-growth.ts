@@ -24,6 +24,11 @@ export interface Growth {
   /** The request in hand: covered, or the grant is refused (GrantLease). Zero for a heartbeat. */
   inHand: Amounts;
   demandPerSecond: Amounts;
+  /**
+   * How far ahead of a window's end its next window's room is granted: one TTL, or more for a
+   * report sent ahead for it (LeaseReport.next_window, nextWindowAheadMs).
+   */
+  nextWindowAheadMs?: number;
 }
 
 export interface Step {
@@ -68,7 +73,7 @@ export async function growLease(
   // one's it would come back here until the boundary passed.
   const wanted = demand > growth.inHand.requests ? demand : growth.inHand.requests;
   const spans = REQUEST_WINDOWS.map((window) => {
-    const { current, next } = windowsOf(window, now, ttlMs);
+    const { current, next } = windowsOf(window, now, growth.nextWindowAheadMs ?? ttlMs);
     return { window, current, next: wanted > 0n ? next : undefined };
   });
   const { edges, counts } = await sizingReads(

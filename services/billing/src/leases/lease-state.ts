@@ -36,13 +36,15 @@ export function leaseState(
     // at once, even when a renewal run ahead of time opened a period that starts later.
     const startsIn =
       a.windowStart && a.resource !== "included_tokens" ? Math.max(0, a.windowStart.getTime() - now.getTime()) : 0;
-    const validFor = a.windowEnd ? Math.min(ttlMs, a.windowEnd.getTime() - now.getTime()) : ttlMs;
+    const endsIn = a.windowEnd ? Math.max(0, a.windowEnd.getTime() - now.getTime()) : 0;
+    const validFor = a.windowEnd ? Math.min(ttlMs, endsIn) : ttlMs;
     return {
       allowanceId: a.id,
       resource: RESOURCES[a.resource] ?? LeaseResource.LEASE_RESOURCE_UNSPECIFIED,
       granted: a.granted,
       startsInMs: BigInt(startsIn),
       validForMs: BigInt(open ? validFor : 0),
+      endsInMs: BigInt(open ? endsIn : 0),
     };
   };
   const credit = lease.allowances.find((a) => a.resource === "credit");

@@ -28,6 +28,7 @@ export function validateReports(reports: readonly LeaseReport[]): void {
   for (const report of reports) {
     if (!report.leaseId) throw bad("lease_id", "is required");
     if (report.admitted.some((a) => a.admitted < 0n)) throw bad("admitted", "must not be negative");
+    if ((report.keepSpareCreditMicros ?? 0n) < 0n) throw bad("keep_spare_credit_micros", "must not be negative");
     validateNeed(report.demandPerSecond, "demand_per_second");
     for (const need of report.budgetDemand) {
       validateNeed(need, "budget_demand");

@@ -17,6 +17,8 @@ export interface BillingMetrics {
   /** Lease usage settled after its hold was released, whose shortfall the platform absorbed. */
   writeOffs: Counter;
   writeOffMicros: Counter;
+  /** GrantLease calls (the edges' cold or short path), by how they ended. */
+  leaseGrants: Counter<"result">;
   /** Lease recalls sent to edges, by how they ended. */
   leaseRecalls: Counter<"result">;
   /** Leases with no final report that the closer closed at deadline + EDGE_ISOLATION_MS. */
@@ -79,6 +81,12 @@ export function createBillingMetrics(): BillingMetrics {
       help: "Micro-USD written off: charges the customer's wallet could not cover.",
       registers: [registry],
     }),
+    leaseGrants: new Counter({
+      name: "mkt_lease_grants_total",
+      help: "GrantLease calls: granted, refused (402/429 or another client error), or failed.",
+      labelNames: ["result"],
+      registers: [registry],
+    }),
     leaseRecalls: new Counter({
       name: "mkt_lease_recalls_total",
       help: "Lease recalls sent to edges: acked, or timed out (the fence covers them).",
@@ -104,5 +112,6 @@ export function createBillingMetrics(): BillingMetrics {
   for (const outcome of OUTCOMES) metrics.settled.inc({ outcome }, 0);
   for (const result of ["retried", "dropped"]) metrics.failed.inc({ result }, 0);
   for (const result of ["acked", "timed_out"]) metrics.leaseRecalls.inc({ result }, 0);
+  for (const result of ["granted", "refused", "failed"]) metrics.leaseGrants.inc({ result }, 0);
   return metrics;
 }

@@ -2,6 +2,7 @@ import { AppError } from "@mkt/runtime/errors";
 import { isUuid, newId } from "@mkt/runtime/ids";
 import type { AddCreditsRequest, AddCreditsResponse } from "@mkt/proto/billing/v1/billing";
 import { int8, type BillingContext } from "../context.ts";
+import { unspentRoom } from "../leases/unspent-room.ts";
 import { formatUsd, ledgerAccounts, lockWallet, openWallet, postEntry } from "./ledger.ts";
 
 /** The largest single top-up: a typo of a few zeros should not mint a fortune. */
@@ -56,6 +57,9 @@ export async function addCredits(ctx: BillingContext, req: AddCreditsRequest): P
       }
     }
     const wallet = await lockWallet(em, req.accountId);
-    return { creditBalanceMicros: wallet.posted - wallet.held, replayed: !posted };
+    // The balance as GetBalance shows it: room the leases hold ahead of demand is not spent (an
+    // idle lease keeps one request's worth for LEASE_IDLE_MS).
+    const unspent = await unspentRoom(em, req.accountId, ctx.clock());
+    return { creditBalanceMicros: wallet.posted - wallet.held + unspent.credit, replayed: !posted };
   });
 }

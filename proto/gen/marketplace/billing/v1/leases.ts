@@ -175,6 +175,12 @@ export interface LeaseRoom {
   startsInMs: bigint;
   /** ... until send time + valid_for_ms − margin: min(TTL, window end − now) on billing's clock. */
   validForMs: bigint;
+  /**
+   * The room's window ends this long after billing's now (0: no window end, as for credit and
+   * slots). A heartbeat reply that does not list the lease extends the room up to send time +
+   * this − margin, never past it: an unchanged lease is not sent again, its window is known.
+   */
+  endsInMs: bigint;
 }
 
 /**
@@ -287,6 +293,21 @@ export interface LeaseReport {
    * (billing restarted, say) must not keep a subscription's slots from the edge's next lease.
    */
   slotsPinned: boolean;
+  /**
+   * Set on a lease idle at the edge: billing shrinks its credit room to what the edge admitted
+   * plus this, and releases the rest of the hold, so an idle lease holds about one request's
+   * worst case, not the room lent for its last burst. The edge takes no more credit than this
+   * from the report's send until a reply to its sequence (or a later one) is applied.
+   */
+  keepSpareCreditMicros?:
+    | bigint
+    | undefined;
+  /**
+   * Sent ahead of the end of a minute (or day) the lease used, for the next window's room: billing
+   * grants it up to nextWindowAheadMs(TTL) before the boundary (not only within one TTL, as for
+   * other reports), so an edge can spread these reports over the last seconds of the window.
+   */
+  nextWindow: boolean;
 }
 
 export interface GrantLeaseRequest {
@@ -348,20 +369,36 @@ export interface GrantLeaseResponse {
 export interface HeartbeatRequest {
   edgeId: string;
   sequence: bigint;
-  /** Every lease the edge still holds (open, or fenced and not yet reported final). */
+  /**
+   * The leases that changed since their last applied reply: cumulative totals or demand moved,
+   * room to give back (idle slots, an idle lease's credit), a window ending with use, a report
+   * whose reply was lost, a lease past its validity at the edge, and every final report. The
+   * heartbeat itself renews the session, which extends every other open lease of the edge.
+   */
   leases: LeaseReport[];
   /** As in GrantLeaseRequest (an edge's first heartbeat, sent at start, takes its incarnation). */
   incarnation: bigint;
   bootId: string;
+  /**
+   * Accounts whose GrantLease got no answer (timed out, billing unreachable) since the last
+   * heartbeat reply: billing lists the edge's open leases on them, so a lease made for a reply
+   * that was lost goes back instead of staying open, unknown to the edge, until it stops.
+   */
+  unansweredGrantAccounts: string[];
 }
 
 export interface HeartbeatResponse {
   /**
-   * Every lease the heartbeat named, and the edge's other leases billing knows about: open ones
-   * extended (and grown where demand needs it), fenced ones to stop using and report final.
+   * Every lease the heartbeat named (extended, and grown where demand needs it), and the edge's
+   * leases with news billing must send: fenced ones (stop using, report final), open ones with a
+   * fenced budget, open ones holding a next window's room, and open ones on an account named in
+   * unanswered_grant_accounts. Every other lease is not listed.
    */
   leases: LeaseState[];
-  /** The edge's session is valid until send time + this − margin. */
+  /**
+   * The edge's session is valid until send time + this − margin; so is every open lease the
+   * edge did not report and billing did not list (its rooms no later than their window's end).
+   */
   validForMs: bigint;
   /** The incarnation the call was served in (the edge sends it with its next calls). */
   incarnation: bigint;
@@ -408,7 +445,7 @@ export interface LeaseRecallAck {
 }
 
 function createBaseLeaseRoom(): LeaseRoom {
-  return { allowanceId: "", resource: 0, granted: 0n, startsInMs: 0n, validForMs: 0n };
+  return { allowanceId: "", resource: 0, granted: 0n, startsInMs: 0n, validForMs: 0n, endsInMs: 0n };
 }
 
 export const LeaseRoom: MessageFns<LeaseRoom> = {
@@ -436,6 +473,12 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
         throw new globalThis.Error("value provided for field message.validForMs of type int64 too large");
       }
       writer.uint32(40).int64(message.validForMs);
+    }
+    if (message.endsInMs !== 0n) {
+      if (BigInt.asIntN(64, message.endsInMs) !== message.endsInMs) {
+        throw new globalThis.Error("value provided for field message.endsInMs of type int64 too large");
+      }
+      writer.uint32(48).int64(message.endsInMs);
     }
     return writer;
   },
@@ -493,6 +536,14 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
             message.validForMs = reader.int64() as bigint;
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.endsInMs = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -524,6 +575,11 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
         : isSet(object.valid_for_ms)
         ? BigInt(object.valid_for_ms)
         : 0n,
+      endsInMs: isSet(object.endsInMs)
+        ? BigInt(object.endsInMs)
+        : isSet(object.ends_in_ms)
+        ? BigInt(object.ends_in_ms)
+        : 0n,
     };
   },
 
@@ -544,6 +600,9 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
     if (message.validForMs !== 0n) {
       obj.validForMs = message.validForMs.toString();
     }
+    if (message.endsInMs !== 0n) {
+      obj.endsInMs = message.endsInMs.toString();
+    }
     return obj;
   },
 
@@ -561,6 +620,7 @@ export const LeaseRoom: MessageFns<LeaseRoom> = {
     message.validForMs = (object.validForMs !== undefined && object.validForMs !== null)
       ? BigInt(object.validForMs)
       : 0n;
+    message.endsInMs = (object.endsInMs !== undefined && object.endsInMs !== null) ? BigInt(object.endsInMs) : 0n;
     return message;
   },
 };
@@ -1607,7 +1667,16 @@ export const AllowanceReport: MessageFns<AllowanceReport> = {
 };
 
 function createBaseLeaseReport(): LeaseReport {
-  return { leaseId: "", admitted: [], final: false, demandPerSecond: undefined, budgetDemand: [], slotsPinned: false };
+  return {
+    leaseId: "",
+    admitted: [],
+    final: false,
+    demandPerSecond: undefined,
+    budgetDemand: [],
+    slotsPinned: false,
+    keepSpareCreditMicros: undefined,
+    nextWindow: false,
+  };
 }
 
 export const LeaseReport: MessageFns<LeaseReport> = {
@@ -1629,6 +1698,15 @@ export const LeaseReport: MessageFns<LeaseReport> = {
     }
     if (message.slotsPinned !== false) {
       writer.uint32(48).bool(message.slotsPinned);
+    }
+    if (message.keepSpareCreditMicros !== undefined) {
+      if (BigInt.asIntN(64, message.keepSpareCreditMicros) !== message.keepSpareCreditMicros) {
+        throw new globalThis.Error("value provided for field message.keepSpareCreditMicros of type int64 too large");
+      }
+      writer.uint32(56).int64(message.keepSpareCreditMicros);
+    }
+    if (message.nextWindow !== false) {
+      writer.uint32(64).bool(message.nextWindow);
     }
     return writer;
   },
@@ -1694,6 +1772,22 @@ export const LeaseReport: MessageFns<LeaseReport> = {
             message.slotsPinned = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.keepSpareCreditMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.nextWindow = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1732,6 +1826,16 @@ export const LeaseReport: MessageFns<LeaseReport> = {
         : isSet(object.slots_pinned)
         ? globalThis.Boolean(object.slots_pinned)
         : false,
+      keepSpareCreditMicros: isSet(object.keepSpareCreditMicros)
+        ? BigInt(object.keepSpareCreditMicros)
+        : isSet(object.keep_spare_credit_micros)
+        ? BigInt(object.keep_spare_credit_micros)
+        : undefined,
+      nextWindow: isSet(object.nextWindow)
+        ? globalThis.Boolean(object.nextWindow)
+        : isSet(object.next_window)
+        ? globalThis.Boolean(object.next_window)
+        : false,
     };
   },
 
@@ -1755,6 +1859,12 @@ export const LeaseReport: MessageFns<LeaseReport> = {
     if (message.slotsPinned !== false) {
       obj.slotsPinned = message.slotsPinned;
     }
+    if (message.keepSpareCreditMicros !== undefined) {
+      obj.keepSpareCreditMicros = message.keepSpareCreditMicros.toString();
+    }
+    if (message.nextWindow !== false) {
+      obj.nextWindow = message.nextWindow;
+    }
     return obj;
   },
 
@@ -1771,6 +1881,11 @@ export const LeaseReport: MessageFns<LeaseReport> = {
       : undefined;
     message.budgetDemand = object.budgetDemand?.map((e) => LeaseNeed.fromPartial(e)) || [];
     message.slotsPinned = object.slotsPinned ?? false;
+    message.keepSpareCreditMicros =
+      (object.keepSpareCreditMicros !== undefined && object.keepSpareCreditMicros !== null)
+        ? BigInt(object.keepSpareCreditMicros)
+        : undefined;
+    message.nextWindow = object.nextWindow ?? false;
     return message;
   },
 };
@@ -2151,7 +2266,7 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
 };
 
 function createBaseHeartbeatRequest(): HeartbeatRequest {
-  return { edgeId: "", sequence: 0n, leases: [], incarnation: 0n, bootId: "" };
+  return { edgeId: "", sequence: 0n, leases: [], incarnation: 0n, bootId: "", unansweredGrantAccounts: [] };
 }
 
 export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
@@ -2176,6 +2291,9 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     }
     if (message.bootId !== "") {
       writer.uint32(42).string(message.bootId);
+    }
+    for (const v of message.unansweredGrantAccounts) {
+      writer.uint32(50).string(v!);
     }
     return writer;
   },
@@ -2233,6 +2351,14 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
             message.bootId = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.unansweredGrantAccounts.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2260,6 +2386,11 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
         : isSet(object.boot_id)
         ? globalThis.String(object.boot_id)
         : "",
+      unansweredGrantAccounts: globalThis.Array.isArray(object?.unansweredGrantAccounts)
+        ? object.unansweredGrantAccounts.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.unanswered_grant_accounts)
+        ? object.unanswered_grant_accounts.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -2280,6 +2411,9 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     if (message.bootId !== "") {
       obj.bootId = message.bootId;
     }
+    if (message.unansweredGrantAccounts?.length) {
+      obj.unansweredGrantAccounts = message.unansweredGrantAccounts;
+    }
     return obj;
   },
 
@@ -2295,6 +2429,7 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
       ? BigInt(object.incarnation)
       : 0n;
     message.bootId = object.bootId ?? "";
+    message.unansweredGrantAccounts = object.unansweredGrantAccounts?.map((e) => e) || [];
     return message;
   },
 };
