@@ -1,6 +1,7 @@
 import { randomToken } from "@mkt/runtime/ids";
 import { startRealHoster } from "../../services/registry/test/hoster-servers.ts";
-import type { RunningSystem } from "./system.ts";
+import { apiCall } from "./api-call.ts";
+import { signUp, type RunningSystem } from "./system.ts";
 
 /** Creates one invite code through the admin API. */
 export async function createInvite(system: RunningSystem): Promise<string> {
@@ -75,4 +76,29 @@ export async function registerHoster(
   const { hoster_id } = (await res.json()) as { hoster_id: string };
   const cookie = (res.headers.getSetCookie()[0] ?? "").split(";")[0]!;
   return { hosterId: hoster_id, email, password, cookie, server, modelId, registrationHeaders: res.headers };
+}
+
+/**
+ * A free plan of `hoster` with the given limits, and a new customer subscribed to it: returns the
+ * subscription's scoped key and the customer (an Error when either step is refused).
+ */
+export async function subscribeToFreePlan(
+  system: RunningSystem,
+  hoster: RegisteredHoster,
+  limits: { rpmLimit: number; maxConcurrent: number },
+): Promise<{ scopedKey: string; subscriber: Awaited<ReturnType<typeof signUp>> }> {
+  const plan = await apiCall(system.url, "POST", "/hosters/products", {
+    cookie: hoster.cookie,
+    body: { name: "Free", pricing_model: "free", rpm_limit: limits.rpmLimit, max_concurrent: limits.maxConcurrent },
+  });
+  if (plan.status !== 201) throw new Error(`plan refused: ${plan.status} ${JSON.stringify(plan.body)}`);
+  const subscriber = await signUp(system.url);
+  const subscription = await apiCall(system.url, "POST", "/v1/subscriptions", {
+    key: subscriber.apiKey,
+    body: { product_id: plan.body.product_id },
+  });
+  if (subscription.status !== 201) {
+    throw new Error(`subscription refused: ${subscription.status} ${JSON.stringify(subscription.body)}`);
+  }
+  return { scopedKey: subscription.body.api_key as string, subscriber };
 }

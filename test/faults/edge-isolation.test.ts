@@ -19,11 +19,10 @@ import { startTcpProxy, type TcpProxy } from "@mkt/testkit/tcp-proxy";
 import { testCertificates } from "@mkt/testkit/test-certificates";
 import { loadEdgeConfig } from "../../edge/src/config.ts";
 import { startEdge, type EdgeHandle } from "../../edge/src/server.ts";
-import { apiCall } from "../e2e/api-call.ts";
 import { postChat } from "../e2e/billing-db.ts";
-import { registerHoster, type RegisteredHoster } from "../e2e/hoster-fixture.ts";
+import { registerHoster, subscribeToFreePlan, type RegisteredHoster } from "../e2e/hoster-fixture.ts";
 import { streamAnswer } from "../e2e/streamed-answer.ts";
-import { signUp, startSystem, type RunningSystem } from "../e2e/system.ts";
+import { startSystem, type RunningSystem } from "../e2e/system.ts";
 
 const LEASE_TTL_MS = 2_000;
 const EDGE_ISOLATION_MS = 5_000;
@@ -80,18 +79,10 @@ afterAll(async () => {
 
 describe("an edge cut off from billing, its clients still connected", () => {
   it("ends its streams with an error event after EDGE_ISOLATION_MS, and the other edge then serves the subscriber in full", async () => {
-    const plan = await apiCall(system.url, "POST", "/hosters/products", {
-      cookie: hoster.cookie,
-      body: { name: "Free", pricing_model: "free", rpm_limit: 1_000, max_concurrent: MAX_CONCURRENT },
+    const { scopedKey: key } = await subscribeToFreePlan(system, hoster, {
+      rpmLimit: 1_000,
+      maxConcurrent: MAX_CONCURRENT,
     });
-    expect(plan.status, JSON.stringify(plan.body)).toBe(201);
-    const subscriber = await signUp(system.url);
-    const subscription = await apiCall(system.url, "POST", "/v1/subscriptions", {
-      key: subscriber.apiKey,
-      body: { product_id: plan.body.product_id },
-    });
-    expect(subscription.status, JSON.stringify(subscription.body)).toBe(201);
-    const key = subscription.body.api_key as string;
     const ask = (content: string, maxTokens: number) => ({
       model: hoster.modelId,
       max_tokens: maxTokens,

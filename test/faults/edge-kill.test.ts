@@ -13,12 +13,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TEST_NATS_URL } from "@mkt/testkit/env";
 import { freePort } from "@mkt/testkit/ports";
 import { testCertificates } from "@mkt/testkit/test-certificates";
-import { apiCall } from "../e2e/api-call.ts";
 import { openBillingDb, postChat, type BillingDb } from "../e2e/billing-db.ts";
 import { startChild, waitForReady, type Child } from "../e2e/child-process.ts";
-import { registerHoster, type RegisteredHoster } from "../e2e/hoster-fixture.ts";
+import { registerHoster, subscribeToFreePlan, type RegisteredHoster } from "../e2e/hoster-fixture.ts";
 import { streamAnswer } from "../e2e/streamed-answer.ts";
-import { signUp, startSystem, type RunningSystem } from "../e2e/system.ts";
+import { startSystem, type RunningSystem } from "../e2e/system.ts";
 
 /** The production default, which test/e2e/system.ts shortens for other tests; every service the same. */
 const LEASE_TTL_MS = "2000";
@@ -91,18 +90,10 @@ describe("an edge killed with SIGKILL and started again under the same EDGE_ID (
         await child.exited;
       }
     }
-    const plan = await apiCall(system.url, "POST", "/hosters/products", {
-      cookie: hoster.cookie,
-      body: { name: "Free", pricing_model: "free", rpm_limit: 1_000, max_concurrent: MAX_CONCURRENT },
+    const { scopedKey: scopedKey, subscriber } = await subscribeToFreePlan(system, hoster, {
+      rpmLimit: 1_000,
+      maxConcurrent: MAX_CONCURRENT,
     });
-    expect(plan.status, JSON.stringify(plan.body)).toBe(201);
-    const subscriber = await signUp(system.url);
-    const subscription = await apiCall(system.url, "POST", "/v1/subscriptions", {
-      key: subscriber.apiKey,
-      body: { product_id: plan.body.product_id },
-    });
-    expect(subscription.status, JSON.stringify(subscription.body)).toBe(201);
-    const scopedKey = subscription.body.api_key as string;
     const ask = (content: string) => ({ model: hoster.modelId, messages: [{ role: "user", content }] });
 
     // 1. The subscriber's three slots in flight on the edge, and a pay-as-you-go answer holding credit.

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startPrivatePostgres, type PrivatePostgres } from "@mkt/testkit/postgres-server";
-import { apiCall } from "../e2e/api-call.ts";
-import { registerHoster, type RegisteredHoster } from "../e2e/hoster-fixture.ts";
+import { registerHoster, subscribeToFreePlan, type RegisteredHoster } from "../e2e/hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "../e2e/system.ts";
 import {
   expectAllReleased,
@@ -56,18 +55,8 @@ afterAll(async () => {
  * registry's hoster rows, which are read from the database (and cached for seconds).
  */
 async function scopedClient(): Promise<Client> {
-  const plan = await apiCall(system.url, "POST", "/hosters/products", {
-    cookie: hoster.cookie,
-    body: { name: "Free", pricing_model: "free", rpm_limit: 10_000, max_concurrent: 10 },
-  });
-  expect(plan.status).toBe(201);
-  const { apiKey } = await signUp(system.url);
-  const subscription = await apiCall(system.url, "POST", "/v1/subscriptions", {
-    key: apiKey,
-    body: { product_id: plan.body.product_id },
-  });
-  expect(subscription.status).toBe(201);
-  return { apiKey: subscription.body.api_key as string, model: hoster.modelId, kinds: ["chat", "stream", "usage"] };
+  const { scopedKey } = await subscribeToFreePlan(system, hoster, { rpmLimit: 10_000, maxConcurrent: 10 });
+  return { apiKey: scopedKey, model: hoster.modelId, kinds: ["chat", "stream", "usage"] };
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -35,9 +35,8 @@ import { loadHosterServerConfig } from "../../hoster-server/src/config.ts";
 import { startHosterServer } from "../../hoster-server/src/server.ts";
 import { loadEdgeConfig } from "../../edge/src/config.ts";
 import { startEdge } from "../../edge/src/server.ts";
-import { apiCall } from "../e2e/api-call.ts";
 import { openBillingDb } from "../e2e/billing-db.ts";
-import { registerHoster } from "../e2e/hoster-fixture.ts";
+import { registerHoster, subscribeToFreePlan } from "../e2e/hoster-fixture.ts";
 import { signUp, type RunningSystem } from "../e2e/system.ts";
 import {
   expectAllReleased,
@@ -288,19 +287,9 @@ async function clientsOf(harness: Harness, onClose: (close: () => Promise<void>)
     serverEnv: { DEMO_TOKENS_PER_SECOND: TOKENS_PER_SECOND },
   });
   onClose(() => hoster.server.close());
-  const plan = await apiCall(system.url, "POST", "/hosters/products", {
-    cookie: hoster.cookie,
-    body: { name: "Free", pricing_model: "free", rpm_limit: 10_000, max_concurrent: MAX_CONCURRENT },
-  });
-  expect(plan.status, JSON.stringify(plan.body)).toBe(201);
-  const subscriber = await signUp(system.url);
-  const subscription = await apiCall(system.url, "POST", "/v1/subscriptions", {
-    key: subscriber.apiKey,
-    body: { product_id: plan.body.product_id },
-  });
-  expect(subscription.status, JSON.stringify(subscription.body)).toBe(201);
+  const { scopedKey } = await subscribeToFreePlan(system, hoster, { rpmLimit: 10_000, maxConcurrent: MAX_CONCURRENT });
   const kinds: Outcome["what"][] = ["stream", "chat", "stream", "usage"];
-  const scoped: Client = { apiKey: subscription.body.api_key as string, model: hoster.modelId, kinds };
+  const scoped: Client = { apiKey: scopedKey, model: hoster.modelId, kinds };
   const accountKeys = await Promise.all([0, 1, 2].map(() => signUp(system.url)));
   // Issue 20's load, 24 clients in all: the scoped key's (one per slot) and the rest over three accounts.
   return {
