@@ -109,6 +109,26 @@ export const DEFAULT_LEASE_IDLE_MS = 60_000;
  */
 const MAX_IDLE_SHRINKS_PER_BEAT = 32;
 
+/**
+ * Leases one heartbeat reports, at most. Billing answers a heartbeat within its timeout (TTL / 2)
+ * only if it is not too large: one that failed leaves every lease it carried unanswered, and if
+ * the next carried them all again, with what changed meanwhile, it would fail as well, while the
+ * leases lapse and every request waits on a grant (measured: 1,000 sparse accounts on a busy
+ * 2-core machine). Leases over the cap are reported in the next beats, the most urgent first.
+ */
+const MAX_REPORTS_PER_BEAT = 256;
+
+/** Which leases a heartbeat reports first: those only a reply can renew or close, then changes. */
+const REPORT_URGENCY: Record<string, number> = {
+  final: 0,
+  lapsed: 0,
+  changed: 1,
+  unanswered: 1,
+  "next window": 2,
+  slots: 2,
+  "idle credit": 3,
+};
+
 /** How long a cold request waits for its GrantLease before it is answered 503. */
 const GRANT_TIMEOUT_MS = 10_000;
 
@@ -586,6 +606,7 @@ export class LeaseTable {
     const sequence = this.nextSequence();
     const reports: LeaseReport[] = [];
     const unreported: HeldLease[] = [];
+    const due: Array<{ lease: HeldLease; final: boolean; nextWindow: boolean; reason: string }> = [];
     let shrinks = 0;
     for (const lease of all) {
       const idle = lease.inFlight === 0 && now - lease.lastAdmittedAt > this.#idleMs;
@@ -593,8 +614,15 @@ export class LeaseTable {
       const final = !lease.open || idle || this.#retired.has(lease.leaseId);
       if (final && !this.#retired.has(lease.leaseId)) this.#retire(lease);
       const nextWindow = !final && lease.windowEnding(now, this.#nextWindowWithinMs(lease));
-      const reason = final ? "final" : nextWindow ? "next window" : this.#reportReason(lease, now);
-      if (!reason || (reason === "idle credit" && shrinks++ >= MAX_IDLE_SHRINKS_PER_BEAT)) {
+      const reason = final ? "final" : (this.#reportReason(lease, now) ?? (nextWindow ? "next window" : undefined));
+      if (!reason || (reason === "idle credit" && shrinks++ >= MAX_IDLE_SHRINKS_PER_BEAT)) unreported.push(lease);
+      else due.push({ lease, final, nextWindow, reason });
+    }
+    // The most urgent first, up to MAX_REPORTS_PER_BEAT; the others wait for the next beat,
+    // extended by the session meanwhile (their pins, if any, hold until a reply).
+    due.sort((a, b) => REPORT_URGENCY[a.reason]! - REPORT_URGENCY[b.reason]!);
+    for (const [i, { lease, final, nextWindow, reason }] of due.entries()) {
+      if (i >= MAX_REPORTS_PER_BEAT) {
         unreported.push(lease);
         continue;
       }
