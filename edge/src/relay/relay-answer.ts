@@ -103,6 +103,7 @@ export async function* relayAnswer(
     const event = endedEarly(answer, err);
     if (event) yield event;
   } finally {
+    answer.stopWatching();
     // Every exit waits for its event; a client that stopped reading (the route returned) lands
     // here with nothing recorded yet.
     await answer.record("client_cancelled");
@@ -135,15 +136,27 @@ class Answer {
     this.route = request.route;
     this.log = deps.log.child({ requestId: request.requestId });
     this.outputCap = request.maxOutputTokens * (request.choices > 1n ? request.choices : 1n);
-    const onGone = () => this.upstreamCancel.abort();
-    const onCut = () => {
-      this.#cut = true;
-      this.upstreamCancel.abort();
-    };
-    if (control.clientGone.aborted) onGone();
-    else control.clientGone.addEventListener("abort", onGone, { once: true });
-    if (control.cut?.aborted) onCut();
-    else control.cut?.addEventListener("abort", onCut, { once: true });
+    if (control.clientGone.aborted) this.#onGone();
+    else control.clientGone.addEventListener("abort", this.#onGone, { once: true });
+    if (control.cut?.aborted) this.#onCut();
+    else control.cut?.addEventListener("abort", this.#onCut, { once: true });
+  }
+
+  readonly #onGone = () => this.upstreamCancel.abort();
+  readonly #onCut = () => {
+    this.#cut = true;
+    this.upstreamCancel.abort();
+  };
+
+  /**
+   * Removes the answer's listeners from the client's and the edge's signals. The edge's is
+   * composed (AbortSignal.any) of signals that live as long as the process, and Node keeps a
+   * composed signal that has listeners alive as long as its sources: left on, every answer (its
+   * accumulator, its chunks) would stay in memory for good.
+   */
+  stopWatching(): void {
+    this.#control.clientGone.removeEventListener("abort", this.#onGone);
+    this.#control.cut?.removeEventListener("abort", this.#onCut);
   }
 
   /** The edge cut the answer (shutdown, isolation) while its client was still there. */
