@@ -1,3 +1,4 @@
+import { getEventListeners } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countTextTokens } from "@mkt/runtime/tokens";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
@@ -343,6 +344,18 @@ describe("ChatCompletion deadlines and shutdown", () => {
     } finally {
       await quick.close();
     }
+  });
+
+  it("leaves no listener on the edge's long-lived signals once an answer ends, whole or failed", async () => {
+    // The edge's cut is composed from signals that live as long as the process: a listener left on
+    // it would keep every answer (its accumulator, its chunks) in memory for good.
+    const edgeCut = new AbortController();
+    const cut = AbortSignal.any([edgeCut.signal]);
+    for (const model of ["Demo Small", "broken"]) {
+      await h.chat(await h.chatRequest(model), undefined, { cut });
+      await h.chat(await h.chatRequest(model, { stream: false }), undefined, { cut });
+    }
+    expect(getEventListeners(cut, "abort")).toEqual([]);
   });
 
   it("still records usage for a stream the edge cuts (its shutdown grace over), what was relayed billed", async () => {
