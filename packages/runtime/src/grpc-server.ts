@@ -62,12 +62,7 @@ export function serverStream<Req, Res>(
  * the status from the stream's final step: an emitted error becomes that status. destroy(err)
  * would skip the final step and leave the client waiting forever.
  */
-function failStream<Req, Res>(
-  call: ServerWritableStream<Req, Res>,
-  err: unknown,
-  log: Logger,
-  method: string,
-): void {
+function failStream<Req, Res>(call: ServerWritableStream<Req, Res>, err: unknown, log: Logger, method: string): void {
   if (call.cancelled) return;
   call.emit("error", Object.assign(new Error("stream failed"), toGrpcError(err, log, method)));
 }
