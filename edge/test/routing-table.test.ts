@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { AppError } from "@mkt/runtime/errors";
 import { CatalogTable, type RouteScope } from "@mkt/proto/registry/v1/registry";
+import { OutlierTracker } from "../src/relay/outlier-tracker.ts";
 import { RoutingTable } from "../src/routing/routing-table.ts";
 
 const LOCAL = "http://10.0.0.5:8000";
@@ -208,5 +209,23 @@ describe("RoutingTable before its first table", () => {
     await waiting;
     expect(t.version).toBe(42n);
     expect(t.resolve("auto", undefined).modelId).toBe("demo-small");
+  });
+});
+
+describe("a hoster registry's probes find healthy again", () => {
+  it("ends this edge's own ejection of it at once, not at the ejection's back-off", () => {
+    const outliers = new OutlierTracker({ ejectAfterFailures: 1, backoffMs: 60_000 });
+    const table = new RoutingTable(outliers);
+    table.apply(TABLE);
+    const key = `hoster ${OTHER}`;
+    outliers.failed(key);
+    expect(outliers.isEjected(key)).toBe(true);
+    // A table in which it is still unhealthy changes nothing; the one in which it is healthy ends it.
+    table.apply(CatalogTable.fromPartial({ ...TABLE, version: 43n }));
+    expect(outliers.isEjected(key)).toBe(true);
+    const healthy = TABLE.hosters.map((h) => (h.hosterId === OTHER ? { ...h, status: "healthy" } : h));
+    table.apply(CatalogTable.fromPartial({ ...TABLE, version: 44n, hosters: healthy }));
+    expect(outliers.isEjected(key)).toBe(false);
+    expect(table.resolve("mistral-7b", scopeOf(OTHER)).hosterId).toBe(OTHER);
   });
 });

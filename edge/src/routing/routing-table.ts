@@ -117,7 +117,7 @@ function hosterNamespace(h: RoutableHoster): Namespace {
  * every one of its servers is ejected by the edge's own outlier detection.
  */
 export class RoutingTable implements UpstreamDirectory {
-  readonly #outliers: EjectionView;
+  readonly #outliers: EjectionView & { recovered?(key: string): void };
   #table: CatalogTable | undefined;
   #receivedAt: number | undefined;
   #platform: Namespace = EMPTY;
@@ -125,13 +125,22 @@ export class RoutingTable implements UpstreamDirectory {
   #loaded!: Promise<void>;
   #markLoaded!: () => void;
 
-  constructor(outliers: EjectionView = { isEjected: () => false }) {
+  /**
+   * `outliers` is the edge's outlier ejection: read for health, and told when registry's probes
+   * find a hoster healthy again after finding it unhealthy (`recovered`): the probe is the proof it
+   * is back, so this edge's own ejection of it ends at once rather than at its back-off.
+   */
+  constructor(outliers: EjectionView & { recovered?(key: string): void } = { isEjected: () => false }) {
     this.#outliers = outliers;
     this.#loaded = new Promise((resolve) => (this.#markLoaded = resolve));
   }
 
   /** Replaces the table with the one registry just sent. */
   apply(table: CatalogTable, receivedAt = Date.now()): void {
+    for (const h of table.hosters) {
+      const before = this.#hosters.get(h.hosterId.toLowerCase())?.hoster;
+      if (before?.status === "unhealthy" && h.status === "healthy") this.#outliers.recovered?.(h.upstreamKey);
+    }
     this.#platform = namespace(table.platformModels.map(platformCandidate));
     this.#hosters = new Map(
       table.hosters.map((h) => [h.hosterId.toLowerCase(), { hoster: h, models: hosterNamespace(h) }]),
