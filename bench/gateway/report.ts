@@ -187,7 +187,7 @@ export function printTable(r: Results): void {
   );
   for (const c of cells) console.log(line(c));
 
-  console.log("\nTargets (issue 18; reported, not asserted):");
+  console.log("\nTargets (reported, not asserted; bench/gateway/targets.ts):");
   for (const g of r.goals) {
     const verdict = g.pass === undefined ? "n/a " : g.pass ? "PASS" : "FAIL";
     console.log(`  ${verdict}  ${g.target}: ${g.value}${g.caveat ? ` [${g.caveat}]` : ""}`);

@@ -184,11 +184,15 @@ class Answer {
     return this.accumulator;
   }
 
-  billed(): BilledUsage {
+  /**
+   * What the request is billed. `delivered` is our count of the output relayed: a caller that
+   * already counted it passes it, so the tokenizer runs once.
+   */
+  billed(delivered = this.accumulator?.deliveredTokens() ?? 0n): BilledUsage {
     return billedUsage({
       reported: this.accumulator?.reportedUsage,
       promptTokens: this.#request.promptTokens,
-      deliveredOutputTokens: this.accumulator?.deliveredTokens() ?? 0n,
+      deliveredOutputTokens: delivered,
       maxOutputTokens: this.outputCap,
     });
   }
@@ -343,8 +347,9 @@ async function* relayFrom(
 async function* wholeAnswer(deps: RelayDeps, request: RelayRequest, answer: Answer): AsyncGenerator<RelayEvent> {
   const acc = answer.accumulator;
   if (!acc?.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
+  // Counting the output is the costly part (the tokenizer over every choice's text): done once.
   const delivered = acc.deliveredTokens();
-  const billed = answer.billed();
+  const billed = answer.billed(delivered);
   const mismatch = checkReportedUsage(request, answer.route, acc, delivered, answer.outputCap);
   const cost = usageCost(request, answer.route, billed);
   if (request.stream && request.includeUsage) {
