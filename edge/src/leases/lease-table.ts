@@ -461,7 +461,7 @@ export class LeaseTable {
   }
 
   /**
-   * The cold or short path: one GrantLease covering the requests in hand (DESIGN.md §2.3). A
+   * The cold or short path: one GrantLease covering the requests in hand. A
    * refusal is cached for the key only when the grant was for one request: a batch's says
    * nothing of each of its requests alone.
    */
@@ -584,7 +584,7 @@ export class LeaseTable {
   }
 
   /**
-   * One heartbeat (DESIGN.md §2.3): the reports of the leases that need one (reportReason), final
+   * One heartbeat: the reports of the leases that need one (reportReason), final
    * for leases fenced, retired or idle (nothing admitted and nothing in flight for LEASE_IDLE_MS).
    * Every other open lease is extended by the reply's session validity alone, at no cost to
    * billing: an account sending now and then stays warm. Only replies newer than the last applied

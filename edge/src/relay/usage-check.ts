@@ -17,7 +17,7 @@ function aboveTolerance(reported: bigint, counted: bigint): boolean {
 }
 
 /**
- * Does an upstream's usage report claim more than the edge can account for (DESIGN.md §5)?
+ * Does an upstream's usage report claim more than the edge can account for?
  * Billing never trusts it either way (billedUsage); this only flags the hoster. No report is not
  * a mismatch (many servers send none, and billing then uses the edge's count); a report whose
  * counts are missing, not numbers, negative or absurdly large is.
