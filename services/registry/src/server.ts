@@ -133,7 +133,6 @@ export async function startRegistry(
   });
   const hosterRows = hosterCatalog({
     store: hosters.store,
-    box: hosters.box,
     // A probe's status change reaches routing at once through catalog.changed (below), and
     // within one probe interval (5 s at most) should that announcement be lost.
     cacheTtlMs: Math.min(config.HOSTER_PROBE_INTERVAL_MS, HOSTER_CACHE_MAX_MS),
@@ -155,7 +154,7 @@ export async function startRegistry(
   catalogFeed.changed();
   // A scoped key sees only its hoster's models (each catalog's rule).
   const catalog: ModelCatalog = compositeCatalog(
-    ...offers.map((offer) => platformCatalog(offer.provider, offer.models, offer.servers, startedAt)),
+    ...offers.map((offer) => platformCatalog(offer.provider, offer.models, startedAt)),
     hosterRows,
   );
   let usageFigures: HosterUsageConsumer | undefined;

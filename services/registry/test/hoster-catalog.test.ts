@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { SecretBox } from "@mkt/runtime/secret-box";
-import { Route } from "@mkt/proto/registry/v1/registry";
+import { buildCatalogTable } from "../src/catalog/catalog-table.ts";
 import { hosterCatalog } from "../src/catalog/hoster-catalog.ts";
 import type { RoutableHoster } from "../src/hosters/hoster-store.ts";
 
@@ -42,12 +42,20 @@ function hoster(overrides: Partial<RoutableHoster> = {}): RoutableHoster {
 function setup(row: RoutableHoster) {
   let now = 1_000;
   const store = fakeStore(row);
-  const catalog = hosterCatalog({ store, box, cacheTtlMs: 100, log: pino({ level: "silent" }), now: () => now });
+  const catalog = hosterCatalog({ store, cacheTtlMs: 100, log: pino({ level: "silent" }), now: () => now });
   const scope = { subscriptionId: randomUUID(), productId: randomUUID(), hosterId: row.id };
   return { store, catalog, scope, advance: (ms: number) => (now += ms) };
 }
 
-const routeOf = (hosterId: string, modelId = "m-1") => Route.fromPartial({ provider: "hoster", hosterId, modelId });
+/** The routing table built from one hoster row (no plans, no platform models). */
+const tableOf = (row: RoutableHoster) =>
+  buildCatalogTable({
+    platformModels: [],
+    hosters: { allRoutable: async () => [row] },
+    products: { activeByHoster: async () => new Map() },
+    box,
+    log: pino({ level: "silent" }),
+  });
 
 describe("hosterCatalog", () => {
   it("gives normal keys nothing and reads nothing for them", async () => {
@@ -59,7 +67,7 @@ describe("hosterCatalog", () => {
 
   it("reuses a hoster row within the TTL, with concurrent misses sharing one read", async () => {
     const { catalog, store, scope, advance } = setup(hoster());
-    await Promise.all([catalog.models(scope), catalog.models(scope), catalog.candidatesFor(routeOf(scope.hosterId))]);
+    await Promise.all([catalog.models(scope), catalog.models(scope), catalog.models(scope)]);
     expect(store.reads).toBe(1);
     advance(99);
     await catalog.models(scope);
@@ -73,11 +81,9 @@ describe("hosterCatalog", () => {
     const row = hoster();
     const { catalog, store, scope, advance } = setup(row);
     expect((await catalog.models(scope))[0]?.healthy).toBe(true);
-    expect(await catalog.candidatesFor(routeOf(row.id))).toHaveLength(1);
     store.row = { ...row, status: "unhealthy" };
     advance(100);
     expect((await catalog.models(scope))[0]?.healthy).toBe(false);
-    expect(await catalog.candidatesFor(routeOf(row.id))).toEqual([]);
   });
 
   it("does not remember a failed read", async () => {
@@ -92,29 +98,28 @@ describe("hosterCatalog", () => {
   it("never queries for a malformed hoster id", async () => {
     const { catalog, store, scope } = setup(hoster());
     expect(await catalog.models({ ...scope, hosterId: "h_1' or 1=1" })).toEqual([]);
-    expect(await catalog.candidatesFor(routeOf("not-a-uuid"))).toEqual([]);
+    expect(await catalog.models({ ...scope, hosterId: "not-a-uuid" })).toEqual([]);
     expect(store.reads).toBe(0);
   });
+});
 
-  it("opens the token for the upstream, and refuses a route of another provider or an unknown model", async () => {
+describe("the routing table's hosters", () => {
+  it("carry the opened token for the edges' calls, with the hoster's ejection key", async () => {
     const row = hoster();
-    const { catalog } = setup(row);
-    expect(await catalog.candidatesFor(routeOf(row.id))).toEqual([
-      {
-        baseUrl: "http://127.0.0.1:9/base",
-        token: TOKEN,
-        upstreamModel: "m-1",
-        trust: "hoster",
-        key: `hoster ${row.id}`,
-      },
-    ]);
-    expect(await catalog.candidatesFor(routeOf(row.id, "m-2"))).toEqual([]);
-    expect(await catalog.candidatesFor({ ...routeOf(row.id), provider: "local" })).toEqual([]);
+    const [entry] = (await tableOf(row)).hosters;
+    expect(entry).toMatchObject({
+      hosterId: row.id,
+      endpointUrl: "http://127.0.0.1:9/base",
+      token: TOKEN,
+      upstreamKey: `hoster ${row.id}`,
+      status: "healthy",
+    });
   });
 
-  it("treats a token sealed for another row as no upstream, without throwing", async () => {
+  it("treat a token sealed for another row as no usable server, without throwing", async () => {
     const row = hoster();
-    const { catalog } = setup({ ...row, apiKeySealed: box.seal(TOKEN, `hoster:${randomUUID()}:api_key`) });
-    expect(await catalog.candidatesFor(routeOf(row.id))).toEqual([]);
+    const [entry] = (await tableOf({ ...row, apiKeySealed: box.seal(TOKEN, `hoster:${randomUUID()}:api_key`) }))
+      .hosters;
+    expect(entry!.token).toBe("");
   });
 });

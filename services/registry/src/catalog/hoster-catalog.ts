@@ -1,20 +1,11 @@
 import { isUuid } from "@mkt/runtime/ids";
 import type { Logger } from "@mkt/runtime/logger";
-import { SecretBoxError, type SecretBox } from "@mkt/runtime/secret-box";
 import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
-import { hosterKeyContext } from "../hosters/hoster.entity.ts";
 import type { HosterStore, RoutableHoster } from "../hosters/hoster-store.ts";
-import {
-  isScoped,
-  type CatalogModel,
-  type EjectionView,
-  type ModelCatalog,
-  type UpstreamTarget,
-} from "./model-catalog.ts";
+import { isScoped, type CatalogModel, type ModelCatalog } from "./model-catalog.ts";
 
 export interface HosterCatalogOptions {
   store: Pick<HosterStore, "routable">;
-  box: SecretBox;
   /**
    * How long a hoster row read from the database is reused. Routing is on the hot path, but a
    * status change written by a probe (this replica's or another's) must reach routing within a
@@ -22,13 +13,11 @@ export interface HosterCatalogOptions {
    */
   cacheTtlMs: number;
   log: Logger;
-  /** Live failures eject a hoster (its models answer no_healthy_upstream) until a probe succeeds. */
-  outliers?: EjectionView;
   /** Milliseconds; tests may set it. */
   now?: () => number;
 }
 
-/** A hoster's outlier key: its id, so its health probe can clear it whatever its URL. */
+/** A hoster's outlier key at the edges: its id, so registry's probe can clear it whatever its URL. */
 export const hosterUpstreamKey = (hosterId: string) => `hoster ${hosterId.toLowerCase()}`;
 
 interface CacheEntry {
@@ -45,7 +34,6 @@ interface CacheEntry {
  */
 export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { forget(hosterId: string): void } {
   const now = options.now ?? Date.now;
-  const outliers = options.outliers ?? { isEjected: () => false };
   const cache = new Map<string, CacheEntry>();
 
   /** The hoster's row, at most cacheTtlMs old; concurrent misses share one read. */
@@ -76,7 +64,7 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { f
       modelAlias: m.modelAlias,
       ownedBy: h.name,
       created,
-      healthy: h.status === "healthy" && !outliers.isEjected(hosterUpstreamKey(h.id)),
+      healthy: h.status === "healthy",
       route: Route.fromPartial({
         modelId: m.modelId,
         provider: "hoster",
@@ -101,29 +89,6 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { f
       if (!scope || !isScoped(scope) || scope.hosterId === "") return [];
       const found = await hoster(scope.hosterId);
       return found ? catalogModels(found, scope) : [];
-    },
-
-    // One server per hoster, so a hoster route has no failover; an ejected one is still returned
-    // (the relay answers no_healthy_upstream for it).
-    async candidatesFor(route): Promise<UpstreamTarget[]> {
-      if (route.provider !== "hoster") return [];
-      const found = await hoster(route.hosterId);
-      // Checked again here: a route may have been resolved (or cached by the edge) before a probe
-      // marked the hoster unhealthy.
-      if (!found || found.status !== "healthy") return [];
-      const model = found.models.find((m) => m.modelId === route.modelId);
-      if (!model) return [];
-      let token: string;
-      try {
-        // Opened per call, so the plain token is not kept in the cache.
-        token = options.box.open(found.apiKeySealed, hosterKeyContext(found.id));
-      } catch (err) {
-        if (!(err instanceof SecretBoxError)) throw err;
-        options.log.error({ hosterId: found.id, reason: err.message }, "cannot open a hoster's stored token");
-        return [];
-      }
-      const key = hosterUpstreamKey(found.id);
-      return [{ baseUrl: found.endpointUrl, token, upstreamModel: model.modelId, trust: "hoster", key }];
     },
   };
 }

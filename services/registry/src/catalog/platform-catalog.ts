@@ -1,12 +1,6 @@
-import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
+import { Route, UpstreamServer, type RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { ConfiguredModel } from "./configured-models.ts";
-import {
-  isScoped,
-  type CatalogModel,
-  type EjectionView,
-  type ModelCatalog,
-  type UpstreamTarget,
-} from "./model-catalog.ts";
+import { isScoped, type CatalogModel, type ModelCatalog } from "./model-catalog.ts";
 
 /** Platform models (local and cloud) are capped at this many output tokens per request (DESIGN.md §4). */
 export const PLATFORM_MAX_OUTPUT_TOKENS = 4096n;
@@ -31,15 +25,15 @@ const serverName = (url: string) => {
 };
 
 /**
- * How to call one platform model on one of the operator's servers. Shared by this catalog and
- * the routing table registry streams to the edges, so both name a server's ejection key alike.
+ * How the edges call one platform model on one of the operator's servers, as the routing table
+ * carries it (catalog-table.ts): `key` names the server for the edges' outlier ejection.
  */
 export function platformUpstream(
   provider: PlatformProvider,
   server: PlatformServer,
   model: ConfiguredModel,
-): UpstreamTarget {
-  return {
+): UpstreamServer {
+  return UpstreamServer.fromPartial({
     baseUrl: server.url,
     token: server.token,
     upstreamModel: model.upstreamModel,
@@ -47,31 +41,27 @@ export function platformUpstream(
     // Per model: a server whose one model is broken keeps serving the others. Logged, so
     // origin and path only (never credentials a URL might hold).
     key: `${provider} ${serverName(server.url)} ${model.modelId}`,
-  };
+  });
 }
 
 /**
- * Platform-served models from configuration, served by the servers the operator configured (the
- * local model server's replicas, or the cloud API): every server serves every model, and they are
- * tried in the configured order. They are called through the ordinary (unguarded) upstream pools,
- * since the operator chose the addresses. A server's token lives only in the upstream targets,
- * which never leave the registry: routes and listings carry no URL or token. A model is listed as
- * unhealthy (routing answers no_healthy_upstream, and `auto` passes over it) while every one of
- * its servers is ejected.
+ * Platform-served models from configuration (the operator's local model server and cloud API),
+ * as registry lists and resolves them: for normal keys only, priced from the catalog, always
+ * listed healthy (the operator's servers are not probed; each edge ejects a failing one itself,
+ * in its routing table). Routes and listings carry no URL or token.
  */
 export function platformCatalog(
   provider: PlatformProvider,
   models: readonly ConfiguredModel[],
-  servers: readonly PlatformServer[],
   createdAt: Date,
-  outliers: EjectionView = { isEjected: () => false },
 ): ModelCatalog {
   const created = BigInt(Math.floor(createdAt.getTime() / 1000));
-  const entries = models.map((m) => ({
+  const entries: CatalogModel[] = models.map((m) => ({
     modelId: m.modelId,
     modelAlias: m.modelAlias,
     ownedBy: "platform",
     created,
+    healthy: true,
     route: Route.fromPartial({
       modelId: m.modelId,
       provider,
@@ -80,23 +70,11 @@ export function platformCatalog(
       contextWindow: m.contextWindow,
       maxOutputTokensCap: PLATFORM_MAX_OUTPUT_TOKENS,
     }),
-    upstreams: servers.map((server) => platformUpstream(provider, server, m)),
   }));
-  const byId = new Map(entries.map((e) => [e.modelId, e]));
-
   return {
     // Platform models are for normal keys; a scoped key only reaches its hoster's models.
     async models(scope: RouteScope | undefined): Promise<CatalogModel[]> {
-      if (isScoped(scope)) return [];
-      // Servers are not probed (the operator runs them): only live failures eject one.
-      return entries.map(({ upstreams, ...model }) => ({
-        ...model,
-        healthy: upstreams.some((u) => !outliers.isEjected(u.key)),
-      }));
-    },
-    async candidatesFor(route: Route): Promise<UpstreamTarget[]> {
-      if (route.provider !== provider) return [];
-      return byId.get(route.modelId)?.upstreams ?? [];
+      return isScoped(scope) ? [] : entries;
     },
   };
 }
