@@ -1,4 +1,4 @@
-import { AppError } from "@mkt/runtime/errors";
+import { noHealthyUpstream } from "@mkt/runtime/route-errors";
 import type { Route } from "@mkt/proto/registry/v1/registry";
 import type { EjectionView, UpstreamDirectory, UpstreamTarget } from "../routing/upstream-target.ts";
 import { UpstreamFailure } from "./stream-chat.ts";
@@ -30,7 +30,7 @@ export function isUpstreamFault(err: unknown): err is UpstreamFailure {
 export function liveCandidates(upstreams: UpstreamDirectory, outliers: EjectionView, route: Route): UpstreamTarget[] {
   const live = upstreams.candidatesFor(route).filter((t) => !outliers.isEjected(t.key));
   if (live.length === 0) {
-    throw new AppError("no_healthy_upstream", `No upstream is available for the model \`${route.modelId}\`.`);
+    throw noHealthyUpstream(route.modelId);
   }
   return live;
 }
