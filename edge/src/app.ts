@@ -82,7 +82,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   app.decorateRequest("principal", null);
   app.decorateRequest("session", null);
-  await installSecurityHeaders(app);
+  installSecurityHeaders(app);
   await app.register(cookie);
   installCsrfGuard(app);
   installJsonBodyParser(app);

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { registerHoster } from "./hoster-fixture.ts";
 import { startSystem, type RunningSystem } from "./system.ts";
 
-// Issue 17 §4: security headers on every response, from @fastify/helmet.
+// Security headers on every response, computed by helmet.
 let system: RunningSystem;
 beforeAll(async () => {
   system = await startSystem();
