@@ -15,6 +15,8 @@ import { startTestBilling, type TestBilling } from "../../services/billing/test/
 import { LeaseTable, type LeaseBilling } from "../src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../src/leases/lease-recall.ts";
 import type { Ticket } from "../src/leases/lease-admission.ts";
+import { admitOnBound, admitRequest } from "../src/chat/lease-admit.ts";
+import { Route } from "@mkt/proto/registry/v1/registry";
 
 const TTL = 1_000;
 // Billing's clock is fixed 10 s into a UTC minute (no window boundary mid-test); the edges'
@@ -198,6 +200,46 @@ describe("the edge's lease table against a real billing", () => {
     const n = Number((granted - lease.credit!.admitted) / 100n);
     for (let i = 0; i < Math.min(n, 5); i++) expect(await admitOne(table, accountId, "big", 100n)).not.toBeNull();
     expect(calls.length).toBe(before);
+  });
+
+  it("admits on a prompt's byte bound from memory only, and only where the bound changes nothing", async () => {
+    const { table, calls } = edge();
+    const accountId = randomUUID();
+    expect(await admitOne(table, accountId, "big", 100n)).not.toBeNull();
+    await table.beat();
+    const route = Route.fromPartial({
+      modelId: "m",
+      provider: "platform",
+      contextWindow: 1_000n,
+      maxOutputTokensCap: 100n,
+      inputPricePer1mMicros: 1_000_000n,
+      outputPricePer1mMicros: 1_000_000n,
+    });
+    const need = { accountId, tier: "big", subscriptionId: "", keyId: "", routes: [route], requested: 0n, choices: 1n };
+    const held = () => table.leaseOf(accountId)!.credit!.admitted;
+    const callsBefore = calls.length;
+
+    // The bound leaves the model's whole output cap in the context: the worst case on the bound
+    // (200 prompt + 100 output tokens at 1 $/1M each) is taken from memory, the cap unchanged.
+    let before = held();
+    const first = await admitRequest(table, need);
+    const admitted = admitOnBound(table, first, need, 200n);
+    expect(admitted?.ticket.maxOutputTokens).toBe(100n);
+    expect(held() - before).toBe(300n);
+    table.release(admitted!.ticket);
+
+    // A bound past the context's room for the cap would shrink the cap: nothing is taken.
+    const second = await admitRequest(table, need);
+    before = held();
+    expect(admitOnBound(table, second, need, 950n)).toBeUndefined();
+    // max_tokens above the cap is refused by the count's path, with its message.
+    expect(admitOnBound(table, second, { ...need, requested: 101n }, 10n)).toBeUndefined();
+    // A worst case the lease cannot cover from memory: nothing taken, billing not asked for it.
+    const dear = { ...need, routes: [{ ...route, inputPricePer1mMicros: 1_000_000_000_000n }] };
+    expect(admitOnBound(table, second, dear, 200n)).toBeUndefined();
+    expect(held()).toBe(before);
+    table.release(second);
+    expect(calls.length).toBe(callsBefore);
   });
 
   it("never admits more than rpm in a minute over two edges sharing one billing", async () => {

@@ -1,6 +1,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { costMicros } from "@mkt/runtime/money";
+import { maximumPromptTokens } from "@mkt/runtime/token-bounds";
 import {
   startAdversarialUpstream,
   type AdversarialUpstream,
@@ -129,10 +130,11 @@ describe("fallbacks before the first byte (`models`)", () => {
     );
     const record = await settled(response.headers.get("x-request-id")!);
     expect(record).toMatchObject({ model_id: "ok", provider: "local", success: true, cost_micros: String(charged) });
-    // The hold was the dearest candidate's worst case (the cloud model's, had it answered).
-    expect(record.worst_case_micros).toBe(
-      String(costMicros(BigInt(usage.prompt_tokens), 50n, CLOUD_PRICES.input, CLOUD_PRICES.output)),
-    );
+    // The hold was the dearest candidate's worst case (the cloud model's, had it answered), on
+    // the prompt's byte bound: the short prompt was admitted without being counted first.
+    const bound = BigInt(maximumPromptTokens(messages));
+    expect(bound).toBeGreaterThan(BigInt(usage.prompt_tokens));
+    expect(record.worst_case_micros).toBe(String(costMicros(bound, 50n, CLOUD_PRICES.input, CLOUD_PRICES.output)));
     const balance = await apiCall(system.url, "GET", "/v1/usage", { key: apiKey });
     expect(Math.round((balance.body.credit_balance_usd as number) * 1e6)).toBe(5_000_000 - Number(charged));
   });

@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Route } from "@mkt/proto/registry/v1/registry";
 import { AppError } from "@mkt/runtime/errors";
+import { maximumPromptTokens } from "@mkt/runtime/token-bounds";
 import { answerCutoff } from "../leases/isolation-watch.ts";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import { relayAnswer, type RelayEvent } from "../relay/relay-answer.ts";
@@ -8,7 +9,7 @@ import type { RelayRequest } from "../relay/relay-request.ts";
 import type { RouteDeps } from "../routes/route-deps.ts";
 import { candidateRoutes } from "./candidate-routes.ts";
 import type { ChatBody } from "./chat-body.ts";
-import { admitRequest, admitWorstCase, rateLimitHeaders } from "./lease-admit.ts";
+import { admitOnBound, admitRequest, admitWorstCase, rateLimitHeaders } from "./lease-admit.ts";
 import { modelChoices } from "./model-choices.ts";
 
 /** A chat request as the relay will send it. */
@@ -88,12 +89,28 @@ export async function startChatCall(
   let ticket = await admitRequest(deps.leases, need);
   let admitSeconds = (performance.now() - admitting) / 1000;
   try {
-    const promptTokens = await countPrompt();
-    const worstCase = performance.now();
-    const admitted = await admitWorstCase(deps.leases, ticket, need, BigInt(promptTokens));
+    // The prompt is counted before the worst case only where its count can change the outcome;
+    // otherwise admission holds on its byte bound and the count runs beside the answer (in a
+    // worker for a large prompt), in time for the usage: billed input stays min(reported, counted).
+    const bound = BigInt(maximumPromptTokens(body.messages, body.tools));
+    let admitted = admitOnBound(deps.leases, ticket, need, bound);
+    let promptTokens: bigint | Promise<bigint>;
+    if (admitted) {
+      promptTokens = countPrompt().then(BigInt, (err: unknown) => {
+        // A prompt the worker pool could not count in time is billed on its bound, which the
+        // upstream's own report (min of the two) brings down to what it read.
+        request.log.warn({ err }, "prompt not counted; billing on its byte bound");
+        return bound;
+      });
+    } else {
+      const counted = BigInt(await countPrompt());
+      const worstCase = performance.now();
+      admitted = await admitWorstCase(deps.leases, ticket, need, counted);
+      admitSeconds += (performance.now() - worstCase) / 1000;
+      promptTokens = counted;
+    }
     ticket = admitted.ticket;
     const [route, ...fallbackRoutes] = admitted.routes as [Route, ...Route[]];
-    admitSeconds += (performance.now() - worstCase) / 1000;
     deps.chatMetrics.admit.observe(admitSeconds);
     rateLimitHeaders(reply, ticket);
     const relayed: RelayRequest = {
@@ -108,7 +125,7 @@ export async function startChatCall(
       receivedAtMs: BigInt(receivedAt),
       choices: BigInt(choices),
       maxOutputTokens: ticket.maxOutputTokens,
-      promptTokens: BigInt(promptTokens),
+      promptTokens,
       leaseId: ticket.lease.leaseId,
       worstCaseMicros: ticket.worstCaseMicros,
       worstCaseTokens: ticket.worstCaseTokens,
@@ -123,8 +140,8 @@ export async function startChatCall(
       },
     };
     const clientGone = new AbortController();
-    // 'close' also follows a finished response, when the relay is over: aborting then changes nothing.
-    reply.raw.once("close", () => clientGone.abort());
+    const onClose = () => clientGone.abort();
+    reply.raw.once("close", onClose);
     const events = relayAnswer(deps.relay, relayed, {
       clientGone: clientGone.signal,
       // The edge's own end: its shutdown grace over, or cut off from billing too long.
@@ -133,7 +150,13 @@ export async function startChatCall(
     });
     // The request's place in the lease goes back when the relay ends, however it ends.
     const held = ticket;
-    return { events: releasing(events, () => deps.leases.release(held)), route };
+    const relayEnded = () => {
+      // 'close' follows every finished response too: the relay is over by then, and an abort
+      // would only make an AbortError (a DOMException with its stack) for nobody.
+      reply.raw.off("close", onClose);
+      deps.leases.release(held);
+    };
+    return { events: releasing(events, relayEnded), route };
   } catch (err) {
     deps.leases.release(ticket);
     throw err;

@@ -135,6 +135,34 @@ export async function admitWorstCase(
   return { ticket: admitted, routes, terms };
 }
 
+/**
+ * Step two on the prompt's byte bound (`bound` ≥ its token count) instead of its count, where
+ * that changes nothing the client would see: on every route the bound leaves room in the context
+ * for the output asked for (or the whole output cap), so the checks pass and the caps come out as
+ * the count would make them, and the lease covers the bound's worst case from memory. The hold is
+ * then larger than the count's by the prompt's bytes over its tokens, at the input price, for the
+ * request's life. Undefined otherwise, with nothing taken: the caller counts the prompt and takes
+ * the exact worst case (billing is never asked to cover a bound). Plans with included tokens
+ * always count: their split between included and overage tokens is decided at admission.
+ */
+export function admitOnBound(leases: LeaseTable, ticket: Ticket, need: ChatNeed, bound: bigint): Admitted | undefined {
+  const terms = need.subscriptionId ? termsOf(ticket, need.routes) : undefined;
+  if (terms && terms.pricingModel !== "payg" && terms.pricingModel !== "free") return undefined;
+  let cap: bigint | undefined;
+  for (const route of need.routes) {
+    const window = terms ? min(route.contextWindow, terms.maxContextTokens) : route.contextWindow;
+    const outputCap = terms ? min(route.maxOutputTokensCap, terms.maxOutputTokens) : route.maxOutputTokensCap;
+    if (need.requested > outputCap) return undefined;
+    const output = need.requested > 0n ? need.requested : outputCap;
+    if (output < 1n || bound + output > window) return undefined;
+    cap = cap === undefined ? outputCap : min(cap, outputCap);
+  }
+  const { price } = pricing(need.routes, terms, need.subscriptionId, bound, need.choices);
+  const worstCase = price(need.requested > 0n ? need.requested : cap!)(ticket.lease);
+  const admitted = leases.takeWorstCaseInMemory(ticket, worstCase);
+  return admitted && { ticket: admitted, routes: [...need.routes], terms };
+}
+
 /** The subscription's terms from its budget (step one opened it), its key kept to its hoster. */
 function termsOf(ticket: Ticket, routes: readonly Route[]): BudgetTerms {
   const terms = ticket.lease.budgets.get(ticket.subscriptionId)?.terms;

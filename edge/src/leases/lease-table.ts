@@ -360,6 +360,21 @@ export class LeaseTable {
     });
   }
 
+  /**
+   * Step two from memory only: the worst case is taken when the ticket's lease has the room for
+   * it now; otherwise nothing is taken, billing is not asked, and the result is undefined. For a
+   * worst case computed on a bound, which the caller would rather make exact than have billing
+   * cover the difference.
+   */
+  takeWorstCaseInMemory(ticket: Ticket, wanted: WorstCase): Ticket | undefined {
+    if (this.#leases.get(ticket.lease.accountId) !== ticket.lease) return undefined;
+    const now = this.#now();
+    const attempt = takeWorstCase(ticket, wanted.credit, wanted.tokens, now, { asked: false, crossing: false });
+    if (!("ok" in attempt)) return undefined;
+    ticket.maxOutputTokens = wanted.maxOutputTokens;
+    return attempt.ok;
+  }
+
   /** The request's registry call ended: its slot goes back to the lease (no call to billing). */
   release(ticket: Ticket): void {
     if (ticket.released) return;

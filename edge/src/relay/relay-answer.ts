@@ -123,6 +123,7 @@ class Answer {
   upstreamStatus = 0;
   #cut = false;
   #recording: Promise<void> | undefined;
+  #promptTokens: bigint | undefined;
   readonly #deps: RelayDeps;
   readonly #request: RelayRequest;
   readonly #control: RelayControl;
@@ -184,14 +185,19 @@ class Answer {
     return this.accumulator;
   }
 
+  /** The prompt's token count, once counting it (beside the answer, when admission did not) is done. */
+  async promptTokens(): Promise<bigint> {
+    return (this.#promptTokens ??= await this.#request.promptTokens);
+  }
+
   /**
    * What the request is billed. `delivered` is our count of the output relayed: a caller that
    * already counted it passes it, so the tokenizer runs once.
    */
-  billed(delivered = this.accumulator?.deliveredTokens() ?? 0n): BilledUsage {
+  billed(promptTokens: bigint, delivered = this.accumulator?.deliveredTokens() ?? 0n): BilledUsage {
     return billedUsage({
       reported: this.accumulator?.reportedUsage,
-      promptTokens: this.#request.promptTokens,
+      promptTokens,
       deliveredOutputTokens: delivered,
       maxOutputTokens: this.outputCap,
     });
@@ -212,7 +218,7 @@ class Answer {
     mismatch: UsageMismatch | undefined,
   ): Promise<void> {
     const acc = this.accumulator;
-    const charged = billed ?? (this.written > 0 ? this.billed() : NOTHING_BILLED);
+    const charged = billed ?? (this.written > 0 ? this.billed(await this.promptTokens()) : NOTHING_BILLED);
     const finishReason = errorCode === "" ? (acc?.finishReason ?? "") : errorCode === "client_cancelled" ? "" : "error";
     this.#deps.metrics.upstreamRequests.inc({ provider: this.route.provider || "none", code: errorCode || "ok" });
     if (acc?.cutByGuard) this.#reportRunaway(acc);
@@ -349,8 +355,9 @@ async function* wholeAnswer(deps: RelayDeps, request: RelayRequest, answer: Answ
   if (!acc?.finished) throw new UpstreamFailure("upstream_error", "upstream stream ended early");
   // Counting the output is the costly part (the tokenizer over every choice's text): done once.
   const delivered = acc.deliveredTokens();
-  const billed = answer.billed(delivered);
-  const mismatch = checkReportedUsage(request, answer.route, acc, delivered, answer.outputCap);
+  const promptTokens = await answer.promptTokens();
+  const billed = answer.billed(promptTokens, delivered);
+  const mismatch = checkReportedUsage(answer.route, acc, { promptTokens, delivered, outputCap: answer.outputCap });
   const cost = usageCost(request, answer.route, billed);
   if (request.stream && request.includeUsage) {
     yield { chunks: [JSON.stringify(acc.usageChunk(billed, cost))] };
@@ -396,18 +403,16 @@ function toAppError(err: unknown, log: Logger): AppError {
  * operator's own and are not judged.
  */
 function checkReportedUsage(
-  request: RelayRequest,
   route: Route,
   acc: ChunkAccumulator,
-  delivered: bigint,
-  outputCap: bigint,
+  counted: { promptTokens: bigint; delivered: bigint; outputCap: bigint },
 ): UsageMismatch | undefined {
   if (route.provider !== "hoster") return undefined;
   return usageMismatch({
     reported: acc.reportedUsage,
-    promptTokens: request.promptTokens,
-    deliveredOutputTokens: delivered,
-    maxOutputTokens: outputCap,
+    promptTokens: counted.promptTokens,
+    deliveredOutputTokens: counted.delivered,
+    maxOutputTokens: counted.outputCap,
     relayedWhole: !acc.cutByGuard,
   });
 }

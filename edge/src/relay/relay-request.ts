@@ -28,8 +28,11 @@ export interface RelayRequest {
   includeUsage: boolean;
   /** The output cap the request was admitted with, per choice. */
   maxOutputTokens: bigint;
-  /** Prompt tokens counted at admission: an upper bound on billed input tokens. */
-  promptTokens: bigint;
+  /**
+   * Prompt tokens, an upper bound on billed input tokens: counted at admission, or still being
+   * counted beside the answer (the relay waits for it before it computes the usage).
+   */
+  promptTokens: bigint | Promise<bigint>;
   /** Unix milliseconds when the edge received the request (for latency). */
   receivedAtMs: bigint;
   /** The client's `n` (0 means 1): billed output is capped at maxOutputTokens × choices. */

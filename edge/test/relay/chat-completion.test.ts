@@ -194,6 +194,25 @@ describe("ChatCompletion, non-streaming caller", () => {
   });
 });
 
+describe("ChatCompletion, a prompt counted beside the answer", () => {
+  it("waits for the count before the usage, streamed or not, and bills min(reported, counted)", async () => {
+    for (const stream of [false, true]) {
+      // Admission held on the prompt's byte bound; the count arrives after the upstream answered.
+      let resolveCount!: (n: bigint) => void;
+      const counted = new Promise<bigint>((resolve) => (resolveCount = resolve));
+      const request = await h.chatRequest("tooling", { stream, includeUsage: true, promptTokens: counted });
+      const relayed = h.chat(request);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      resolveCount(25n);
+      const { events } = await relayed;
+      const usage = eventJson(events.filter((e) => e.chunk ?? e.completion).at(-1)!).usage;
+      // The upstream reported 30 prompt tokens; our count is 25.
+      expect(usage).toMatchObject({ prompt_tokens: 25 });
+      expect(await theUsageEvent(request)).toMatchObject({ inputTokens: 25n, reportedInputTokens: 30n, success: true });
+    }
+  });
+});
+
 describe("ChatCompletion, lying upstream usage", () => {
   it.each(["liar-huge", "liar-negative", "liar-garbage", "liar-float"])(
     "%s is clamped to the prompt count and the delivered tokens",

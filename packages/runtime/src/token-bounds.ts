@@ -91,3 +91,19 @@ export function minimumPromptTokens(messages: readonly ChatMessageLike[], tools?
   }
   return total;
 }
+
+/**
+ * The most tokens this prompt could be: every token of the vocabulary stands for at least one
+ * byte of UTF-8 text (counting in pieces adds a token only where a piece starts, never a token
+ * without bytes), so a text is at most its byte length in tokens, plus the framing. It costs a
+ * walk over the text, no tokenizer: admission holds on it where that changes nothing the client
+ * would see, and the prompt is counted while the answer runs.
+ */
+export function maximumPromptTokens(messages: readonly ChatMessageLike[], tools?: unknown): number {
+  let total = TOKENS_PER_REPLY;
+  for (const texts of promptParts(messages, tools)) {
+    total += TOKENS_PER_MESSAGE;
+    for (const text of texts) total += Buffer.byteLength(text, "utf8");
+  }
+  return total;
+}

@@ -3,6 +3,7 @@ import { countTokens, decode } from "gpt-tokenizer";
 import { describe, expect, it } from "vitest";
 import {
   LONGEST_TOKEN_BYTES,
+  maximumPromptTokens,
   minimumPromptTokens,
   TOKENS_PER_MESSAGE,
   type ChatMessageLike,
@@ -92,6 +93,33 @@ describe("token counting", () => {
       expect(minimumPromptTokens(messages)).toBeLessThanOrEqual(countPromptTokens(messages));
     }
     expect(minimumPromptTokens([{ role: "user", content: "QUJD".repeat(3_500_000) }])).toBeGreaterThan(100_000);
+  });
+
+  it("bounds a prompt from above by its UTF-8 bytes, never below its real count", () => {
+    const tools = [{ type: "function", function: { name: "f", description: "é😀", parameters: { type: "object" } } }];
+    const cases: Array<[ChatMessageLike[], unknown]> = [
+      [[{ role: "user", content: "" }], undefined],
+      [[{ role: "user", content: "Tell me something about benchmarks." }], undefined],
+      [[{ role: "user", content: prose }], tools],
+      [[{ role: "user", name: "ada", content: [{ type: "text", text: base64Run }, { type: "image_url" }] }], undefined],
+      [[{ role: "user", content: "😀é中".repeat(5_000) }], undefined],
+      [[{ role: "user", content: randomBytes(20_000).toString("latin1") }], undefined],
+      [
+        [
+          { role: "system", content: "x" },
+          { role: "assistant", content: null },
+          { role: "user", content: " " },
+        ],
+        tools,
+      ],
+    ];
+    for (const [messages, withTools] of cases) {
+      const counted = countPromptTokens(messages, { tools: withTools });
+      expect(maximumPromptTokens(messages, withTools)).toBeGreaterThanOrEqual(counted);
+    }
+    // Tight enough to be worth holding on for a short prompt: a few bytes per token of English.
+    const short: ChatMessageLike[] = [{ role: "user", content: "Tell me something about benchmarks." }];
+    expect(maximumPromptTokens(short)).toBeLessThan(6 * countPromptTokens(short));
   });
 
   it("counts the names and arguments of an assistant's tool calls as prompt", () => {
