@@ -1,6 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import { splitRevenue } from "@mkt/runtime/money";
 import type { BillingContext, Em } from "../context.ts";
+import { recallLentCredit } from "../leases/credit-recall.ts";
 import { formatUsd, ledgerAccounts, lockWallet, openWallet, postEntry } from "../wallets/ledger.ts";
 import { addCalendarMonth } from "./calendar-month.ts";
 import { monthlyCharge, type Plan } from "./plan.ts";
@@ -46,13 +47,44 @@ export async function postFee(
   await em.execute(`update wallets set posted_micros = posted_micros - ? where account_id = ?`, [price, fee.accountId]);
 }
 
+/** The first month's price is more than the account's credit that is not held. */
+class ShortOfCredit extends AppError {
+  readonly accountId: string;
+  readonly price: bigint;
+
+  constructor(accountId: string, price: bigint, available: bigint) {
+    super(
+      "insufficient_credits",
+      `Insufficient credits: your balance is ${formatUsd(available)} and this plan costs ${formatUsd(price)} per month.`,
+    );
+    this.accountId = accountId;
+    this.price = price;
+  }
+}
+
 /**
  * The saga's last step, one transaction: charge the first month (subscription kinds), post the
  * hoster's share, snapshot the plan's terms and activate. The subscription row is locked first,
  * so concurrent attempts at the same row (a retry racing the original) activate it once; a row
- * that is no longer pending is returned as it is, with nothing done (`activated` false).
+ * that is no longer pending is returned as it is, with nothing done (`activated` false). When
+ * only credit lent to the account's leases stands in the way, it is recalled and the step runs
+ * once more.
  */
 export async function activateSubscription(
+  ctx: BillingContext,
+  subscriptionId: string,
+  plan: Plan,
+  keyId: string,
+): Promise<{ row: SubscriptionRow; activated: boolean }> {
+  try {
+    return await activateOnce(ctx, subscriptionId, plan, keyId);
+  } catch (err) {
+    if (!(err instanceof ShortOfCredit) || !(await recallLentCredit(ctx, err.accountId, err.price))) throw err;
+    return activateOnce(ctx, subscriptionId, plan, keyId);
+  }
+}
+
+async function activateOnce(
   ctx: BillingContext,
   subscriptionId: string,
   plan: Plan,
@@ -71,12 +103,7 @@ export async function activateSubscription(
       await openWallet(em, row.accountId, ctx.config.STARTING_CREDIT_USD);
       const wallet = await lockWallet(em, row.accountId);
       const available = wallet.posted - wallet.held;
-      if (price > available) {
-        throw new AppError(
-          "insufficient_credits",
-          `Insufficient credits: your balance is ${formatUsd(available)} and this plan costs ${formatUsd(price)} per month.`,
-        );
-      }
+      if (price > available) throw new ShortOfCredit(row.accountId, price, available);
       await postFee(
         em,
         { subscriptionId: row.id, periodIndex: 1, accountId: row.accountId, hosterId: plan.hosterId },
