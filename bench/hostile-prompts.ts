@@ -1,5 +1,5 @@
 /**
- * Hostile prompts (DESIGN.md §7: work is bounded before it is spent).
+ * Hostile prompts (docs/adr/0024-bounded-prompt-work.md).
  *
  *   npm run bench:tokenizer
  *

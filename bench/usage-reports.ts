@@ -129,8 +129,9 @@ try {
   }
   let t = performance.now();
   // Four routes (two hoster models, one local, one cloud), about 3% failed requests, one record
-  // every 365 days / ROWS, the newest now. Costs follow DESIGN.md §3: ceil(tokens × price / 1M),
-  // hoster fee floor(20%) per record.
+  // every 365 days / ROWS, the newest now. Costs follow
+  // docs/adr/0002-money-as-integer-micro-usd.md: ceil(tokens × price / 1M), hoster fee floor(20%)
+  // per record.
   await db.query(
     `insert into usage_records (request_id, account_id, key_id, model_id, provider, hoster_id,
        input_tokens, output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success,

@@ -55,10 +55,11 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       REGISTRY_ADDR: str({ default: "127.0.0.1:50053" }),
       // A secret: no default, never logged.
       ADMIN_TOKEN: secret(),
-      // Admission leases (DESIGN.md §2.3): billing's setting of the same name, which the edge must
-      // match: heartbeats go every half of it and a lease is trusted at most this long past one.
-      // Cached principals (§2.1) follow the same clock: revalidated with accounts every half of it
-      // while in use, used at most this long past a check, and at most this long past losing NATS.
+      // Admission leases (docs/leases.md#settings): billing's setting of the same name, which the
+      // edge must match: heartbeats go every half of it and a lease is trusted at most this long
+      // past one. Cached principals (docs/architecture.md#authentication) follow the same clock:
+      // revalidated with accounts every half of it while in use, used at most this long past a
+      // check, and at most this long past losing NATS.
       LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
       // Billing's setting of the same name, which the edge must match: answers still running when
       // no lease call has been answered for this long end with an error event, since billing

@@ -17,7 +17,8 @@ export interface PrincipalCacheOptions {
   ttlMs: number;
   /**
    * The edge process's id, sent with every check: accounts records this edge as holding the key,
-   * and a revocation waits for its ack (DESIGN.md §2.4). '' records nothing.
+   * and a revocation waits for its ack (docs/adr/0018-revocation-waits-for-the-edges.md). ''
+   * records nothing.
    */
   edgeId?: string;
   /** The edge's monotonic clock in ms (performance.now by default; tests may move it). */
@@ -26,12 +27,13 @@ export interface PrincipalCacheOptions {
 }
 
 /**
- * Principals by API key, so the hot path skips the Authenticate round trip (DESIGN.md §2.1).
- * Entries are keyed by the key's SHA-256, so no secret sits in the map. A principal is used only
- * until its last successful check's send time + TTL − margin (Authenticate, then `revalidate`
- * while in use); `keys.revoked` drops it at once; an entry unused for two TTLs is dropped rather
- * than revalidated; and while the revocation feed (NATS) is down, nothing is served from memory
- * once one TTL has passed since it went down, since revocations sent meanwhile are lost.
+ * Principals by API key, so the hot path skips the Authenticate round trip
+ * (docs/architecture.md#authentication). Entries are keyed by the key's SHA-256, so no secret sits
+ * in the map. A principal is used only until its last successful check's send time + TTL − margin
+ * (Authenticate, then `revalidate` while in use); `keys.revoked` drops it at once; an entry unused
+ * for two TTLs is dropped rather than revalidated; and while the revocation feed (NATS) is down,
+ * nothing is served from memory once one TTL has passed since it went down, since revocations sent
+ * meanwhile are lost.
  */
 export class PrincipalCache {
   readonly ttlMs: number;

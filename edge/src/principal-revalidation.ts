@@ -5,10 +5,11 @@ import type { Backends } from "./backends.ts";
 import type { PrincipalCache } from "./principal-cache.ts";
 
 /**
- * Re-checks the principals in use with accounts every LEASE_TTL_MS / 2 (DESIGN.md §2.1): a
- * principal is good for one TTL past a check's send time, so checking twice per TTL keeps one in
- * use from lapsing even when a reply is slow, and a key revoked without a `keys.revoked` reaching
- * this edge is refused within one TTL. Returns the stop function (it waits for a check in flight).
+ * Re-checks the principals in use with accounts every LEASE_TTL_MS / 2
+ * (docs/adr/0018-revocation-waits-for-the-edges.md): a principal is good for one TTL past a check's
+ * send time, so checking twice per TTL keeps one in use from lapsing even when a reply is slow, and
+ * a key revoked without a `keys.revoked` reaching this edge is refused within one TTL. Returns the
+ * stop function (it waits for a check in flight).
  */
 export function startPrincipalRevalidation(
   cache: PrincipalCache,

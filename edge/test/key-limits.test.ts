@@ -12,8 +12,9 @@ import { startTestBilling, type TestBilling } from "../../services/billing/test/
 import { LeaseTable } from "../src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../src/leases/lease-recall.ts";
 
-// A key's spend limit enforced through the account's leases (DESIGN.md §2.3, §4): real billing,
-// two real edge lease tables, 64 concurrent clients, billing's clock moved by the test.
+// A key's spend limit enforced through the account's leases
+// (docs/adr/0020-key-spend-limits-in-billing.md): real billing, two real edge lease tables, 64
+// concurrent clients, billing's clock moved by the test.
 const TTL = 2_000;
 const DAY = 86_400_000;
 const LIMIT = 10_000n; // 0.01 USD

@@ -13,7 +13,8 @@ import { startTestBilling, type TestBilling } from "../../services/billing/test/
 import { LeaseTable } from "../src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../src/leases/lease-recall.ts";
 
-// Billing's recall sender (DESIGN.md §2.4) against real edge lease tables as the holders.
+// Billing's recall sender (docs/architecture.md#revocation-stops-at-once) against real edge lease
+// tables as the holders.
 const TTL = 1_000;
 const WAIT = TTL + TTL / 10; // fenceWaitMs(TTL)
 const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);

@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 
-/** Every error this server sends is OpenAI-shaped (DESIGN.md §4). */
+/** Every error this server sends is OpenAI-shaped (docs/adr/0005-openai-error-shape.md). */
 export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (err instanceof AppError) {

@@ -1,5 +1,6 @@
 // Prints the gzipped size of the JavaScript the portal's page loads before anything else (the
-// entry and the chunks it imports statically) and fails the build above the budget (issue 19).
+// entry and the chunks it imports statically) and fails the build above the budget
+// (docs/portal.md#building).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";

@@ -3,7 +3,8 @@ import { randomBytes } from "node:crypto";
 
 /**
  * The git-ignored `.env.local`: secrets generated once on the first start, so restarts keep
- * decrypting what was stored with them (DESIGN.md §6). Values already in the environment win.
+ * decrypting what was stored with them (docs/configuration.md#npm-start-the-launcher). Values
+ * already in the environment win.
  */
 export function loadEnvFile(path: string): Record<string, string> {
   if (!existsSync(path)) return {};

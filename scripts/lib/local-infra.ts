@@ -5,7 +5,10 @@ import { delimiter, dirname, join } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { SupervisedSpec } from "./supervisor.ts";
 
-/** The addresses DESIGN.md §6 makes the defaults; `npm start` runs its own only when nothing answers there. */
+/**
+ * The default addresses (docs/configuration.md#npm-start-the-launcher); `npm start` runs its own
+ * only when nothing answers there.
+ */
 export const DEFAULT_POSTGRES = { host: "127.0.0.1", port: 5432 };
 export const DEFAULT_NATS = { host: "127.0.0.1", port: 4222 };
 

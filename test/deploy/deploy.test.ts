@@ -69,7 +69,7 @@ const LAZY_ADDRESSES: Record<string, string[]> = { billing: ["REGISTRY_ADDR"] };
 
 /**
  * Variables deliberately set on processes whose loader does not read them yet. SECRETS_KEY
- * encrypts what the services store (DESIGN.md §3, §4): registry reads it (hosters' tokens),
+ * encrypts what the services store: registry reads it (hosters' tokens),
  * billing too (subscription keys in their replay window); accounts gets it from the first
  * deployment too, before its code reads it.
  */

@@ -3,57 +3,16 @@ import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import GithubSlugger from "github-slugger";
 import { describe, expect, it } from "vitest";
+import { anchorsOf, proseLines, renderedHeading } from "./markdown-anchors.ts";
 
 // Every relative link and `#anchor` in README.md and docs/ must lead somewhere in the clone: a
-// file or folder that exists and, for a markdown file, a heading GitHub gives that anchor (its
-// heading-to-anchor rule, as github-slugger implements it: lowercase, punctuation but '-' dropped,
-// spaces to '-', a repeated heading gets -1, -2 …) or an explicit `<a id>` / `<a name>`.
+// file or folder that exists and, for a markdown file, a heading GitHub gives that anchor
+// (markdown-anchors.ts) or an explicit `<a id>` / `<a name>`.
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 
-const FENCE = /^\s*(```|~~~)/;
-const HEADING = /^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$/;
-const HTML_ANCHOR = /<a\s+(?:id|name)="([^"]+)"/g;
 /** `[text](target)` and `![alt](target)`, with an optional title; the text may hold `[x]` pairs. */
 const LINK = /!?\[(?:[^[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g;
-
-/** The lines of a markdown file outside fenced code blocks, numbered from 1. */
-function proseLines(text: string): { line: number; text: string }[] {
-  const out: { line: number; text: string }[] = [];
-  let fenced = false;
-  text.split("\n").forEach((line, i) => {
-    if (FENCE.test(line)) fenced = !fenced;
-    else if (!fenced) out.push({ line: i + 1, text: line });
-  });
-  return out;
-}
-
-/** A heading's text as GitHub renders it before slugging: code, links, images and tags unwrapped. */
-function renderedHeading(source: string): string {
-  return source
-    .replace(/`([^`]*)`/g, "$1")
-    .replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1")
-    .replace(/<[^>]+>/g, "")
-    .replace(/(\*\*|__)(.+?)\1/g, "$2")
-    .replace(/(^|\W)[*_](.+?)[*_](?=\W|$)/g, "$1$2");
-}
-
-const anchorCache = new Map<string, Set<string>>();
-
-/** The anchors GitHub gives a markdown file's headings, plus its explicit HTML anchors. */
-function anchorsOf(file: string): Set<string> {
-  let anchors = anchorCache.get(file);
-  if (anchors) return anchors;
-  const slugger = new GithubSlugger();
-  anchors = new Set();
-  for (const { text } of proseLines(readFileSync(file, "utf8"))) {
-    const heading = HEADING.exec(text);
-    if (heading) anchors.add(slugger.slug(renderedHeading(heading[2]!)));
-    for (const m of text.matchAll(HTML_ANCHOR)) anchors.add(m[1]!);
-  }
-  anchorCache.set(file, anchors);
-  return anchors;
-}
 
 /** Link targets of a markdown file, outside code blocks and inline code. */
 function linksOf(file: string): { line: number; target: string }[] {

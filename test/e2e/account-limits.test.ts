@@ -65,7 +65,7 @@ describe("account rate limits at the edge", () => {
     expect(second.status).toBe(200);
     expect(Number(second.headers.get("x-ratelimit-remaining-requests"))).toBeLessThanOrEqual(1);
     await second.text();
-    // Reports trail admission by at most one heartbeat (DESIGN.md §2).
+    // Reports trail admission by at most one heartbeat (docs/leases.md#how-much-room-an-edge-gets).
     await expect
       .poll(() => rateLimits(edgeA, apiKey), { timeout: 20_000 })
       .toMatchObject({

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { launchChromium, openPortal } from "./portal-browser.ts";
 import { startSystem, type RunningSystem } from "./system.ts";
 
-// Issue 17 §4: the strict CSP must still let the OpenAPI UI at /docs render, in a real browser.
+// The strict CSP (docs/portal.md#serving-and-security-headers) must still let the OpenAPI UI at
+// /docs render, in a real browser.
 let system: RunningSystem;
 let browser: Browser;
 beforeAll(async () => {

@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openBillingDb, type BillingDb } from "./billing-db.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
-// Our ids on every answer (`chatcmpl-<request id>`, DESIGN.md §4) and GET /v1/generations/{id}
-// (issue 21 §1), through the whole system with the official client and plain fetch.
+// Our ids on every answer (`chatcmpl-<request id>`) and GET /v1/generations/{id},
+// through the whole system with the official client and plain fetch.
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 

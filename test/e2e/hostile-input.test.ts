@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
-// The hostile inputs of issue 17 §3, each a 400 with the OpenAI error shape (never a 500), and
-// the odd-but-valid inputs that must still be answered.
+// Hostile inputs (docs/adr/0005-openai-error-shape.md), each a 400 with the OpenAI error shape
+// (never a 500), and the odd-but-valid inputs that must still be answered.
 
 let system: RunningSystem;
 let apiKey: string;

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
 // A model with a context large enough that a 14 MB prompt passes the length bound and is
-// tokenized: the path that once pinned a worker for minutes (issue 17).
+// tokenized: the path that once pinned a worker for minutes (docs/adr/0024-bounded-prompt-work.md).
 const LOCAL_MODELS = JSON.stringify([
   {
     model_id: "demo-small",

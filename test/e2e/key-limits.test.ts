@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { postChat } from "./billing-db.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
-// Per-key spend limits through the public API (DESIGN.md §4 Customer controls), on two edges.
+// Per-key spend limits through the public API (docs/adr/0020-key-spend-limits-in-billing.md), on
+// two edges.
 const TTL = 1_000;
 let system: RunningSystem;
 beforeAll(async () => {

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
 // Two edges, as behind a load balancer; LEASE_TTL_MS is also how long an edge trusts a cached key
-// past its last check with accounts (DESIGN.md §2.1).
+// past its last check with accounts (docs/architecture.md#authentication).
 const TTL = 1_000;
 let system: RunningSystem;
 beforeAll(async () => {

@@ -4,9 +4,10 @@ import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, waitForUsage, type RunningSystem } from "./system.ts";
 import { apiCall, type Json } from "./api-call.ts";
 
-// Issue 18, "Limits across edges" and "Recall": every limit a lease carries holds exactly on two
-// HTTP edges behind one billing (never more admitted than the limit in any window, whichever edge
-// a request lands on), and a hoster's pause is refused on both edges at once.
+// Limits across edges and recall (docs/architecture.md#no-overspend-on-any-number-of-edges): every
+// limit a lease carries holds exactly on two HTTP edges behind one billing (never more admitted
+// than the limit in any window, whichever edge a request lands on), and a hoster's pause is refused
+// on both edges at once.
 // Reports trail admission by one lease heartbeat (5 s in the e2e systems): the polls wait for it.
 vi.setConfig({ testTimeout: 90_000 });
 
@@ -223,7 +224,7 @@ describe("plan limits across two edges", () => {
       max_concurrent: BURST,
     });
     const { scopedKey } = await subscribe(plan);
-    // Issue 18: the cold path runs the bounded recall of other edges' unused room before any
+    // The cold path runs the bounded recall of other edges' unused room before any
     // 402/429; after one request 3 requests' tokens are left, so the second edge serves too.
     await admitsExactly(system.urls, ALLOWANCE, (url) => ask(url, scopedKey), {
       code: "included_tokens_exhausted",

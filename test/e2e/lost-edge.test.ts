@@ -1,8 +1,8 @@
 /**
- * A lost edge (issue 18, "Tests that must exist"): an edge process killed with SIGKILL while it
- * holds an account's lease and streams answers for it. The edge runs as a child process (the real
- * `main.ts`, so the kill is real: no final report, no ReturnLeases); the model server, accounts,
- * registry, billing and a second edge run in this process and stay up.
+ * A lost edge (docs/architecture.md#a-crashed-edge-costs-nobody): an edge process killed with
+ * SIGKILL while it holds an account's lease and streams answers for it. The edge runs as a child
+ * process (the real `main.ts`, so the kill is real: no final report, no ReturnLeases); the model
+ * server, accounts, registry, billing and a second edge run in this process and stay up.
  *
  * What must hold (docs/leases.md, "What a crash costs"): the answers in flight die with the edge
  * that relayed them (their clients see the connection drop) and, their usage never published,

@@ -102,7 +102,7 @@ describe("the marketplace, end to end", () => {
     const input = completion.usage!.prompt_tokens + streamedUsage!.prompt_tokens;
     const output = completion.usage!.completion_tokens + streamedUsage!.completion_tokens;
     const price = { input: micros(2), output: micros(6) };
-    // Each request is priced and split on its own (DESIGN.md §3): sum the per-request shares.
+    // Each request is priced and split on its own: sum the per-request shares.
     const costs = [
       costMicros(
         BigInt(completion.usage!.prompt_tokens),

@@ -1,6 +1,6 @@
 /**
- * Windows and races (issue 18, "Tests that must exist"): a UTC minute boundary under load never
- * admits more than the account's per-minute limit in either minute, on two edges.
+ * Windows and races (docs/leases.md#the-path-of-a-chat-request): a UTC minute boundary under load
+ * never admits more than the account's per-minute limit in either minute, on two edges.
  *
  * Billing keys the account's request windows by its own wall clock, by UTC calendar minute
  * (lease-windows.ts, rate-limiter.ts): each lease allowance of `requests_minute` belongs to one

@@ -5,9 +5,9 @@ import { openBillingDb, postChat, type BillingDb } from "./billing-db.ts";
 import { DEMO_PRICES, signUp, startSystem, type RunningSystem } from "./system.ts";
 
 /*
- * Issue 18, "No overspend on N edges": two edges, one account with 0.01 USD, 64 concurrent
- * clients split over both for 20 s. The balance never goes below zero; once the load stops and
- * the leases are returned or expired, conservation is exact.
+ * No overspend on N edges (docs/architecture.md#no-overspend-on-any-number-of-edges): two edges,
+ * one account with 0.01 USD, 64 concurrent clients split over both for 20 s. The balance never goes
+ * below zero; once the load stops and the leases are returned or expired, conservation is exact.
  *
  * The numbers. 0.01 USD = 10,000 micro-USD, the starting grant. Each request asks for
  * max_tokens = 500 and the demo model always writes 500 tokens at 5,000 tokens/s (0.1 s), so

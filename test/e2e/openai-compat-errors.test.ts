@@ -5,8 +5,8 @@ import { FAIL_BEFORE_ANSWER, FAIL_MID_STREAM, startRecordingUpstream, UPSTREAM_S
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
 // Every refusal the gateway can give a chat client, seen through the official `openai` SDK: each
-// must surface as the SDK's error class for its status (DESIGN.md §4), with `code`, `type` and
-// `param` read from the OpenAI-shaped body, and the response's x-request-id.
+// must surface as the SDK's error class for its status (docs/architecture.md#errors), with `code`,
+// `type` and `param` read from the OpenAI-shaped body, and the response's x-request-id.
 
 const MODEL = "compat-model";
 /** So expensive that a fresh account's 5 USD cannot pay its prompt: 1 USD per input token. */

@@ -5,7 +5,7 @@ import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
 // The official `openai` SDK against the running system, with the local model served by a
 // recording OpenAI-compatible server: what the SDK sends must reach the upstream unchanged except
-// for the documented rewrites (docs/decisions.md, "Chat bodies reach the upstream as sent"), and
+// for the documented rewrites (docs/adr/0031-chat-bodies-pass-through.md), and
 // what the upstream answers must come back in shapes the SDK parses (choices, tool calls, JSON).
 
 type Json = Record<string, unknown>;

@@ -14,7 +14,7 @@ interface Usage {
 }
 
 const CONTEXT_WINDOW = 8192; // demo-small's
-const PLATFORM_CAP = 4096; // DESIGN.md §4: the output cap of platform models
+const PLATFORM_CAP = 4096; // the output cap of platform models (PLATFORM_MAX_OUTPUT_TOKENS)
 
 let system: RunningSystem;
 beforeAll(async () => {

@@ -4,9 +4,9 @@ import { signUp, startSystem, type RunningSystem } from "./system.ts";
 import { apiCall, type CallOptions } from "./api-call.ts";
 
 // A renewal the balance cannot pay makes the subscription past due, which refuses at once
-// (DESIGN.md §2.4): its budgets in both edges' leases are fenced and recalled before the renewal
-// pass goes on, so the very next request on either edge is 402; once topped up, the next pass
-// renews it and both edges serve it again.
+// (docs/architecture.md#revocation-stops-at-once): its budgets in both edges' leases are fenced and
+// recalled before the renewal pass goes on, so the very next request on either edge is 402; once
+// topped up, the next pass renews it and both edges serve it again.
 let system: RunningSystem;
 let hoster: RegisteredHoster;
 
@@ -94,7 +94,7 @@ describe("a subscription falling past due with budgets on two edges", () => {
       )
       .toBe("active");
     // An edge that answered 402 refuses the subscription itself until its next heartbeat reply
-    // (DESIGN.md §2.3: a client with no credit cannot make every request a recall), at most
+    // (a client with no credit cannot make every request a recall), at most
     // LEASE_TTL_MS / 2 later.
     for (const url of system.urls) {
       await expect.poll(async () => (await chat(url, scopedKey)).status, { timeout: 15_000 }).toBe(200);

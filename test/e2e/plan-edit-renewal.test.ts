@@ -3,9 +3,10 @@ import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 import { apiCall, type CallOptions } from "./api-call.ts";
 
-// A hoster edits a plan through the public API between a subscriber's renewals (DESIGN.md §3):
-// the subscriber renews on whichever of its own terms and the plan's favours it, field by field.
-// Renewal passes run at the period ends the test reads from the API.
+// A hoster edits a plan through the public API between a subscriber's renewals
+// (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md): the subscriber renews on whichever of
+// its own terms and the plan's favours it, field by field. Renewal passes run at the period ends
+// the test reads from the API.
 let system: RunningSystem;
 let hoster: RegisteredHoster;
 

@@ -4,7 +4,7 @@ import { execFileSync } from "node:child_process";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { expect } from "vitest";
 
-/** The widths the portal is checked at (issue 19). */
+/** The widths the portal is checked at (docs/portal.md#tests). */
 export const VIEWPORTS = {
   desktop: { width: 1280, height: 800 },
   phone: { width: 390, height: 844 },

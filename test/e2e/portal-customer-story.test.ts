@@ -5,8 +5,9 @@ import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { checkPage, launchChromium, openPortal, VIEWPORTS, type ViewportName } from "./portal-browser.ts";
 import { startSystem, type RunningSystem } from "./system.ts";
 
-// Issue 19's customer story, in a real browser against the whole stack: sign up → balance 5.00
-// → create key → playground answer streams → usage chart shows it → subscribe → cancel.
+// The portal's customer story (docs/portal.md#tests), in a real browser against the whole stack:
+// sign up → balance 5.00 → create key → playground answer streams → usage chart shows it →
+// subscribe → cancel.
 let system: RunningSystem;
 let hoster: RegisteredHoster;
 let browser: Browser;

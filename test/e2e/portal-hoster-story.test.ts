@@ -6,9 +6,9 @@ import { checkPage, launchChromium, openPortal, VIEWPORTS, type ViewportName } f
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 import { startRealHoster } from "../../services/registry/test/hoster-servers.ts";
 
-// Issue 19's hoster story, in a real browser against the whole stack: register with an invite
-// against a test hoster server → create a plan → a customer subscribes → pause → the customer's
-// key gets the pause message → resume → earnings show the fee.
+// The portal's hoster story (docs/portal.md#tests), in a real browser against the whole stack:
+// register with an invite against a test hoster server → create a plan → a customer subscribes →
+// pause → the customer's key gets the pause message → resume → earnings show the fee.
 let system: RunningSystem;
 let browser: Browser;
 const servers: Array<{ close(): Promise<void> }> = [];

@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
-// The API side of the web portal (issue 19): the customer routes take the session cookie, the
-// CSRF guard covers them, and the playground's session key lives and dies with the session.
+// The API side of the web portal (docs/portal.md#how-it-talks-to-the-api): the customer routes take
+// the session cookie, the CSRF guard covers them, and the playground's session key lives and dies
+// with the session.
 let system: RunningSystem;
 beforeAll(async () => {
   system = await startSystem();

@@ -6,7 +6,7 @@ import { signUp, startSystem, waitForUsage, type RunningSystem } from "./system.
 vi.setConfig({ testTimeout: 90_000 });
 
 /**
- * Least privilege for a subscription's key (issue 17 §4): it reads only what concerns its
+ * Least privilege for a subscription's key: it reads only what concerns its
  * subscription. Its usage, token series, breakdown and export cover that subscription's requests;
  * its rate limits are the plan's per-subscriber ones; the balance and tier stay the account's.
  */
@@ -105,7 +105,7 @@ describe("a scoped key reads only its subscription", () => {
     expect(scoped.credit_balance_usd).toBe(own.credit_balance_usd);
     expect(scoped.tier).toBe(own.tier);
     // Requests are admitted on the edge's lease, which reports them with its next heartbeat: the
-    // minute's counts trail admission by at most that (DESIGN.md §2).
+    // minute's counts trail admission by at most that (docs/leases.md#how-much-room-an-edge-gets).
     await expect
       .poll(async () => (await call("/v1/usage", { key: scopedKey })).json().rate_limits, { timeout: 20_000 })
       .toMatchObject({ limit_per_minute: 7, requests_this_minute: 1, remaining_this_minute: 6 });

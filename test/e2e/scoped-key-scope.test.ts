@@ -4,7 +4,7 @@ import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 import { apiCall, type Json } from "./api-call.ts";
 
-/** A subscription's scoped key reaches its own hoster's models and nothing else (DESIGN.md §4). */
+/** A subscription's scoped key reaches its own hoster's models and nothing else. */
 
 let system: RunningSystem;
 let hosterA: RegisteredHoster;

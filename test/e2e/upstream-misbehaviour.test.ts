@@ -92,7 +92,7 @@ async function settled(requestId: string) {
   }
 }
 
-describe("before the first byte: the DESIGN.md §4 status", () => {
+describe("before the first byte: the error table's status", () => {
   it.each([
     ["status-500", 502, "upstream_error"],
     ["silent", 504, "upstream_timeout"],

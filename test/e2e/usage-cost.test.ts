@@ -10,8 +10,8 @@ import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { DEMO_PRICES, signUp, startSystem, type RunningSystem } from "./system.ts";
 
 // Every chat completion's usage carries `cost` (USD): what settlement posts for it, from the one
-// cost function (issue 21 §1, DESIGN.md §3). Compared, for each pricing model, with the customer
-// leg the ledger posted and GET /v1/generations/{id}, through the whole system.
+// cost function (docs/adr/0017-one-cost-function.md). Compared, for each pricing model, with the
+// customer leg the ledger posted and GET /v1/generations/{id}, through the whole system.
 
 const CLOUD_KEY = "sk-e2e-usage-cost-7f3a";
 const CLOUD_UPSTREAM = "gpt-4o-mini-2024-07-18";

@@ -8,10 +8,11 @@ import { signUp, startSystem, waitForUsage, type RunningSystem } from "./system.
 import { apiCall, type Json } from "./api-call.ts";
 
 /**
- * Issue 16, as a new user meets it: a hoster whose model counts one token per word (so its count
- * is far below the gateway's), a customer who subscribes and chats with the scoped key, `auto` and
- * the model's name, streamed and not. The hoster judges max_tokens; every answer arrives whole,
- * with the hoster's own finish_reason, billed by its own count, and the hoster is not flagged.
+ * The runaway guard (docs/adr/0022-runaway-guard-not-a-cap.md) as a new user meets it: a hoster
+ * whose model counts one token per word (so its count is far below the gateway's), a customer who
+ * subscribes and chats with the scoped key, `auto` and the model's name, streamed and not. The
+ * hoster judges max_tokens; every answer arrives whole, with the hoster's own finish_reason, billed
+ * by its own count, and the hoster is not flagged.
  */
 
 let system: RunningSystem;

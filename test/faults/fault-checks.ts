@@ -107,13 +107,13 @@ export async function expectConservation(system: RunningSystem, outcomes: Outcom
 }
 
 /**
- * No hold and no slot outlives its deadline (issue 20, §2): billing releases every lease — its
- * credit hold and the slots it counts — by its deadline + EDGE_ISOLATION_MS (the edge session's
- * deadline while open; the later of the lease's own and the session's once fenced) or by its
- * `release_at` when its edge reported it earlier (the report + MAX_REQUEST_MS), give or take
- * `slackMs` (one pass of the lease closer). A lease that
- * fell due while billing was down is due at `billingBackAt` at the earliest. Checks the leases
- * released so far and those still unreleased now; returns how late the latest release was.
+ * No hold and no slot outlives its deadline (docs/architecture.md#a-crashed-edge-costs-nobody):
+ * billing releases every lease — its credit hold and the slots it counts — by its deadline +
+ * EDGE_ISOLATION_MS (the edge session's deadline while open; the later of the lease's own and the
+ * session's once fenced) or by its `release_at` when its edge reported it earlier (the report +
+ * MAX_REQUEST_MS), give or take `slackMs` (one pass of the lease closer). A lease that fell due
+ * while billing was down is due at `billingBackAt` at the earliest. Checks the leases released so
+ * far and those still unreleased now; returns how late the latest release was.
  */
 export async function expectNothingPastDeadline(
   databaseUrl: string,

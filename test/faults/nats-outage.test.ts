@@ -16,12 +16,14 @@ import { startTraffic, tally } from "./traffic.ts";
 // RecordUsage, readiness reports the lost connection, and nothing answers 500. The system runs on a
 // nats-server of this file's own; the shared one is never touched.
 
-/** Issue 20's measurement: NATS down 10 s under 24 streaming clients. */
+/** The outage once measured: NATS down 10 s under 24 streaming clients. */
 const OUTAGE_MS = 10_000;
 const CLIENTS = 24;
 /** Each client's pause between requests: 24 clients sample the outage without flooding 2 cores. */
 const PAUSE_MS = 100;
-/** The bound issue 20 sets on recovery after the dependency's return. */
+/**
+ * The bound on recovery after the dependency's return (docs/adr/0027-dependency-outage-is-503.md).
+ */
 const RECOVERY_BOUND_MS = 5_000;
 /** The clients' pace must not meet the free tier's 60 a minute. */
 const ROOMY_TIER = JSON.stringify({ free: { limit_per_minute: 10_000, limit_per_day: 100_000 } });

@@ -13,16 +13,18 @@ import {
 } from "./fault-checks.ts";
 import { startTraffic, tally, type Client } from "./traffic.ts";
 
-// PostgreSQL stopped for a few seconds under a running system (issue 20: "Postgres down 8 s →
-// 26,156 × 500"). The system runs on a PostgreSQL of this file's own; the shared one is never
-// touched.
+// PostgreSQL stopped for a few seconds under a running system (once "Postgres down 8 s →
+// 26,156 × 500"; docs/adr/0027-dependency-outage-is-503.md). The system runs on a PostgreSQL of
+// this file's own; the shared one is never touched.
 
-/** Issue 20's measurement: PostgreSQL down 8 s under 24 streaming clients. */
+/** The outage once measured: PostgreSQL down 8 s under 24 streaming clients. */
 const OUTAGE_MS = 8_000;
 const CLIENTS = 24;
 /** Each client's pause between requests: 24 clients sample the outage without flooding 2 cores. */
 const PAUSE_MS = 100;
-/** The bound issue 20 sets on recovery after the dependency's return. */
+/**
+ * The bound on recovery after the dependency's return (docs/adr/0027-dependency-outage-is-503.md).
+ */
 const RECOVERY_BOUND_MS = 5_000;
 
 /** The clients' pace must not meet the free tier's 60 a minute. */

@@ -1,14 +1,14 @@
 /**
- * Registry, then billing, killed with SIGKILL under traffic and started again (issue 20, §2 last
- * bullet: "Registry killed → scoped keys answered 429 ... billing killed → registry's slot
+ * Registry, then billing, killed with SIGKILL under traffic and started again (as once
+ * reported: "Registry killed → scoped keys answered 429 ... billing killed → registry's slot
  * releases were lost ... prove that every hold and slot is released by its deadline after any
  * crash"). The killed service runs as a child process (its real `main.ts`, so the kill is real:
  * no shutdown, no final publish, no ReturnLeases); everything else runs in this process as
  * test/e2e/system.ts builds it, on a fresh database with each service's roles.
  *
  * Each test asserts: no 500 (while the service is down a client sees a 503 with retry-after, a
- * 502, or a stream that ends with an error event — docs/decisions.md "A dependency outage is a
- * 503" and "Answers that did not reach their client whole"); service resumes within 5 s of the
+ * 502, or a stream that ends with an error event — docs/adr/0027-dependency-outage-is-503.md and
+ * docs/usage-events.md); service resumes within 5 s of the
  * restarted process being ready; no lease holds credit or slots past its deadline; and once quiet
  * every lease is released, nothing is held, money is conserved exactly and the successful usage
  * records are exactly the answers the clients received whole.
@@ -57,9 +57,11 @@ const NODE = join(root, "node_modules/.bin/node");
 const { leaseTtlMs: LEASE_TTL_MS } = FAULT_LEASES;
 /** How long the killed process stays dead before it is started again. */
 const DOWN_MS = 2_000;
-/** The bound issue 20 sets on recovery after a dependency's return. */
+/**
+ * The bound on recovery after a dependency's return (docs/adr/0027-dependency-outage-is-503.md).
+ */
 const RECOVERY_BOUND_MS = 5_000;
-/** Issue 20's load: 24 clients streaming. */
+/** The load: 24 clients streaming. */
 const CLIENTS = 24;
 /** Each client's pause between requests: 24 clients sample a kill without flooding 2 cores. */
 const PAUSE_MS = 100;
@@ -291,7 +293,7 @@ async function clientsOf(harness: Harness, onClose: (close: () => Promise<void>)
   const kinds: Outcome["what"][] = ["stream", "chat", "stream", "usage"];
   const scoped: Client = { apiKey: scopedKey, model: hoster.modelId, kinds };
   const accountKeys = await Promise.all([0, 1, 2].map(() => signUp(system.url)));
-  // Issue 20's load, 24 clients in all: the scoped key's (one per slot) and the rest over three accounts.
+  // The load, 24 clients in all: the scoped key's (one per slot) and the rest over three accounts.
   return {
     account: Array.from({ length: CLIENTS - MAX_CONCURRENT }, (_, i): Client => ({
       apiKey: accountKeys[i % accountKeys.length]!.apiKey,
@@ -330,7 +332,7 @@ function timeline(outcomes: Outcome[], t0: number): string {
 }
 
 /**
- * Kills `which` under traffic, starts it again after DOWN_MS, and checks everything issue 20 asks
+ * Kills `which` under traffic, starts it again after DOWN_MS, and checks everything asked
  * of a crash.
  */
 async function killUnderTraffic(which: "registry" | "billing") {

@@ -5,12 +5,14 @@ import { startModelProcess, type ModelProcess } from "./model-process.ts";
 import { startTraffic, tally } from "./traffic.ts";
 
 // The local model, the sole upstream of the platform's models, killed (kill -9) under traffic and
-// started again on the same port (issue 20: "503 for ~26–30 s after it was back"). Its server is
+// started again on the same port (once "503 for ~26–30 s after it was back"). Its server is
 // ejected after a few failed calls; with every server of the model ejected, registry probes it
 // at once and every second at most, so traffic resumes within a few seconds of its return.
 
 const DOWN_MS = 3_000;
-/** The bound issue 20 sets on recovery after the upstream's return. */
+/**
+ * The bound on recovery after the upstream's return (docs/adr/0027-dependency-outage-is-503.md).
+ */
 const RECOVERY_BOUND_MS = 5_000;
 /** The clients' pace must not meet the free tier's 60 a minute. */
 const ROOMY_TIER = JSON.stringify({ free: { limit_per_minute: 10_000, limit_per_day: 100_000 } });

@@ -4,7 +4,7 @@ import { AppError } from "@mkt/runtime/errors";
  * One line per account in front of a shared resource (the prompt tokenizer's workers): each
  * account has at most one job inside at a time and at most `maxWaiting` more waiting behind it,
  * so a flood of large prompts from one account waits behind itself while every other account's
- * job goes in next (DESIGN.md §7). Beyond `maxWaiting` the account is told to slow down.
+ * job goes in next (docs/adr/0024-bounded-prompt-work.md). Beyond `maxWaiting` the account is told to slow down.
  */
 export class AccountLines {
   readonly #maxWaiting: number;

@@ -63,7 +63,7 @@ export const chatBodySchema = {
     max_tokens: { type: ["integer", "null"], minimum: 1, maximum: MAX_OUTPUT_TOKENS_FIELD },
     max_completion_tokens: { type: ["integer", "null"], minimum: 1, maximum: MAX_OUTPUT_TOKENS_FIELD },
     seed: { type: ["integer", "null"], minimum: -MAX_SEED, maximum: MAX_SEED },
-    // The fields below reach the model server untouched (docs/decisions.md), but their types and
+    // The fields below reach the model server untouched (docs/adr/0031-chat-bodies-pass-through.md), but their types and
     // OpenAI's documented ranges are checked here: a wrong one is a 400 naming the field, as
     // OpenAI answers it, rather than a 502 when the upstream refuses the body (or a model server
     // that quietly ignores it). Fields not listed here pass through unchecked.

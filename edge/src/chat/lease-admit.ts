@@ -31,7 +31,7 @@ export interface ChatNeed {
 }
 
 /**
- * Step one of admission (DESIGN.md §2.3): one request of the account's rate windows (and on a
+ * Step one of admission (docs/architecture.md#admission-on-a-lease): one request of the account's rate windows (and on a
  * scoped key one of its plan's minute and one of its slots), taken before the prompt is counted.
  * A cold account asks billing once for the request and what its worst case is known to be at
  * least (the output cap × n at the dearest route's price), so the usual cold request makes one
@@ -175,7 +175,7 @@ function termsOf(ticket: Ticket, routes: readonly Route[]): BudgetTerms {
 }
 
 /**
- * The worst case of `maxOutput` tokens per choice (DESIGN.md §3): at the dearest route's prices
+ * The worst case of `maxOutput` tokens per choice (docs/architecture.md#admission-on-a-lease): at the dearest route's prices
  * for an account key (any of its routes may answer); for a subscription by its pricing model: payg at the plan's prices, free and
  * subscription nothing, an overage plan the overage price on the tokens its budget's included
  * room does not cover (so the split between included and overage tokens is decided here).

@@ -29,15 +29,15 @@ export interface PromptToCount {
 }
 
 /**
- * Counts prompt tokens for admission (DESIGN.md §2), with the work bounded before it is spent
- * (§7), so one tenant's large prompts never slow another's:
+ * Counts prompt tokens for admission, with the work bounded before it is spent
+ * (docs/adr/0024-bounded-prompt-work.md), so one tenant's large prompts never slow another's:
  *
  * - a prompt that could not fit `limit` even if every token were the vocabulary's longest is
  *   refused by its length alone, before any tokenizing;
  * - counting is linear in the text (runs without breaks are counted in pieces, see tokens.ts) and
  *   stops once the count passes `limit`;
  * - small bodies are counted on the main thread (~5 µs for a short prompt, against ~115 µs of CPU
- *   for a worker hop: docs/decisions.md), larger ones in `threads` workers, each account with one
+ *   for a worker hop: docs/adr/0024-bounded-prompt-work.md), larger ones in `threads` workers, each account with one
  *   prompt inside the pool at a time and at most `accountQueue` waiting behind it;
  * - a prompt not counted within `deadlineMs` (waiting included) is answered 503, and a worker
  *   still counting it is stopped.

@@ -63,7 +63,7 @@ export interface ReplyTimes {
   marginMs: number;
 }
 
-/** The edge's copy of one lease (DESIGN.md §2.3), changed only by admission, release and replies. */
+/** The edge's copy of one lease (docs/leases.md), changed only by admission, release and replies. */
 export class HeldLease {
   readonly leaseId: string;
   readonly accountId: string;

@@ -3,7 +3,7 @@ import type { HeldLease, Room } from "./held-lease.ts";
 
 /**
  * A request admitted on a lease: its request room (and slot) taken first, its worst case after
- * the prompt is counted (DESIGN.md §2.3). What the registry call will name (lease, worst case).
+ * the prompt is counted (docs/architecture.md#admission-on-a-lease). What the registry call will name (lease, worst case).
  */
 export interface Ticket {
   /** The lease holding its worst case (moved once if its first lease is recalled in between). */
@@ -17,7 +17,7 @@ export interface Ticket {
   worstCaseTokens: bigint;
   /**
    * The included tokens it took from its subscription's budget (of its worst case's tokens): an
-   * overage plan's other tokens are overage, the split its cost is computed with (DESIGN.md §3).
+   * overage plan's other tokens are overage, the split its cost is computed with (docs/adr/0017-one-cost-function.md).
    */
   includedTokens: bigint;
   /** The output cap per choice its worst case was taken for (the registry call's). */
@@ -40,7 +40,7 @@ export const WINDOW_GAP_MS = 250;
  *
  * Between windows no room of the resource is valid at all: the current window's ends a margin
  * before billing's boundary and the next one's starts a margin (plus the reply's round trip)
- * after it, a gap of twice the margin (DESIGN.md §2.3 Windows and clocks; with a 2 s TTL about
+ * after it, a gap of twice the margin (docs/leases.md#the-path-of-a-chat-request; with a 2 s TTL about
  * 0.4 s). A request arriving in it waits for the next window's room however long the gap is:
  * billing cannot admit it sooner (it sends the next window's room only within one TTL of the
  * boundary, so the wait is bounded by that), and sending it to billing instead only brings the

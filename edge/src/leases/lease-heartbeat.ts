@@ -3,7 +3,7 @@ import { repeatEvery } from "@mkt/runtime/periodic";
 import type { LeaseTable } from "./lease-table.ts";
 
 /**
- * One heartbeat every LEASE_TTL_MS / 2 (DESIGN.md §2.3): twice per TTL, so one lost reply still
+ * One heartbeat every LEASE_TTL_MS / 2 (docs/leases.md#settings): twice per TTL, so one lost reply still
  * leaves a lease extended before it lapses. The table skips beats while it backs off from a
  * failing billing. The first goes at once: it takes this process's incarnation, which releases
  * what an earlier process under the same EDGE_ID held, before any request needs it. Returns the

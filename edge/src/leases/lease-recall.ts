@@ -4,7 +4,7 @@ import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
 import type { LeaseTable } from "./lease-table.ts";
 
 /**
- * Answers billing's recalls on `subject` (`leases.recall.<edge_id>`, DESIGN.md §2.4): the named
+ * Answers billing's recalls on `subject` (`leases.recall.<edge_id>`, docs/architecture.md#revocation-stops-at-once): the named
  * lease or budget is dropped before the reply goes, so once billing has the ack no request is
  * admitted on it here, and the reply carries the final totals. A recall that cannot be read is
  * left unanswered: billing then waits out one TTL, which covers it. Returns the unsubscribe.

@@ -142,7 +142,7 @@ const MAX_GRANTS_PER_REQUEST = 8;
 const FORGET_CLOSED_MS = 2 * GRANT_TIMEOUT_MS;
 
 /**
- * The edge's admission leases (DESIGN.md §2.3), one table per edge process with its own edge id.
+ * The edge's admission leases (docs/leases.md), one table per edge process with its own edge id.
  * Admission is in memory; billing is called only on the cold or short path (one GrantLease that
  * concurrent requests of the account share), by the heartbeat (`beat`, every TTL / 2 from
  * `start`), on a recall's ack and on `returnAll`. Every call carries the edge's next sequence.
@@ -548,7 +548,7 @@ export class LeaseTable {
       }
       if (error.httpStatus < 500) throw error;
       this.#unansweredGrants.add(accountId);
-      // Billing down or failing: never a 402/429 (DESIGN.md §2.3 Crashes).
+      // Billing down or failing: never a 402/429 (docs/adr/0027-dependency-outage-is-503.md).
       throw unavailable(this.ttlMs, "Billing is unavailable", error);
     }
     this.#grantTimes?.observe((this.#now() - sentAt) / 1000);
@@ -561,8 +561,8 @@ export class LeaseTable {
    * Applies a lease state from a grant: the account's lease or its replacement. A lease the edge
    * has retired or seen closed never comes back, even when billing answered the grant before the
    * edge's final report reached it: billing closes the lease on that report and holds only the
-   * worst cases it counts, so nothing admitted after it would be held (issue 18's zero-cost
-   * settlements). The caller's admission then finds no lease and asks again, with the final report.
+   * worst cases it counts, so nothing admitted after it would be held: it would settle at cost 0.
+   * The caller's admission then finds no lease and asks again, with the final report.
    */
   #adopt(state: LeaseState, tier: string, at: Parameters<HeldLease["apply"]>[1]): void {
     const current = this.#leases.get(state.accountId);
@@ -746,7 +746,7 @@ export class LeaseTable {
   }
 
   /**
-   * A recall (DESIGN.md §2.4): drops the lease, or one subscription's budget in it, and returns
+   * A recall (docs/architecture.md#revocation-stops-at-once): drops the lease, or one subscription's budget in it, and returns
    * the report to ack with (final for a whole lease), or undefined when the edge holds no such lease.
    */
   recall(leaseId: string, subscriptionId: string): { sequence: bigint; report: LeaseReport } | undefined {

@@ -15,12 +15,12 @@ declare module "fastify" {
 const BEARER = /^Bearer[ ]+(\S+)\s*$/i;
 
 export interface ApiKeyAuthOptions {
-  /** Scoped (subscription) keys may call chat, models and usage reads only (DESIGN.md §4). */
+  /** Scoped (subscription) keys may call chat, models and usage reads only. */
   allowScoped: boolean;
   /**
-   * A customer route the portal calls (DESIGN.md §4): without an `Authorization` header, the
-   * customer session cookie stands for the account. Chat never takes it: the playground uses a
-   * session key, so every chat request is a key's.
+   * A customer route the portal calls (docs/portal.md#how-it-talks-to-the-api): without an
+   * `Authorization` header, the customer session cookie stands for the account. Chat never takes
+   * it: the playground uses a session key, so every chat request is a key's.
    */
   acceptSession?: boolean;
 }

@@ -2,10 +2,11 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { AppError } from "@mkt/runtime/errors";
 
 /**
- * The edge's one error handler: every failure leaves as an OpenAI-shaped body (DESIGN.md §4).
- * AppErrors carry their status and headers; a body over the limit is 413 `request_too_large`;
- * Fastify's other 4xx (bad JSON, wrong media type) become `invalid_request`; anything else is logged and answered with a generic 500,
- * so no internal message or upstream body reaches a client.
+ * The edge's one error handler: every failure leaves as an OpenAI-shaped body
+ * (docs/architecture.md#errors). AppErrors carry their status and headers; a body over the limit is
+ * 413 `request_too_large`; Fastify's other 4xx (bad JSON, wrong media type) become
+ * `invalid_request`; anything else is logged and answered with a generic 500, so no internal
+ * message or upstream body reaches a client.
  */
 export function installErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {

@@ -10,7 +10,7 @@ const IMMUTABLE = "public, max-age=31536000, immutable";
 const REVALIDATE = "no-cache";
 
 /**
- * The web portal (issue 19) as static files under /portal: hashed assets cached for a year,
+ * The web portal (docs/portal.md) as static files under /portal: hashed assets cached for a year,
  * `index.html` revalidated every time, and any other /portal path answered with `index.html` so
  * the page's own router picks it up (a reload on /portal/keys works). The portal is a client of
  * the public API like any other; nothing here knows what its pages do.

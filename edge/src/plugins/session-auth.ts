@@ -10,7 +10,7 @@ declare module "fastify" {
   }
 }
 
-/** The session cookie (DESIGN.md §4): HttpOnly, SameSite=Lax, Secure outside localhost. */
+/** The session cookie: HttpOnly, SameSite=Lax, Secure outside localhost. */
 export const SESSION_COOKIE = "mk_session";
 
 const UNSAFE_METHODS = new Set(["POST", "PUT", "PATCH", "DELETE"]);

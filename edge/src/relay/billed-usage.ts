@@ -18,7 +18,7 @@ export function validCount(value: unknown): bigint | undefined {
 const min = (...values: bigint[]) => values.reduce((a, b) => (b < a ? b : a));
 
 /**
- * Usage is not taken on trust (DESIGN.md §5): input is at most what the edge counted, output at
+ * Usage is not taken on trust (docs/adr/0022-runaway-guard-not-a-cap.md): input is at most what the edge counted, output at
  * most what was delivered and what billing reserved. A missing or nonsensical report falls back
  * to the edge's own counts.
  */

@@ -39,7 +39,7 @@ const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Arr
  * model name, no usage), remembers the upstream's usage report, collects the text delivered (for counting
  * output tokens) and assembles the equivalent chat.completion for non-streaming callers.
  *
- * The runaway guard (DESIGN.md §5): each choice may relay `choiceLimit` tokens by our count, well
+ * The runaway guard (docs/adr/0022-runaway-guard-not-a-cap.md): each choice may relay `choiceLimit` tokens by our count, well
  * past the cap the upstream was sent, so an answer the upstream ends itself is never cut. A choice
  * that runs past it is cut there (OutputBudget) and ends with `finish_reason: "length"` in the
  * same chunk; later chunks of it are dropped. Once every choice seen has ended and one was cut,
@@ -47,7 +47,7 @@ const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Arr
  * choice that has not started by then is not waited for: servers start every choice at once.)
  */
 export class ChunkAccumulator {
-  /** `chatcmpl-<request id>` (DESIGN.md §4): an upstream's own id is unique to that server only. */
+  /** `chatcmpl-<request id>`: an upstream's own id is unique to that server only. */
   readonly id: string;
   readonly #modelId: string;
   /** Writes our id and the route's model name into an upstream chunk's text. */
@@ -325,7 +325,7 @@ export class ChunkAccumulator {
   }
 }
 
-/** OpenAI's usage object, with `cost` in USD (OpenRouter's field; DESIGN.md §3). */
+/** OpenAI's usage object, with `cost` in USD (OpenRouter's field; docs/adr/0017-one-cost-function.md). */
 function usageJson(usage: BilledUsage, cost: Micros) {
   const prompt = Number(usage.inputTokens);
   const completion = Number(usage.outputTokens);

@@ -7,7 +7,7 @@ import type { OutlierTracker } from "./outlier-tracker.ts";
 
 /** The first probe's delay after the one made at once, doubled after each failure up to the cap. */
 const FIRST_RETRY_MS = 250;
-/** Issue 20: an upstream back from a restart takes traffic again within a second or so. */
+/** An upstream back from a restart takes traffic again within a second or so (docs/adr/0027-dependency-outage-is-503.md). */
 const MAX_RETRY_MS = 1_000;
 
 export interface EjectionProberOptions {

@@ -1,7 +1,7 @@
 import { countTextTokens, decodeTokens, encodeText } from "@mkt/runtime/tokens";
 
 /**
- * How far past its cap an upstream may run before the relay cuts it (DESIGN.md §5). The upstream
+ * How far past its cap an upstream may run before the relay cuts it (docs/adr/0022-runaway-guard-not-a-cap.md). The upstream
  * is sent `max_tokens` and stops by its own model's tokenizer, which may count fewer tokens than
  * ours (a word-level tokenizer, another BPE); ours is only an estimate of it. So the relay never
  * cuts at the cap itself: it cuts only an upstream that plainly ignores `max_tokens`.

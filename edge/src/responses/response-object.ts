@@ -7,7 +7,7 @@ const isObject = (value: unknown): value is Json =>
 
 /** What every Response object of one request shares. */
 export interface ResponseContext {
-  /** `resp_<request id>`: ours, like a chat completion's id (DESIGN.md §4). */
+  /** `resp_<request id>`: ours, like a chat completion's id. */
   id: string;
   requestId: string;
   createdAt: number;

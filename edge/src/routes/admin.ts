@@ -10,7 +10,7 @@ interface TopUp {
   Headers: { "idempotency-key"?: string };
 }
 
-/** Operator endpoints (DESIGN.md §4), behind the admin token. */
+/** Operator endpoints, behind the admin token. */
 export function adminRoutes(app: FastifyInstance, deps: RouteDeps, admin: onRequestAsyncHookHandler): void {
   app.post<{ Body: { count?: number } | undefined }>(
     "/admin/invites",

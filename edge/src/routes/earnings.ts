@@ -6,7 +6,7 @@ import { daysQuerySchema, type DaysQuery } from "../usage/usage-query.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
 /**
- * GET /v1/earnings and /v1/earnings/by-model (DESIGN.md §4): the session's hoster's posted shares,
+ * GET /v1/earnings and /v1/earnings/by-model (docs/architecture.md#the-path-of-a-dollar): the session's hoster's posted shares,
  * from billing. The hoster is always the session's; there is no parameter naming another.
  */
 export function earningsRoutes(app: FastifyInstance, deps: RouteDeps): void {

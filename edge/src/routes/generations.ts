@@ -5,7 +5,7 @@ import { microsToUsd } from "@mkt/runtime/money";
 import { usageOwnerOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
-/** The prefixes of the ids our answers carry: a chat completion's, a Response's (DESIGN.md §4). */
+/** The prefixes of the ids our answers carry: a chat completion's, a Response's. */
 const ID_PREFIXES = ["chatcmpl-", "resp_"];
 
 /** The request id inside an answer's id, or the id itself when it is a bare request id. */
@@ -36,8 +36,8 @@ function renderGeneration(g: Generation) {
 }
 
 /**
- * GET /v1/generations/{id}: one of the caller's requests as settlement recorded it (DESIGN.md §4,
- * customer controls). Read like the usage reports: a scoped key sees its subscription's requests
+ * GET /v1/generations/{id}: one of the caller's requests as settlement recorded it
+ * (docs/architecture.md#settlement). Read like the usage reports: a scoped key sees its subscription's requests
  * only. Anyone else's request, and one not settled yet, is 404 like an unknown id.
  */
 export function generationRoutes(app: FastifyInstance, deps: RouteDeps): void {

@@ -33,7 +33,7 @@ const subscriberParams = {
 
 /**
  * GET /v1/hoster/subscribers and the portal actions POST /hosters/subscribers/{id}/pause and
- * /resume (DESIGN.md §4), for the session's hoster only: another hoster's subscriber is 404.
+ * /resume, for the session's hoster only: another hoster's subscriber is 404.
  */
 export function hosterSubscriberRoutes(app: FastifyInstance, deps: RouteDeps): void {
   const onRequest = deps.session("hoster");

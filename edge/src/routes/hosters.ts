@@ -37,7 +37,7 @@ const renderPublic = (h: Hoster) => ({
 });
 
 /**
- * Hoster registration and the hoster's own profile (DESIGN.md §4). Registration is checked and
+ * Hoster registration and the hoster's own profile (docs/adr/0032-hoster-registration-and-endpoint-guard.md). Registration is checked and
  * stored by registry (which asks accounts to spend the invite); the edge only translates, then
  * logs the new hoster in.
  */
@@ -136,8 +136,8 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
         endpoint_url: hoster!.endpointUrl,
         last_checked_at: hoster!.lastCheckedAt || null,
         consecutive_failures: hoster!.consecutiveFailures,
-        // Reports that disagreed with the registry's count (DESIGN.md §5): the hoster's own view
-        // only, not the public list.
+        // Reports that disagreed with the registry's count (docs/adr/0023-usage-mismatches-flagged-not-punished.md):
+        // the hoster's own view only, not the public list.
         usage_mismatches: Number(hoster!.usageMismatches),
         created_at: hoster!.createdAt,
       };

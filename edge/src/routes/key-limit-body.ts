@@ -1,7 +1,7 @@
 import { microsToUsd, usdToMicros } from "@mkt/runtime/money";
 import type { KeyLimit } from "@mkt/proto/billing/v1/billing";
 
-/** What POST and PATCH /v1/keys take of a key's spend limit (DESIGN.md §4 Customer controls). */
+/** What POST and PATCH /v1/keys take of a key's spend limit (docs/adr/0020-key-spend-limits-in-billing.md). */
 export interface KeyLimitBody {
   /** USD; null: no limit. */
   limit_usd?: number | null;

@@ -23,7 +23,7 @@ const productParams = {
 } as const;
 
 /**
- * A hoster's plans (DESIGN.md §4): create, list, edit, archive. Every route needs a hoster session;
+ * A hoster's plans: create, list, edit, archive. Every route needs a hoster session;
  * the hoster is always the session's, never a body field. Registry checks the terms and answers
  * not_found for a plan of another hoster.
  */

@@ -22,7 +22,7 @@ const credentials = {
 } as const;
 
 /**
- * Session logins for the portal and the hoster endpoints (DESIGN.md §4). Every login issues a
+ * Session logins for the portal and the hoster endpoints. Every login issues a
  * new token (the session id rotates; a session presented with the login is ended), and logout
  * ends the session server-side, so a copied cookie stops working too.
  */

@@ -10,7 +10,7 @@ import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
 
-/** A subscription as the API shows it (DESIGN.md §4); the key appears only where it is created. */
+/** A subscription as the API shows it; the key appears only where it is created. */
 function renderSubscription(s: Subscription | undefined) {
   return {
     object: "subscription",

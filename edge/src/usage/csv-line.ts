@@ -1,7 +1,7 @@
 /**
  * A CSV writer for the export's fixed columns (RFC 4180 quoting, `\n` line ends). csv-stringify
  * was measured at about 6 µs per row, the largest cost of a million-row export; this is the same
- * quoting at a fraction of it (docs/decisions.md).
+ * quoting at a fraction of it (docs/adr/0030-usage-report-windows-and-export.md).
  */
 const NEEDS_QUOTES = /[",\r\n]/;
 // A cell starting with one of these is run as a formula by spreadsheets; model ids come from

@@ -63,7 +63,7 @@ const ROWS_PER_WRITE = 64;
  * into one buffer every few rows, so a decoded page never exists: 5,000 decoded rows are a dense
  * graph of some 40,000 objects, and when a young-generation GC caught one alive, V8 moved the
  * memory pages holding it to the old generation with the garbage around them, 4–11 MB per GC,
- * kept until a full GC (docs/decisions.md).
+ * kept until a full GC (docs/adr/0030-usage-report-windows-and-export.md).
  */
 function csvPage(bytes: Uint8Array): Buffer {
   let out = Buffer.allocUnsafe(bytes.byteLength + (bytes.byteLength >> 1));

@@ -3,7 +3,7 @@ import { microsToUsd } from "@mkt/runtime/money";
 
 const NONE: UsageFigures = { requests: 0n, inputTokens: 0n, outputTokens: 0n, costMicros: 0n, latencyMsSum: 0n };
 
-/** Every request counts in the average, failed ones included (DESIGN.md §4). */
+/** Every request counts in the average, failed ones included. */
 export function avgLatencyMs(figures: UsageFigures = NONE): number {
   return figures.requests > 0n ? Number(figures.latencyMsSum) / Number(figures.requests) : 0;
 }

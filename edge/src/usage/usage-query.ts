@@ -8,7 +8,8 @@ const days = {
   minimum: 1,
   maximum: 365,
   default: 30,
-  description: "How many days back the report reaches (UTC; see docs/decisions.md for the exact window).",
+  description:
+    "How many days back the report reaches (UTC; see docs/adr/0030-usage-report-windows-and-export.md for the exact window).",
 } as const;
 
 export const INTERVALS = ["hour", "day", "week", "month"] as const;

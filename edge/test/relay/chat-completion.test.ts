@@ -62,7 +62,7 @@ describe("ChatCompletion, streaming caller", () => {
     expect(error).toBeUndefined();
     const chunks = events.map(eventJson);
     expect(chunks.every((c) => c.model === "demo-small" && c.object === "chat.completion.chunk")).toBe(true);
-    // Our id on every chunk, the upstream's replaced (DESIGN.md §4).
+    // Our id on every chunk, the upstream's replaced.
     expect(chunks.every((c) => c.id === `chatcmpl-${request.requestId}`)).toBe(true);
     const content = chunks
       .flatMap((c) => (c.choices as Array<{ delta: { content?: string } }>).map((ch) => ch.delta.content ?? ""))

@@ -12,7 +12,8 @@ import {
 } from "../../../services/registry/test/fixtures/word-counting-hoster.ts";
 
 // Hosters whose model counts one token per word, so its count of an answer is well below ours
-// (DESIGN.md §5, issue 16): the upstream judges max_tokens, the relay only guards against runaways.
+// (docs/adr/0022-runaway-guard-not-a-cap.md): the upstream judges max_tokens, the relay only guards
+// against runaways.
 
 const MODEL = "wordy-1b";
 const PROMPT_TOKENS = 20n; // the edge's count

@@ -4,9 +4,10 @@ import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { eventJson, startRelayHarness, waitFor, type RelayHarness as Harness } from "./relay-harness.ts";
 
-// The answer's usage.cost (DESIGN.md §3): what settlement will post for the billed tokens, by the
-// one cost function, from the route's prices or the subscription's terms the edge passes, at most
-// the admitted worst case. That settlement posts the same amount: test/e2e/usage-cost.test.ts.
+// The answer's usage.cost (docs/adr/0017-one-cost-function.md): what settlement will post for the
+// billed tokens, by the one cost function, from the route's prices or the subscription's terms the
+// edge passes, at most the admitted worst case. That settlement posts the same amount:
+// test/e2e/usage-cost.test.ts.
 
 let h: Harness;
 beforeAll(async () => {

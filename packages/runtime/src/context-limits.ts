@@ -19,7 +19,7 @@ const MODEL_LIMITS: LimitSources = { context: "model", output: "model" };
 
 /**
  * The prompt must fit the context with room for output, and max_tokens must fit both the cap and
- * that room (DESIGN.md §4): 400 context_length_exceeded / max_tokens_exceeded. The edge checks
+ * that room: 400 context_length_exceeded / max_tokens_exceeded. The edge checks
  * a request before admitting it; billing checks a plan's narrower limits the same way.
  */
 export function checkContext(req: ContextLimits, sources: LimitSources = MODEL_LIMITS): void {

@@ -1,6 +1,9 @@
 import pg from "pg";
 
-/** The services with a database, each owning the schema of its name (DESIGN.md §1). */
+/**
+ * The services with a database, each owning the schema of its name
+ * (docs/architecture.md#postgresql).
+ */
 export const DATABASE_SERVICES = ["accounts", "billing", "registry"] as const;
 export type DatabaseService = (typeof DATABASE_SERVICES)[number];
 

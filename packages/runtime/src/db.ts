@@ -15,7 +15,7 @@ export interface DatabaseOptions {
    * "Database roles"); `url` when unset, as with one administrator URL for everything.
    */
   migrateUrl?: string | undefined;
-  /** The service's own Postgres schema (DESIGN.md §1: one schema per service). */
+  /** The service's own Postgres schema (one per service: docs/architecture.md#postgresql). */
   schema: string;
   entities: EntitySchema[];
   migrations: MigrationObject[];

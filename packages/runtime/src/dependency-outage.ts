@@ -57,8 +57,9 @@ function isOutageItself(e: ErrorLike): boolean {
 /**
  * True when `err` says a dependency (PostgreSQL, NATS, another service) is unavailable rather
  * than that the request or the code is wrong: a failure to answer with a 503 and `retry-after`,
- * not a 500 (issue 20). Looks through wrappers (MikroORM's DriverException keeps the driver's
- * code; others chain `cause`; a connection to several addresses fails with an AggregateError).
+ * not a 500 (docs/adr/0027-dependency-outage-is-503.md). Looks through wrappers (MikroORM's
+ * DriverException keeps the driver's code; others chain `cause`; a connection to several addresses
+ * fails with an AggregateError).
  */
 export function isDependencyOutage(err: unknown): boolean {
   const seen = new Set<unknown>();

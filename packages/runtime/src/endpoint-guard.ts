@@ -4,12 +4,13 @@ import ipaddr from "ipaddr.js";
 import { AppError } from "./errors.ts";
 
 /**
- * SSRF rules for hoster endpoints (DESIGN.md §4). A hoster chooses the URL the registry calls,
- * so it must not point the registry at itself, the cluster's private network or a cloud metadata
- * service. Only global unicast addresses pass: loopback, RFC 1918 / fc00::/7, link-local
- * (169.254.169.254 and fd00:ec2::254, the metadata services, fall in those), CGNAT 100.64/10,
- * unspecified, multicast, broadcast, documentation and other reserved ranges are refused.
- * `ALLOW_PRIVATE_UPSTREAMS=true` lifts the address rule for tests and local demos.
+ * SSRF rules for hoster endpoints (docs/adr/0032-hoster-registration-and-endpoint-guard.md). A
+ * hoster chooses the URL the registry calls, so it must not point the registry at itself, the
+ * cluster's private network or a cloud metadata service. Only global unicast addresses pass:
+ * loopback, RFC 1918 / fc00::/7, link-local (169.254.169.254 and fd00:ec2::254, the metadata
+ * services, fall in those), CGNAT 100.64/10, unspecified, multicast, broadcast, documentation and
+ * other reserved ranges are refused. `ALLOW_PRIVATE_UPSTREAMS=true` lifts the address rule for
+ * tests and local demos.
  */
 
 const MAX_URL_CHARS = 2048;

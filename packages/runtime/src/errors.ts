@@ -1,9 +1,10 @@
 import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 
 /**
- * The one table of error codes (DESIGN.md §4). Services throw `AppError(code)`; the code travels
- * in gRPC metadata (`mk-error-code`) and the edge renders it as an OpenAI-shaped HTTP error.
- * HTTP statuses never travel in gRPC codes: each entry names both independently.
+ * The one table of error codes (docs/adr/0005-openai-error-shape.md). Services throw
+ * `AppError(code)`; the code travels in gRPC metadata (`mk-error-code`) and the edge renders it as
+ * an OpenAI-shaped HTTP error. HTTP statuses never travel in gRPC codes: each entry names both
+ * independently.
  */
 export const ERROR_CODES = {
   invalid_request: { http: 400, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
@@ -39,15 +40,16 @@ export const ERROR_CODES = {
 export type ErrorCode = keyof typeof ERROR_CODES;
 
 /**
- * A 503 always says when to come back (issue 20): a dependency outage or a restarting upstream
- * is over within seconds, so one second unless the thrower knows better (a lease's TTL).
+ * A 503 always says when to come back (docs/adr/0027-dependency-outage-is-503.md): a dependency
+ * outage or a restarting upstream is over within seconds, so one second unless the thrower knows
+ * better (a lease's TTL).
  */
 const DEFAULT_RETRY_AFTER: Partial<Record<ErrorCode, string>> = {
   service_unavailable: "1",
   no_healthy_upstream: "1",
 };
 
-/** Fallback when a gRPC error carries no `mk-error-code` (DESIGN.md §4). */
+/** Fallback when a gRPC error carries no `mk-error-code` (docs/architecture.md#errors). */
 const GRPC_FALLBACK: Partial<Record<GrpcStatus, ErrorCode>> = {
   [GrpcStatus.INVALID_ARGUMENT]: "invalid_request",
   [GrpcStatus.UNAUTHENTICATED]: "unauthenticated",

@@ -51,7 +51,7 @@ export const CHANNEL_OPTIONS: ChannelOptions = {
   // A dropped connection or a server's GOAWAY (max connection age, grpc-server.ts) asks the
   // resolver again; 30 s by default between lookups, 5 s here so a scale-up is seen quickly.
   "grpc.dns_min_time_between_resolutions_ms": 5_000,
-  // A restarted service is reconnected within a second of its return (issue 20 bounds recovery
+  // A restarted service is reconnected within a second of its return (test/faults bounds recovery
   // at 5 s): grpc-js's default back-off starts at 1 s and grows 1.6× to 120 s, so a service down
   // for a few seconds was retried up to ~2.5 s after it was back. A connection attempt a second to
   // a service that stays down costs nothing worth saving.

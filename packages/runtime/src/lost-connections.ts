@@ -7,11 +7,11 @@ import type pg from "pg";
  * ROLLBACK fails (kysely-org/kysely#1990), and on a connection PostgreSQL dropped, every one of
  * them fails. Each transaction running when the database stopped thus kept a pool slot for good:
  * with the pool's ten slots gone the service waited forever for a connection instead of
- * recovering when the database came back (issue 20). Here, once a checked-out client's connection
- * has ended, it is released with the error on the next turn of the event loop unless its holder
- * has released it by then; the pool discards a released client that is not queryable. Release is
- * made idempotent, so a holder that does release later (every path but the three above) does no
- * harm.
+ * recovering when the database came back (docs/adr/0027-dependency-outage-is-503.md). Here, once a
+ * checked-out client's connection has ended, it is released with the error on the next turn of the
+ * event loop unless its holder has released it by then; the pool discards a released client that is
+ * not queryable. Release is made idempotent, so a holder that does release later (every path but
+ * the three above) does no harm.
  */
 export function releaseLostConnections(pool: pg.Pool): void {
   const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;

@@ -1,6 +1,6 @@
 /**
- * Money is integer micro-USD (`bigint`) end to end (DESIGN.md §3); a USD number appears only
- * when rendering JSON.
+ * Money is integer micro-USD (`bigint`) end to end (docs/adr/0002-money-as-integer-micro-usd.md); a
+ * USD number appears only when rendering JSON.
  */
 export type Micros = bigint;
 

@@ -1,8 +1,9 @@
 import { eventNames, natsInboxPrefix } from "./nats.ts";
 
 /**
- * The NATS users, one per service (issue 20 §1). Every replica of a service connects as its
- * service's user: the server cannot tell an edge from another edge, only an edge from billing.
+ * The NATS users, one per service (docs/deploy.md#nats-users). Every replica of a service connects
+ * as its service's user: the server cannot tell an edge from another edge, only an edge from
+ * billing.
  */
 export const NATS_USERS = ["edge", "accounts", "billing", "registry"] as const;
 export type NatsUser = (typeof NATS_USERS)[number];

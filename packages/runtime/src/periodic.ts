@@ -11,7 +11,7 @@ const FIRST_RETRY_MS = 250;
  *
  * A failed run (its database was down) is tried again after 250 ms, doubling up to the interval,
  * rather than only at the next tick: a run that failed just as the database came back would
- * otherwise leave its work (leases due for release, issue 20) for a whole interval more.
+ * otherwise leave its work (leases due for release) for a whole interval more.
  */
 export function repeatEvery(
   intervalMs: number,

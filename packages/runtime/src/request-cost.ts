@@ -1,7 +1,7 @@
 import { costMicros, type Micros } from "./money.ts";
 
 /**
- * How a request is priced (DESIGN.md §3, Pricing): per-1M prices for its input and output tokens
+ * How a request is priced (docs/adr/0017-one-cost-function.md): per-1M prices for its input and output tokens
  * and, for a `subscription_overage` plan, an overage price on the tokens beyond the included
  * tokens the request took from its subscription's budget when it was admitted.
  */
@@ -11,7 +11,7 @@ export interface RequestPricing {
   overage?: { pricePer1m: Micros; includedTokens: bigint };
 }
 
-/** A hoster plan's pricing model (DESIGN.md §3). */
+/** A hoster plan's pricing model. */
 export type PricingModel = "free" | "payg" | "subscription" | "subscription_overage";
 
 /**
@@ -50,7 +50,7 @@ function tokensPaidBy(budget: Micros, pricePer1m: Micros): bigint {
 }
 
 /**
- * The one cost function (DESIGN.md §3): registry puts it in the answer's `usage.cost` and
+ * The one cost function (docs/adr/0017-one-cost-function.md): the edge puts it in the answer's `usage.cost` and
  * settlement posts it, from the same tokens, pricing and worst case. `costMicros` of the tokens at
  * the per-1M prices, plus for an overage plan the overage price on every token (input and output
  * alike) beyond the included tokens the request took at admission; never more than the worst case

@@ -147,7 +147,10 @@ export async function checkRequiresToken(endpoint: URL, settings: ServerCheckSet
   }
 }
 
-/** The three registration checks (DESIGN.md §4), in order; throws the first ServerCheckError. */
+/**
+ * The three registration checks (docs/adr/0032-hoster-registration-and-endpoint-guard.md), in
+ * order; throws the first ServerCheckError.
+ */
 export async function verifyHosterServer(
   endpoint: URL,
   token: string,

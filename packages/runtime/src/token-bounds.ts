@@ -1,7 +1,7 @@
 /**
- * What can be known of a prompt's token count without running the tokenizer (DESIGN.md §7: work
- * is bounded before it is spent). This module must stay free of the tokenizer: the edge imports
- * it on every request and loads the tokenizer only when it has to count.
+ * What can be known of a prompt's token count without running the tokenizer
+ * (docs/adr/0024-bounded-prompt-work.md). This module must stay free of the tokenizer: the edge
+ * imports it on every request and loads the tokenizer only when it has to count.
  */
 
 /** A chat message as far as token counting is concerned. */

@@ -32,7 +32,7 @@ export interface PrivateNatsServerOptions {
 
 /**
  * Starts a nats-server with JetStream on a free loopback port and a store directory of its own,
- * for fault tests that stop NATS for a while and for tests of its permissions (issue 20). Each
+ * for fault tests that stop NATS for a while and for tests of its permissions. Each
  * call is a separate server.
  */
 export async function startPrivateNatsServer(options: PrivateNatsServerOptions = {}): Promise<PrivateNatsServer> {

@@ -39,7 +39,7 @@ function asPostgres(binary: string, args: string[]): [string, string[]] {
 /**
  * Initialises a PostgreSQL cluster in a temporary directory and starts it on a free loopback
  * port (its socket in that directory too, away from the system's), for fault tests that stop the
- * database under a running system (issue 20). fsync is off: the data is thrown away at the end,
+ * database under a running system. fsync is off: the data is thrown away at the end,
  * and a test's crash (`stop("immediate")`) still replays the WAL the server wrote.
  */
 export async function startPrivatePostgres(): Promise<PrivatePostgres> {

@@ -16,7 +16,7 @@ interface Chunk {
 
 /**
  * Reads an OpenAI chat-completions SSE stream, calling `onText` with each piece of the answer.
- * An error event after the first byte (DESIGN.md §4) is thrown with its message.
+ * An error event after the first byte (docs/architecture.md#errors) is thrown with its message.
  */
 export async function readChatStream(
   body: ReadableStream<Uint8Array>,

@@ -21,7 +21,10 @@ const NUMBER_FIELDS = [
   ["max_context_tokens", "Context tokens per request", "Default 8,192.", "1"],
 ] as const;
 
-/** The rule of DESIGN.md §3, said where the hoster edits: what reaches existing subscribers. */
+/**
+ * The renewal rule (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md), said where the hoster
+ * edits: what reaches existing subscribers.
+ */
 export const EDIT_REACH =
   "Existing subscribers keep the terms they bought. At each renewal they get, field by field, whichever of their terms and the current plan favours them: a lower price, more included tokens or a higher limit reaches them; a higher price, fewer tokens or a lower limit applies to new subscribers only.";
 

@@ -1,8 +1,9 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * Which edges may hold a key's principal in their cache, and until when (DESIGN.md §2.4): a
- * revocation waits for the acks of these edges only. Written by Authenticate and RevalidateKeys.
+ * Which edges may hold a key's principal in their cache, and until when
+ * (docs/adr/0018-revocation-waits-for-the-edges.md): a revocation waits for the acks of these edges
+ * only. Written by Authenticate and RevalidateKeys.
  */
 export class Migration20261202000000KeyHolders extends Migration {
   override async up(): Promise<void> {

@@ -22,7 +22,7 @@ export function loadAccountsConfig(env: NodeJS.ProcessEnv = process.env) {
       /**
        * Must equal the edges' LEASE_TTL_MS: an edge uses a cached key at most this long after
        * its last check, so a revocation waits at most this long for the acks of the edges that
-       * checked the key (DESIGN.md §2.4).
+       * checked the key (docs/adr/0018-revocation-waits-for-the-edges.md).
        */
       LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
       /** How long a login session lasts. */

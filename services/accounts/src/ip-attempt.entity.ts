@@ -2,7 +2,7 @@ import { defineEntity, p } from "@mikro-orm/core";
 
 /**
  * Attempts of one kind (sign-up, failed invite code, failed login) from one client IP in one UTC
- * hour. DESIGN.md §6: per-IP counters live in the database, so every replica shares them.
+ * hour. Per-IP counters live in the database, so every replica shares them.
  */
 export const IpAttempt = defineEntity({
   name: "IpAttempt",

@@ -4,9 +4,9 @@ import { KeyRevoked, KeyRevokedAck } from "@mkt/proto/events/v1/events";
 import { startTestAccounts, type TestAccounts } from "./accounts-harness.ts";
 
 // A revocation answers once every edge that authenticated or revalidated the key within its TTL
-// has acked keys.revoked, or once one TTL (+ margin) has passed (DESIGN.md §2.4). The edges here
-// are NATS subscribers of the test's own that ack as an edge does, or stay silent like an edge
-// cut off from NATS.
+// has acked keys.revoked, or once one TTL (+ margin) has passed
+// (docs/adr/0018-revocation-waits-for-the-edges.md). The edges here are NATS subscribers of the
+// test's own that ack as an edge does, or stay silent like an edge cut off from NATS.
 
 const TTL = 1_000;
 const FENCE_WAIT = TTL + TTL / 10;

@@ -1,13 +1,13 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * Subscriptions (DESIGN.md §3, "Subscription lifecycle"). A row is written `pending` before the
- * saga calls anyone, so its unique keys decide races up front: one attempt per (account,
- * Idempotency-Key) and one live subscription per (account, plan). Failed attempts keep their row
- * (status `failed`) but give both keys back. The plan's terms are copied in at activation, so a
- * hoster's later edit applies from the next renewal. `sealed_api_key` holds the scoped key's
- * secret (SECRETS_KEY) for the 24 h replay window only. Monthly fees are journal entries of kind
- * `subscription_fee`, referenced by subscription and period.
+ * Subscriptions (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md). A row is written
+ * `pending` before the saga calls anyone, so its unique keys decide races up front: one attempt per
+ * (account, Idempotency-Key) and one live subscription per (account, plan). Failed attempts keep
+ * their row (status `failed`) but give both keys back. The plan's terms are copied in at
+ * activation, so a hoster's later edit applies from the next renewal. `sealed_api_key` holds the
+ * scoped key's secret (SECRETS_KEY) for the 24 h replay window only. Monthly fees are journal
+ * entries of kind `subscription_fee`, referenced by subscription and period.
  */
 export class Migration20261127000000Subscriptions extends Migration {
   override async up(): Promise<void> {

@@ -1,7 +1,8 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * A subscription's requests are priced and limited by its plan (DESIGN.md §3 Pricing, §4 limits).
+ * A subscription's requests are priced and limited by its plan
+ * (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md).
  *
  * Reservations of a scoped key carry what their settlement needs, so settlement never reads the
  * subscription again: the subscription, its pricing model, the period they count in, the period's

@@ -1,7 +1,8 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * Renewal, pause and the hoster's reports (docs/decisions.md).
+ * Renewal, pause (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md) and the hoster's reports
+ * (docs/architecture.md#the-path-of-a-dollar).
  *
  * `subscriptions.hoster_paused_at` is the hoster's pause, kept apart from `status`, so a paused
  * subscription that falls past due comes back paused once paid. `subscriptions.key_id` is the

@@ -1,7 +1,7 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * A scoped key reads only its subscription's usage (issue 17 §4: least privilege), so usage
+ * A scoped key reads only its subscription's usage (least privilege), so usage
  * records and their hourly rollups say which subscription a request was made under ('' for the
  * account's own keys, as `hoster_id` is '' for platform models). The rollup's key gains the
  * column: an account's reports sum over it, a subscription's filter on it.

@@ -1,7 +1,7 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * Admission leases (DESIGN.md §2.3, issue 18 increment 1).
+ * Admission leases (docs/adr/0007-admission-leases.md).
  *
  * `edge_sessions` is one row per edge process, updated once per heartbeat: its `deadline`
  * (billing's clock) is the deadline of every open lease of the edge, so a heartbeat extends them

@@ -1,8 +1,8 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * Nested subscription budgets in admission leases and settlement from lease holds (DESIGN.md
- * §2.3, issue 18 increment 2).
+ * Nested subscription budgets in admission leases and settlement from lease holds
+ * (docs/adr/0007-admission-leases.md).
  *
  * `lease_budgets` is one row per (lease, subscription): `status` open or fenced (a cancel, pause
  * or past due fences it in its own transaction; only GrantLease reopens it, once the

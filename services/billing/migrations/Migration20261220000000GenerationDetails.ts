@@ -2,7 +2,7 @@ import { Migration } from "@mikro-orm/migrations";
 
 /**
  * GET /v1/generations/{id} shows a request's time to first token and how its answer ended, which
- * usage.completed now carries (issue 21 §1). Records settled before have neither: null and ''.
+ * usage.completed now carries. Records settled before have neither: null and ''.
  */
 export class Migration20261220000000GenerationDetails extends Migration {
   override async up(): Promise<void> {

@@ -1,10 +1,11 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * The rest of a subscription's terms snapshot in its lease budget (issue 18, increment 7): the
+ * The rest of a subscription's terms snapshot in its lease budget: the
  * plan's context and output caps and its rpm, which the edge needs to admit a scoped key's
- * request on the lease (DESIGN.md §2.3) as Authorize did from the subscription row. Budgets
- * opened before this migration get them on their next GrantLease (openBudget refreshes terms).
+ * request on the lease (docs/architecture.md#admission-on-a-lease) as Authorize did from the
+ * subscription row. Budgets opened before this migration get them on their next GrantLease
+ * (openBudget refreshes terms).
  */
 export class Migration20261224000000LeaseBudgetTerms extends Migration {
   override async up(): Promise<void> {

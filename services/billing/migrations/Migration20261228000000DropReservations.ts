@@ -1,8 +1,8 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * The per-request Authorize path is gone (issue 18): every chat request is admitted on an
- * admission lease, so `reservations` and the usage records' link to it go.
+ * The per-request Authorize path is gone (docs/adr/0007-admission-leases.md): every chat request is
+ * admitted on an admission lease, so `reservations` and the usage records' link to it go.
  *
  * A reservation still held when this runs (a request in flight across the upgrade) gives its hold
  * back to the wallet first, so `wallets.held_micros` stays the sum of the leases' holds and the

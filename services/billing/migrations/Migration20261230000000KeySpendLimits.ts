@@ -1,8 +1,8 @@
 import { Migration } from "@mikro-orm/migrations";
 
 /**
- * Per-key spend limits (issue 21, DESIGN.md §4 Customer controls), enforced through the account's
- * lease (§2.3): billing owns them, as it owns every other limit.
+ * Per-key spend limits (docs/adr/0020-key-spend-limits-in-billing.md), enforced through the
+ * account's lease: billing owns them, as it owns every other limit.
  *
  * `key_limits`: one row per key that has (or had) a limit; `limit_micros` null means none, and
  * `limit_reset` null means the window never resets. Read with the account's leases, whose key

@@ -70,8 +70,9 @@ export function loadBillingConfig(env: NodeJS.ProcessEnv = process.env) {
       METRICS_PORT: listenPort({ default: 9465 }),
       TIERS: tiers({ default: { free: { limitPerMinute: 60n, limitPerDay: 1000n } } }),
       STARTING_CREDIT_USD: usdAmount({ default: 5_000_000n }),
-      // Admission leases (DESIGN.md §2.3): a lease lives this long past its edge's last heartbeat
-      // (edges send one every half of it), and a revoked subscription or key is refused within it.
+      // Admission leases (docs/leases.md#settings): a lease lives this long past its edge's last
+      // heartbeat (edges send one every half of it), and a revoked subscription or key is refused
+      // within it.
       LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
       // The longest a request admitted on a lease can still be running: the edge's relay cuts it at
       // its UPSTREAM_TOTAL_TIMEOUT_MS (600 s), plus a margin for its admission. A lease's final

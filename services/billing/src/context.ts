@@ -25,7 +25,10 @@ export interface BillingContext {
    * 100,000 entries, after which it fills again as accounts call.
    */
   openWallets: Set<string>;
-  /** Recalls fenced leases or budgets from their edges over NATS and applies the acks (§2.4). */
+  /**
+   * Recalls fenced leases or budgets from their edges over NATS and applies the acks
+   * (docs/architecture.md#revocation-stops-at-once).
+   */
   recallLeases: RecallLeases;
   /** This process's Prometheus metrics (one registry per startBilling, served on METRICS_PORT). */
   metrics: BillingMetrics;

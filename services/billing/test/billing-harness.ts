@@ -110,14 +110,15 @@ export type TestBilling = Awaited<ReturnType<typeof startTestBilling>>;
 export type LeaseUsage = Partial<UsageCompleted> & { accountId: string; tier?: string };
 
 /**
- * Admits one request the way production does (DESIGN.md §2.3): a fresh edge is granted a lease on
- * the account with room for the request's worst case (in the subscription's budget when the event
- * names one), admits the request on it and returns the lease, as an edge going idle does (its
- * final report admits all the room, and no slot is in flight: the request's call has ended), so
- * no room is left unreported for reports or later grants to see. Returns the request's
- * usage.completed as registry would publish it on that lease (not yet published). Defaults: a local model at $0.50 / $1.50 per 1M tokens, a worst case of exactly the
- * event's cost at its prices and of its tokens, the included tokens its budget was granted (at
- * most its worst case's), billing's clock for the request's time. A refused grant throws its error.
+ * Admits one request the way production does (docs/architecture.md#admission-on-a-lease): a fresh
+ * edge is granted a lease on the account with room for the request's worst case (in the
+ * subscription's budget when the event names one), admits the request on it and returns the lease,
+ * as an edge going idle does (its final report admits all the room, and no slot is in flight: the
+ * request's call has ended), so no room is left unreported for reports or later grants to see.
+ * Returns the request's usage.completed as registry would publish it on that lease (not yet
+ * published). Defaults: a local model at $0.50 / $1.50 per 1M tokens, a worst case of exactly the
+ * event's cost at its prices and of its tokens, the included tokens its budget was granted (at most
+ * its worst case's), billing's clock for the request's time. A refused grant throws its error.
  */
 export async function admitOnLease(t: TestBilling, usage: LeaseUsage): Promise<UsageCompleted> {
   const { tier = "free", ...fields } = usage;

@@ -4,7 +4,8 @@ import { AppError } from "@mkt/runtime/errors";
 import { LeaseResource, type LeaseNeed } from "@mkt/proto/billing/v1/leases";
 import { startTestBilling, type TestBilling } from "./billing-harness.ts";
 
-// GrantLease sizing a spend-limited key's room (DESIGN.md §2.3, §4), and SetKeyLimit's checks.
+// GrantLease sizing a spend-limited key's room (docs/adr/0020-key-spend-limits-in-billing.md), and
+// SetKeyLimit's checks.
 const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
 let t: TestBilling;
 

@@ -4,8 +4,9 @@ import type { LeaseNeed, LeaseState } from "@mkt/proto/billing/v1/leases";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
 
-// Settlement of usage.completed events admitted on admission leases (DESIGN.md §2.3, §2.6):
-// real billing, real Postgres, events published to real JetStream and settled by the consumer.
+// Settlement of usage.completed events admitted on admission leases
+// (docs/architecture.md#settlement): real billing, real Postgres, events published to real
+// JetStream and settled by the consumer.
 const TTL = 2_000;
 const MAX_REQUEST = 60_000;
 // A fixed clock 10 s into a UTC minute, inside the subscriptions' period.

@@ -3,8 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { admitOnLease, startTestBilling, type TestBilling } from "./billing-harness.ts";
 import { refusal } from "@mkt/testkit/refusal";
 
-// The account tier's request limits, as lease grants enforce them (DESIGN.md §2.3): each request
-// is admitted on a lease its edge then returns, so every window counts exactly what was admitted.
+// The account tier's request limits, as lease grants enforce them
+// (docs/architecture.md#admission-on-a-lease): each request is admitted on a lease its edge then
+// returns, so every window counts exactly what was admitted.
 let t: TestBilling;
 // 30 s into a UTC minute, 10 h into the day: the windows reset in 30 s and 14 h.
 let now = new Date("2026-11-22T10:00:30.000Z");

@@ -47,7 +47,7 @@ export async function startRegistryDouble(log: Logger) {
     { tls: (await testCertificates()).tls("registry"), log },
   );
   return Object.assign(handle, {
-    /** Adds a plan (of a new hoster unless one is given); limits default as DESIGN.md §4 says. */
+    /** Adds a plan (of a new hoster unless one is given); limits default as registry's DEFAULT_LIMITS. */
     addProduct(
       terms: Partial<ProductTerms> & Pick<ProductTerms, "pricingModel">,
       status = "active",

@@ -6,9 +6,10 @@ import type { RegistryDouble } from "./registry-double.ts";
 import { startBillingWithPeers, type BillingWithPeers } from "./saga-peers.ts";
 import { subscriptionDriver } from "./subscription-driver.ts";
 
-// A hoster edits a plan between a subscriber's renewals (DESIGN.md §3): each term renews on
-// whichever of the subscriber's snapshot and the plan favours the subscriber. Real accounts, a
-// registry double serving the plans as edited, and renewals driven on billing's clock.
+// A hoster edits a plan between a subscriber's renewals
+// (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md): each term renews on whichever of the
+// subscriber's snapshot and the plan favours the subscriber. Real accounts, a registry double
+// serving the plans as edited, and renewals driven on billing's clock.
 let now = new Date("2030-01-10T00:00:00.000Z");
 let registry: RegistryDouble;
 let t: TestBilling;

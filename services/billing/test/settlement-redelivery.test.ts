@@ -27,7 +27,7 @@ afterAll(async () => {
 });
 
 describe("a usage event a killed billing took and never acked", () => {
-  // Issue 20: process-kill at 24 clients found whole answers with no usage record 20 s after
+  // process-kill.test.ts at 24 clients found whole answers with no usage record 20 s after
   // billing's SIGKILL; the batch it had in hand waited for JetStream's ack wait (60 s then).
   it("settles on the restarted billing within seconds, not after a minute", async () => {
     const event = await admitOnLease(t, { accountId: randomUUID(), inputTokens: 10n, outputTokens: 20n });

@@ -3,7 +3,7 @@ import { defineEntity, p } from "@mikro-orm/core";
 /**
  * A hoster's portal login. The hoster record itself (server, models, plans) is registry's; this
  * is only the identity, keyed by the hoster id registry chose. Hosters are separate identities
- * from customer accounts (DESIGN.md §3), so one e-mail may have both.
+ * from customer accounts, so one e-mail may have both.
  */
 export const HosterLogin = defineEntity({
   name: "HosterLogin",

@@ -5,9 +5,9 @@ import { hashKey, looksLikeKey } from "./key-secret.ts";
 import { checkedEdgeId, livePrincipals } from "./principal-rows.ts";
 
 /**
- * Resolves a bearer key to its principal (DESIGN.md §2, step 1): one indexed lookup by the key's
- * hash, which records `edgeId` (the caching edge) as a holder of the key. Every failure is the
- * same error, and the key itself is never logged or echoed.
+ * Resolves a bearer key to its principal (docs/architecture.md#authentication): one indexed lookup
+ * by the key's hash, which records `edgeId` (the caching edge) as a holder of the key. Every
+ * failure is the same error, and the key itself is never logged or echoed.
  */
 export async function authenticate(ctx: AccountsContext, apiKey: string, edgeId = ""): Promise<Principal> {
   const invalid = () => new AppError("invalid_api_key", "Invalid API key.");

@@ -8,10 +8,11 @@ const LIVE_KEYS = `select k.id as key_id, k.subscription_id, k.product_id, k.hos
   where k.revoked_at is null and (k.expires_at is null or k.expires_at > ?)`;
 
 /**
- * The edge that will cache what is read (DESIGN.md §2.4): recorded as a holder of each key until
- * now + 2 × TTL, in the statement that reads it. A check every TTL / 2 while the key is in use
- * keeps the row ahead of the edge's own use (last check + TTL); it is rewritten only once less
- * than one TTL is left, so an edge's checks do not write every row every time.
+ * The edge that will cache what is read (docs/adr/0018-revocation-waits-for-the-edges.md): recorded
+ * as a holder of each key until now + 2 × TTL, in the statement that reads it. A check every
+ * TTL / 2 while the key is in use keeps the row ahead of the edge's own use (last check + TTL); it
+ * is rewritten only once less than one TTL is left, so an edge's checks do not write every row
+ * every time.
  */
 export interface Holder {
   edgeId: string;

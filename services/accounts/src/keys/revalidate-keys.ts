@@ -8,10 +8,10 @@ import { checkedEdgeId, livePrincipals } from "./principal-rows.ts";
 export const MAX_KEYS_PER_REVALIDATION = 10_000;
 
 /**
- * The current principals of those of `keyIds` still live (DESIGN.md §2.1): an edge re-checks
- * every principal it has in use with this, once per LEASE_TTL_MS, in one call and one query by
- * primary key, which keeps `edgeId` recorded as their holder. Revoked, expired, unknown and
- * malformed ids are left out of the answer.
+ * The current principals of those of `keyIds` still live (docs/architecture.md#authentication): an
+ * edge re-checks every principal it has in use with this, once per LEASE_TTL_MS, in one call and
+ * one query by primary key, which keeps `edgeId` recorded as their holder. Revoked, expired,
+ * unknown and malformed ids are left out of the answer.
  */
 export async function revalidateKeys(ctx: AccountsContext, keyIds: string[], edgeId = ""): Promise<Principal[]> {
   if (keyIds.length > MAX_KEYS_PER_REVALIDATION) {

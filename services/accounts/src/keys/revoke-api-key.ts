@@ -13,9 +13,10 @@ import { keyHolders } from "./key-holders.ts";
 const ANNOUNCE_TIMEOUT_MS = 5_000;
 
 /**
- * Revokes one of the account's keys and tells every edge (DESIGN.md §2.4): the revocation is
- * committed first, then announced on keys.revoked, and answered once the edges holding the key
- * have acked (or one TTL has passed), so once the caller sees success no edge serves the key.
+ * Revokes one of the account's keys and tells every edge
+ * (docs/architecture.md#revocation-stops-at-once): the revocation is committed first, then
+ * announced on keys.revoked, and answered once the edges holding the key have acked (or one TTL has
+ * passed), so once the caller sees success no edge serves the key.
  */
 export async function revokeApiKey(ctx: AccountsContext, req: RevokeApiKeyRequest): Promise<RevokeApiKeyResponse> {
   // Malformed, unknown and other accounts' ids all answer alike: nothing tells them apart.
@@ -53,13 +54,13 @@ export async function revokeApiKey(ctx: AccountsContext, req: RevokeApiKeyReques
 
 /**
  * Tells every edge that a committed revocation happened, then waits for the ones that matter
- * (DESIGN.md §2.4): publishes keys.revoked with a reply subject and waits for NATS to confirm it,
- * then for a KeyRevokedAck from every edge recorded as holding the key (`key_holders`), or until
- * one fence wait has passed since `committedAt` (performance.now), after which no edge uses the
- * key anyway: an edge trusts a principal until its last check's send time + TTL − margin, and no
- * check answered after the commit returned the key. The caller answers only after this returns.
- * Fails with service_unavailable (the key stays revoked) when NATS does not confirm in time, so
- * the caller's retry re-announces.
+ * (docs/adr/0018-revocation-waits-for-the-edges.md): publishes keys.revoked with a reply subject
+ * and waits for NATS to confirm it, then for a KeyRevokedAck from every edge recorded as holding
+ * the key (`key_holders`), or until one fence wait has passed since `committedAt`
+ * (performance.now), after which no edge uses the key anyway: an edge trusts a principal until its
+ * last check's send time + TTL − margin, and no check answered after the commit returned the key.
+ * The caller answers only after this returns. Fails with service_unavailable (the key stays
+ * revoked) when NATS does not confirm in time, so the caller's retry re-announces.
  */
 export async function announceRevocation(
   ctx: AccountsContext,

@@ -26,10 +26,10 @@ function requireSecret(apiKey: string): void {
 }
 
 /**
- * Stores a subscription's scoped key (DESIGN.md §3, "Subscription lifecycle"). Billing's saga
- * draws the secret and keeps it sealed, so a retry can present the same secret and get the same
- * key back; accounts keeps only its hash, like every key's. One key per subscription (a partial
- * unique index): the same subscription with another secret or account is a caller bug.
+ * Stores a subscription's scoped key (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md).
+ * Billing's saga draws the secret and keeps it sealed, so a retry can present the same secret and
+ * get the same key back; accounts keeps only its hash, like every key's. One key per subscription
+ * (a partial unique index): the same subscription with another secret or account is a caller bug.
  */
 export async function issueScopedKey(
   ctx: AccountsContext,

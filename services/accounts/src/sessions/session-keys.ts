@@ -10,9 +10,9 @@ import { liveSessionRow, SESSION_TOKEN_RE } from "./sessions.ts";
 export const SESSION_KEY_NAME = "Portal playground (this login session)";
 
 /**
- * A key for the portal's playground (DESIGN.md §4): the page chats with the public API like any
- * client, so it needs a key, but a key the person never handles. It ends with the session
- * (`expires_at`), and logout revokes it.
+ * A key for the portal's playground (docs/portal.md#how-it-talks-to-the-api): the page chats with
+ * the public API like any client, so it needs a key, but a key the person never handles. It ends
+ * with the session (`expires_at`), and logout revokes it.
  */
 export async function createSessionKey(ctx: AccountsContext, token: string): Promise<CreateSessionKeyResponse> {
   const session = await liveSessionRow(ctx, token);

@@ -91,7 +91,7 @@ async function dailyEarnings(em: Em, hosterId: string, window: EarningsWindow) {
 /**
  * GET /v1/earnings/by-model: the hoster's requests per model in the window, what customers were
  * charged for them and the hoster's posted shares, from the hoster rollup. Subscription fees are
- * not per model (DESIGN.md §3) and are not here.
+ * not per model and are not here.
  */
 export async function hosterEarningsByModel(
   ctx: BillingContext,

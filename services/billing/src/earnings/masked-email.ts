@@ -1,5 +1,5 @@
 /**
- * A customer's e-mail as a hoster may see it (DESIGN.md §4): the first character of the local
+ * A customer's e-mail as a hoster may see it: the first character of the local
  * part, three stars, and the domain (`j***@example.com`). The star count is fixed, so the mask
  * does not tell the local part's length either.
  */

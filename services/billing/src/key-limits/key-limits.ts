@@ -26,7 +26,8 @@ function uuidField(value: string, param: string): void {
  * Sets or clears a key's spend limit (SetKeyLimit in billing.proto). The account's open leases are
  * fenced in the same transaction: their key budgets list the old limits and they may hold room
  * sized by them, so the edges take new leases, sized by the new limit. Answers once the holders
- * acked their recall or one TTL + margin passed (DESIGN.md §2.4): then no edge admits by the old one.
+ * acked their recall or one TTL + margin passed (docs/architecture.md#revocation-stops-at-once):
+ * then no edge admits by the old one.
  */
 export async function setKeyLimit(ctx: BillingContext, req: SetKeyLimitRequest): Promise<SetKeyLimitResponse> {
   uuidField(req.accountId, "account_id");

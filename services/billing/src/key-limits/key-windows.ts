@@ -1,4 +1,7 @@
-/** How often a key's spend limit starts afresh (DESIGN.md §4): UTC windows, or never. */
+/**
+ * How often a key's spend limit starts afresh (docs/adr/0020-key-spend-limits-in-billing.md): UTC
+ * windows, or never.
+ */
 export type LimitReset = "daily" | "weekly" | "monthly" | null;
 
 export const LIMIT_RESETS = ["daily", "weekly", "monthly"] as const;
@@ -36,7 +39,7 @@ export function keyWindow(reset: LimitReset, now: Date): KeyWindow {
 /** Whether the window never ends (a limit without a reset). */
 export const neverResets = (window: KeyWindow) => window.end.getTime() === NEVER.end.getTime();
 
-/** `2026-11-26T00:00:00+00:00`: times written with an explicit offset (DESIGN.md §4 Time). */
+/** `2026-11-26T00:00:00+00:00`: times written with an explicit offset. */
 export function utcOffsetTime(at: Date): string {
   return at.toISOString().replace(/\.\d{3}Z$/, "+00:00");
 }

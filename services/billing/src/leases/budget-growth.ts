@@ -24,7 +24,7 @@ const max0 = (n: bigint) => (n < 0n ? 0n : n);
 
 /**
  * Grows a subscription's budget in the lease by the sizing rule, each resource with `left` what
- * is free for the subscription (DESIGN.md §2.3): plan rpm and tpm in the current UTC minute
+ * is free for the subscription (docs/leases.md#how-much-room-an-edge-gets): plan rpm and tpm in the current UTC minute
  * (counted in `subscription_rate_counters` at grant, so the sum over every lease never passes the
  * plan's limit), the period's included tokens (subscription kinds), and `max_concurrent` slots.
  * `inHand` must be covered or the request is refused with the plan's 429s or
@@ -133,7 +133,7 @@ export async function growBudget(
 }
 
 /**
- * Slots lent beyond the requests in flight the edge's heartbeat reports go back (DESIGN.md §2.3),
+ * Slots lent beyond the requests in flight the edge's heartbeat reports go back (docs/leases.md#idle-leases),
  * open budget or fenced: until a reply to that heartbeat, the edge takes no more slots than it
  * reported (HeldLease.pinSlots), so none admitted meanwhile can be lost.
  */

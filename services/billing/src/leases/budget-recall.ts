@@ -14,15 +14,15 @@ const LIFTABLE: Record<string, string[]> = {
 };
 
 /**
- * GrantLease's bounded recall for a subscription's plan limits (DESIGN.md §2.3 Cold or short):
- * when a scoped key's request is refused for slots, the plan's minute or included tokens while
- * other edges' budgets for the subscription hold room they have not used (slots lent beyond their
- * requests in flight, plan requests or tokens of the current minute, included tokens not
- * admitted), those budgets are fenced (state still `active`: the edges re-grant on their next
- * request) and recalled, waiting at most 50 ms for the acks, which give the unused room back
- * (recall-ack.ts). Returns whether anything was recalled (the caller then grants once more).
- * Nothing is fenced when no other budget holds unused room of the kind refused: a subscriber at
- * its real limit gets its 429 at once.
+ * GrantLease's bounded recall for a subscription's plan limits
+ * (docs/leases.md#how-much-room-an-edge-gets): when a scoped key's request is refused for slots,
+ * the plan's minute or included tokens while other edges' budgets for the subscription hold room
+ * they have not used (slots lent beyond their requests in flight, plan requests or tokens of the
+ * current minute, included tokens not admitted), those budgets are fenced (state still `active`:
+ * the edges re-grant on their next request) and recalled, waiting at most 50 ms for the acks, which
+ * give the unused room back (recall-ack.ts). Returns whether anything was recalled (the caller then
+ * grants once more). Nothing is fenced when no other budget holds unused room of the kind refused:
+ * a subscriber at its real limit gets its 429 at once.
  */
 export async function recallBudgetsForGrant(ctx: BillingContext, req: GrantLeaseRequest, code: string) {
   const subscriptionId = req.request?.subscriptionId ?? "";

@@ -18,13 +18,13 @@ import { recallBudgetsForGrant } from "./budget-recall.ts";
 import { lockSubscriptions, openBudget } from "./lease-budgets.ts";
 
 /**
- * The cold or short path (DESIGN.md §2.3): opens the edge's lease on the account, or grows its
- * open one, so that it covers at least the request in hand, in one transaction. A refusal
- * (insufficient_credits, rate_limit_exceeded) rolls everything back. A fenced lease is never
- * reopened: a new one is made beside it. A request on a subscription's key also opens (or, once
- * the subscription is active again, reopens) that subscription's budget in the lease and grows it
- * to cover the request, or refuses it (paused 403, past due 402, cancelled 401, plan rpm/tpm
- * 429, included tokens, max_concurrent).
+ * The cold or short path (docs/architecture.md#admission-on-a-lease): opens the edge's lease on the
+ * account, or grows its open one, so that it covers at least the request in hand, in one
+ * transaction. A refusal (insufficient_credits, rate_limit_exceeded) rolls everything back. A
+ * fenced lease is never reopened: a new one is made beside it. A request on a subscription's key
+ * also opens (or, once the subscription is active again, reopens) that subscription's budget in the
+ * lease and grows it to cover the request, or refuses it (paused 403, past due 402, cancelled 401,
+ * plan rpm/tpm 429, included tokens, max_concurrent).
  */
 export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): Promise<GrantLeaseResponse> {
   try {
@@ -71,9 +71,10 @@ async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promi
     return await grant();
   } catch (err) {
     // Before a 402/429, other edges' unreported room is recalled if it could cover the request
-    // (DESIGN.md §2.3); the grant is then tried once more with whatever came back.
-    // The account's own credit and request windows, and a spend-limited key's room; a scoped
-    // key's plan limits (slots, the plan's minute, included tokens) may sit in other edges' budgets.
+    // (docs/leases.md#how-much-room-an-edge-gets); the grant is then tried once more with whatever
+    // came back. The account's own credit and request windows, and a spend-limited key's room; a
+    // scoped key's plan limits (slots, the plan's minute, included tokens) may sit in other edges'
+    // budgets.
     if (!(err instanceof AppError)) throw err;
     const accountRoom = ["insufficient_credits", "rate_limit_exceeded", "key_limit_exceeded"].includes(err.code);
     const recalled =

@@ -11,13 +11,16 @@ import { REQUEST_WINDOWS, windowsOf } from "./lease-windows.ts";
 import { keyWindow } from "../key-limits/key-windows.ts";
 import { keyRoomLeft } from "./key-room.ts";
 
-/** How long GrantLease waits at most for recalled room before it refuses (DESIGN.md §2.3). */
+/**
+ * How long GrantLease waits at most for recalled room before it refuses
+ * (docs/leases.md#how-much-room-an-edge-gets).
+ */
 export const GRANT_RECALL_WAIT_MS = 50;
 
 /**
- * GrantLease's bounded recall (DESIGN.md §2.3 Cold or short), run after the grant was refused
- * 402/429: when other edges' unreported room on the account (granted − admitted as they last
- * reported it) together with what is free could cover the request in hand, those edges' leases
+ * GrantLease's bounded recall (docs/leases.md#how-much-room-an-edge-gets), run after the grant was
+ * refused 402/429: when other edges' unreported room on the account (granted − admitted as they
+ * last reported it) together with what is free could cover the request in hand, those edges' leases
  * are fenced and recalled, waiting at most 50 ms for their acks, whose final totals release what
  * they did not use. Returns whether the caller should grant once more: something was recalled, or,
  * for a refusal for credit, nothing is short any more (a settlement released credit between the

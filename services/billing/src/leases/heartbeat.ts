@@ -62,14 +62,14 @@ const ACCOUNTS_PER_TRANSACTION = 16;
 const PARALLEL_TRANSACTIONS = 3;
 
 /**
- * One edge's heartbeat (DESIGN.md §2.3): renews its session, which extends every open lease of
- * the edge; applies each reported lease's cumulative totals (unless billing has passed their
- * sequence); closes those reported final; shrinks idle ones' credit; grows open ones whose demand
- * needs it; and answers the leases it reported plus those with news (answeredLeases). Every other
- * open lease (an idle one, most of them with many accounts) costs nothing here but the session
- * row: the edge extends it by the reply's valid_for_ms. A session that had lapsed is fenced
- * first: the edge stopped admitting on it by its own clock, so nothing revives it; that
- * heartbeat answers every lease of the edge.
+ * One edge's heartbeat (docs/leases.md#idle-leases): renews its session, which extends every open
+ * lease of the edge; applies each reported lease's cumulative totals (unless billing has passed
+ * their sequence); closes those reported final; shrinks idle ones' credit; grows open ones whose
+ * demand needs it; and answers the leases it reported plus those with news (answeredLeases). Every
+ * other open lease (an idle one, most of them with many accounts) costs nothing here but the
+ * session row: the edge extends it by the reply's valid_for_ms. A session that had lapsed is fenced
+ * first: the edge stopped admitting on it by its own clock, so nothing revives it; that heartbeat
+ * answers every lease of the edge.
  *
  * A live session is extended first (extendLiveSession); the leases are then applied in
  * transactions of ACCOUNTS_PER_TRANSACTION accounts each. One transaction for all of them held

@@ -24,14 +24,14 @@ export function keyLimitExceeded(key: KeyLimitRow, window: KeyWindow): AppError 
 }
 
 /**
- * Grows the lease's room for a spend-limited key (its budget nested in the lease, DESIGN.md
- * §2.3) by the sizing rule, `left` being the key's limit less its settled spend in the window and
- * what every lease holds of that window (granted − settled while open or fenced, admitted −
- * settled once closed, nothing once released). Wallet locked by the caller, and every grant and
- * settlement of the account's keys takes that lock, so the sum over all leases never passes the
- * limit. Returns the credit the request in hand may take: all of it, or (a request without
- * max_tokens, `minCredit` > 0) what the key has left when that covers the least request; else
- * refuses key_limit_exceeded and the caller's transaction rolls back.
+ * Grows the lease's room for a spend-limited key (its budget nested in the lease,
+ * docs/adr/0020-key-spend-limits-in-billing.md) by the sizing rule, `left` being the key's limit
+ * less its settled spend in the window and what every lease holds of that window (granted − settled
+ * while open or fenced, admitted − settled once closed, nothing once released). Wallet locked by
+ * the caller, and every grant and settlement of the account's keys takes that lock, so the sum over
+ * all leases never passes the limit. Returns the credit the request in hand may take: all of it, or
+ * (a request without max_tokens, `minCredit` > 0) what the key has left when that covers the least
+ * request; else refuses key_limit_exceeded and the caller's transaction rolls back.
  */
 export async function growKeyRoom(
   ctx: BillingContext,

@@ -1,4 +1,7 @@
-/** What the sizing rule needs for one resource (DESIGN.md §2.3 Sizing), all in that resource's unit. */
+/**
+ * What the sizing rule needs for one resource (docs/leases.md#how-much-room-an-edge-gets), all in
+ * that resource's unit.
+ */
 export interface SizingInput {
   /** Free for the account now, plus what this lease already holds unspent. */
   left: bigint;

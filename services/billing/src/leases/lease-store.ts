@@ -25,7 +25,10 @@ export interface LeaseRow {
   keyLimits: KeyLimitRow[];
 }
 
-/** A key with a spend limit (DESIGN.md §4): its lease budget is KEY_CREDIT room in its window. */
+/**
+ * A key with a spend limit (docs/adr/0020-key-spend-limits-in-billing.md): its lease budget is
+ * KEY_CREDIT room in its window.
+ */
 export interface KeyLimitRow {
   keyId: string;
   limitMicros: bigint;

@@ -13,7 +13,8 @@ export interface WindowSpan {
 
 /**
  * The UTC window holding `now`, and the next one when it starts within one TTL: the last
- * heartbeat before a boundary carries the next window's room (DESIGN.md §2.3 Windows and clocks).
+ * heartbeat before a boundary carries the next window's room
+ * (docs/leases.md#the-path-of-a-chat-request).
  */
 export function windowsOf(
   window: { lengthMs: number },

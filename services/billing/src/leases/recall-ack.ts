@@ -6,12 +6,13 @@ import { applyReport, closeReported, loadLeases, lockWallets, returnBudgetRoom }
 import { validateReports } from "./lease-validation.ts";
 
 /**
- * Applies an edge's recall ack as that lease's report at the ack's sequence (DESIGN.md §2.4):
- * a whole lease's ack is final, so the lease closes the way a final report closes it (billing
- * then holds only what was admitted, and unused request room goes back to its window); a
- * budget's ack carries the lease's current totals. An edge that holds no such lease (`known`
- * false: already returned) has nothing to report. Only the wallet is locked: applying totals
- * reads no subscription, so this takes one lock and cannot cross another transaction's order.
+ * Applies an edge's recall ack as that lease's report at the ack's sequence
+ * (docs/architecture.md#revocation-stops-at-once): a whole lease's ack is final, so the lease
+ * closes the way a final report closes it (billing then holds only what was admitted, and unused
+ * request room goes back to its window); a budget's ack carries the lease's current totals. An edge
+ * that holds no such lease (`known` false: already returned) has nothing to report. Only the wallet
+ * is locked: applying totals reads no subscription, so this takes one lock and cannot cross another
+ * transaction's order.
  */
 export async function applyRecallAck(
   ctx: BillingContext,

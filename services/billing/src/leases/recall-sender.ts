@@ -9,7 +9,7 @@ import { applyRecallAck } from "./recall-ack.ts";
  * Sends one recall per fenced lease to its edge and applies each ack, resolving when every holder
  * has acked or `untilMs` (on `performance.now`) has come. Never rejects: a missing ack is covered
  * by the wait, because a fenced lease or budget is never extended again and the edge's own
- * validity for it ends within one TTL of the fence (DESIGN.md §2.4).
+ * validity for it ends within one TTL of the fence (docs/architecture.md#revocation-stops-at-once).
  */
 export type RecallLeases = (holders: FencedLease[], subscriptionId: string, untilMs: number) => Promise<void>;
 

@@ -3,10 +3,11 @@ import { currentWindows } from "../rate-limits/rate-limiter.ts";
 
 /**
  * What the account's leases hold that their edges have not reported admitting: credit and
- * request room lent ahead of demand (DESIGN.md §2.3). It is held and counted so that no edge can
- * overspend, but it is nobody's use yet, so reports add it back to the balance and take it off
- * the windows' counts: they show the account as its edges last reported using it (trailing
- * admission by at most one heartbeat). A closed lease holds only what was admitted.
+ * request room lent ahead of demand (docs/leases.md#how-much-room-an-edge-gets). It is held and
+ * counted so that no edge can overspend, but it is nobody's use yet, so reports add it back to the
+ * balance and take it off the windows' counts: they show the account as its edges last reported
+ * using it (trailing admission by at most one heartbeat). A closed lease holds only what was
+ * admitted.
  */
 export async function unspentRoom(
   em: Em,

@@ -3,7 +3,7 @@ import type { Tiers, TierLimits } from "../config.ts";
 import type { Em } from "../context.ts";
 import { RateCounter } from "./rate-counter.entity.ts";
 
-/** The tier's limits; an unknown tier gets the "free" limits (DESIGN.md §4). */
+/** The tier's limits; an unknown tier gets the "free" limits. */
 export function tierLimits(tiers: Tiers, tier: string): TierLimits {
   return tiers[tier] ?? tiers.free!;
 }

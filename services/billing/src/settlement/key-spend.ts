@@ -12,12 +12,12 @@ const holds = (lease: LeaseRow, a: AllowanceRow) =>
   max0((lease.status === "closed" ? a.admitted : a.granted) - a.settled);
 
 /**
- * A settled request's key accounting (DESIGN.md §4 key spend limits): its charge is added to the
- * key's spend, and on a spend-limited key its worst case is settled out of the key room it took
- * (as credit is out of the lease's hold), so the key's limit again has the unused part free.
- * The spend counts on the first day of the window whose room the request took, so a request
- * admitted just before a reset never counts in the next window; a key without a limit counts on
- * the day of the request. Keys that are not UUIDs (none an edge sends) are skipped.
+ * A settled request's key accounting (docs/adr/0020-key-spend-limits-in-billing.md): its charge is
+ * added to the key's spend, and on a spend-limited key its worst case is settled out of the key
+ * room it took (as credit is out of the lease's hold), so the key's limit again has the unused part
+ * free. The spend counts on the first day of the window whose room the request took, so a request
+ * admitted just before a reset never counts in the next window; a key without a limit counts on the
+ * day of the request. Keys that are not UUIDs (none an edge sends) are skipped.
  */
 export function settleKeySpend(
   writes: SettlementWrites,

@@ -212,7 +212,7 @@ function priceOf(
 }
 
 /**
- * Gives a subscription request's unused worst-case tokens back (DESIGN.md §2.3): to the minute's
+ * Gives a subscription request's unused worst-case tokens back (docs/architecture.md#settlement): to the minute's
  * tpm counter while that minute is current (a later window's count no longer matters), and to the
  * period's included tokens by settling what it took of them (`included`) out of the lease's hold
  * (`lease_allowances.settled`), while `subscription_usage` now counts what it really used.

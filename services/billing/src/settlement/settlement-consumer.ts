@@ -129,7 +129,8 @@ export async function startSettlementConsumer(
         } catch (itemErr) {
           const attempts = item.msg.info.deliveryCount;
           // A database outage is no fault of the event: it waits for the database however long
-          // that takes, where dropping it would lose the usage (issue 20).
+          // that takes, where dropping it would lose the usage
+          // (docs/adr/0027-dependency-outage-is-503.md).
           if (attempts >= MAX_ATTEMPTS && !isDependencyOutage(itemErr)) {
             log.error(
               { err: itemErr, requestId: item.event.requestId, attempts },

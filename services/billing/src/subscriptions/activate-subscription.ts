@@ -19,9 +19,10 @@ export function feeReference(subscriptionId: string, periodIndex: number): strin
 
 /**
  * Charges one period's fee, already checked against the spendable balance: one
- * `subscription_fee` entry (customer −price, platform floor(20%), hoster the rest, DESIGN.md §3),
- * dated `at`, and the wallet's posted balance. The entry is unique per (subscription, period), so
- * finding it already posted means the period was charged: that is a bug in the caller's locking.
+ * `subscription_fee` entry (customer −price, platform floor(20%), hoster the rest:
+ * docs/adr/0004-platform-keeps-20-percent.md), dated `at`, and the wallet's posted balance. The
+ * entry is unique per (subscription, period), so finding it already posted means the period was
+ * charged: that is a bug in the caller's locking.
  */
 export async function postFee(
   em: Em,

@@ -1,5 +1,6 @@
 /**
- * The end of a period that starts at `start` (DESIGN.md §3): the same day and time of day one
+ * The end of a period that starts at `start`
+ * (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md): the same day and time of day one
  * calendar month later, in UTC, clamped to the last day of that month (Jan 31 → Feb 28 or 29).
  */
 export function addCalendarMonth(start: Date): Date {
@@ -34,11 +35,11 @@ function monthsBetween(from: Date, to: Date): number {
 }
 
 /**
- * The period a renewal at `now` pays for (docs/decisions.md, "Renewal"): boundaries are the
- * anchor (the subscription's first start) plus whole months. Normally that is the period right
- * after `periodEnd`. When `now` is past more than one boundary (billing was down, or the
- * subscription stayed past due), the missed periods are skipped, not charged: the new period is
- * the one holding `now`, so one charge buys the time still ahead.
+ * The period a renewal at `now` pays for (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md):
+ * boundaries are the anchor (the subscription's first start) plus whole months. Normally that is
+ * the period right after `periodEnd`. When `now` is past more than one boundary (billing was down,
+ * or the subscription stayed past due), the missed periods are skipped, not charged: the new period
+ * is the one holding `now`, so one charge buys the time still ahead.
  */
 export function nextPeriod(anchor: Date, periodEnd: Date, now: Date): { start: Date; end: Date } {
   const ended = monthsBetween(anchor, periodEnd);

@@ -29,10 +29,10 @@ export async function listSubscriptions(ctx: BillingContext, accountId: string):
 /**
  * Cancels the subscription (no refund), fences its lease budgets in the same transaction and
  * recalls them from their edges (answering once every holder acked or one TTL + margin passed,
- * DESIGN.md §2.4), then revokes its scoped key before answering. The order
- * matters: once cancelled, lease grants refuse the key whatever any cache says, so a revocation
- * that fails (accounts or NATS down) leaves no paid access open, and the caller's retry, which
- * finds the subscription cancelled and answers it unchanged, completes the revocation.
+ * docs/architecture.md#revocation-stops-at-once), then revokes its scoped key before answering. The
+ * order matters: once cancelled, lease grants refuse the key whatever any cache says, so a
+ * revocation that fails (accounts or NATS down) leaves no paid access open, and the caller's retry,
+ * which finds the subscription cancelled and answers it unchanged, completes the revocation.
  */
 export async function cancelSubscription(
   ctx: BillingContext,
@@ -44,7 +44,7 @@ export async function cancelSubscription(
   if (!isUuid(req.subscriptionId)) throw notFound();
   const em = ctx.orm.em.fork();
   const now = ctx.clock();
-  // The cancel and the fence of the subscription's lease budgets commit together (DESIGN.md §2.4),
+  // The cancel and the fence of the subscription's lease budgets commit together,
   // at one time: `cancelled_at` is the fence's time, which a repeated DELETE waits from.
   const { rows: cancelled, holders } = await em.transactional(async (tx) => {
     const rows = await tx.execute(
@@ -80,7 +80,7 @@ export async function cancelSubscription(
 }
 
 /**
- * A repeated DELETE waits for the same condition as the first (DESIGN.md §2.4): while the wait
+ * A repeated DELETE waits for the same condition as the first: while the wait
  * since the fence has not passed, the edges still holding budgets the cancel fenced are asked
  * again (an edge that already dropped one acks at once) until they ack or the wait ends. Which
  * holders acked the first time is not stored, so asking again is how it is known.

@@ -10,7 +10,10 @@ import { Subscription, type SubscriptionRow } from "./subscription.entity.ts";
 import { openKey, revokeSubscriptionKey, sealKey } from "./subscription-keys.ts";
 import { LIVE_STATUSES, subscriptionMessage } from "./subscription-view.ts";
 
-/** How long a replay returns the key, and how long its sealed secret is kept (DESIGN.md §3). */
+/**
+ * How long a replay returns the key, and how long its sealed secret is kept
+ * (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md).
+ */
 export const REPLAY_WINDOW_MS = 24 * 3600_000;
 const MAX_IDEMPOTENCY_KEY_CHARS = 255;
 
@@ -21,13 +24,13 @@ const ALREADY_SUBSCRIBED = "You already have a subscription to this plan; cancel
 const alreadySubscribed = () => new AppError("already_subscribed", ALREADY_SUBSCRIBED, { param: "product_id" });
 
 /**
- * CreateSubscription (DESIGN.md §3, "Subscription lifecycle"). The `pending` row comes first, so
- * its unique keys settle every race before anything else happens: a second attempt with the same
- * Idempotency-Key finds the first (and replays or resumes it), a second subscription to the same
- * plan is already_subscribed. The scoped key's secret is drawn here and sealed into that row, so
- * resuming an attempt asks accounts for the very same key. Then: plan (registry) → key (accounts)
- * → charge and activate (one transaction). On failure the row becomes `failed`, which frees both
- * keys for a new attempt, and the scoped key is revoked.
+ * CreateSubscription (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md). The `pending` row
+ * comes first, so its unique keys settle every race before anything else happens: a second attempt
+ * with the same Idempotency-Key finds the first (and replays or resumes it), a second subscription
+ * to the same plan is already_subscribed. The scoped key's secret is drawn here and sealed into
+ * that row, so resuming an attempt asks accounts for the very same key. Then: plan (registry) → key
+ * (accounts) → charge and activate (one transaction). On failure the row becomes `failed`, which
+ * frees both keys for a new attempt, and the scoped key is revoked.
  */
 export async function createSubscription(
   ctx: BillingContext,

@@ -61,7 +61,8 @@ async function changeSubscriber(
   if (!isUuid(req.subscriptionId)) throw notFound();
   const em = ctx.orm.em.fork();
   // A subscription that stops being active fences its lease budgets in the same transaction
-  // (DESIGN.md §2.4); resuming fences nothing (GrantLease reopens a budget).
+  // (docs/architecture.md#revocation-stops-at-once); resuming fences nothing (GrantLease reopens a
+  // budget).
   const { rows: updated, holders } = await em.transactional(async (tx) => {
     const rows = await tx.execute(
       `update subscriptions set ${set}
@@ -74,7 +75,7 @@ async function changeSubscriber(
       holders: stopped ? await fenceBudgets(tx, req.subscriptionId, rows[0]!.status as string, ctx.clock()) : [],
     };
   });
-  // The hoster's answer waits for the holding edges' acks, or one TTL + margin (DESIGN.md §2.4).
+  // The hoster's answer waits for the holding edges' acks, or one TTL + margin.
   await ctx.recallLeases(holders, req.subscriptionId, performance.now() + fenceWaitMs(ctx.config.LEASE_TTL_MS));
   const changed = updated[0];
   const [row] = changed

@@ -2,7 +2,10 @@ import { AppError } from "@mkt/runtime/errors";
 import { int8 } from "../context.ts";
 import type { PlanPrices, PricingModel } from "./plan-pricing.ts";
 
-/** A subscription's terms snapshot as its lease budgets enforce it (DESIGN.md §3, §4). */
+/**
+ * A subscription's terms snapshot as its lease budgets enforce it
+ * (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md).
+ */
 export interface PlanTerms extends PlanPrices {
   subscriptionId: string;
   hosterId: string;
@@ -15,7 +18,7 @@ export interface PlanTerms extends PlanPrices {
   maxContextTokens: bigint;
 }
 
-/** Plan defaults (DESIGN.md §4); the snapshot always has them, these only guard a missing one. */
+/** Plan defaults (registry's DEFAULT_LIMITS); the snapshot always has them, these only guard a missing one. */
 const DEFAULTS = { rpm: 60n, tpm: 100_000n, concurrent: 5n, output: 4096n, context: 8192n };
 const positiveOr = (value: unknown, fallback: bigint) => (int8(value) > 0n ? int8(value) : fallback);
 

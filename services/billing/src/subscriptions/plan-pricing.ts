@@ -4,11 +4,11 @@ import type { PricingModel } from "@mkt/runtime/request-cost";
 export type { PricingModel };
 
 /**
- * How a subscription's requests are priced (DESIGN.md §3, Pricing), from the terms snapshot of
- * the subscription, never from the route (registry prices hoster routes at 0). The edge sizes a
- * request's worst case from the budget's copy of these terms; registry (the answer's
- * `usage.cost`) and settlement charge with them through the one cost function,
- * `requestCharge` in @mkt/runtime/request-cost.
+ * How a subscription's requests are priced (docs/adr/0017-one-cost-function.md), from the terms
+ * snapshot of the subscription, never from the route (registry prices hoster routes at 0). The edge
+ * sizes a request's worst case from the budget's copy of these terms; registry (the answer's
+ * `usage.cost`) and settlement charge with them through the one cost function, `requestCharge` in
+ * @mkt/runtime/request-cost.
  */
 export interface PlanPrices {
   pricingModel: PricingModel;

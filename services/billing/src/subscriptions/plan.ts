@@ -11,7 +11,7 @@ export interface Plan {
   terms: ProductTerms;
 }
 
-/** Pricing models charged a monthly price (DESIGN.md §3); free and payg cost nothing up front. */
+/** Pricing models charged a monthly price; free and payg cost nothing up front. */
 const MONTHLY_KINDS = new Set(["subscription", "subscription_overage"]);
 const PRICING_MODELS = new Set(["free", "payg", ...MONTHLY_KINDS]);
 
@@ -25,8 +25,8 @@ export function monthlyCharge(terms: ProductTerms): bigint {
 
 /**
  * The plan from registry, refusing what takes no subscribers: an unknown product is not_found,
- * an archived one invalid_request (it exists, and its hoster's subscribers keep it, but DESIGN.md
- * §3 closes it to new ones; saying so beats pretending it is gone).
+ * an archived one invalid_request (it exists, and its hoster's subscribers keep it, but it is
+ * closed to new ones; saying so beats pretending it is gone).
  */
 export async function fetchPlan(ctx: BillingContext, productId: string): Promise<Plan> {
   const { plan, status } = await fetchProduct(ctx, productId);

@@ -14,12 +14,13 @@ export interface RenewalResult {
 }
 
 /**
- * One renewal pass (DESIGN.md §3): every subscription whose period ended by `now` (active, paused
- * or past due; of one account when `accountId` is given) is renewed, each in its own transaction.
- * Safe on every replica at once: rows are taken FOR UPDATE SKIP LOCKED, so each is renewed once.
- * The due rows are read in pages of (period_end, id) order; the plans are read from registry per
- * page, before any row is locked. A past-due subscription is tried again on every pass, and at
- * once after a top-up of its account (AddCredits).
+ * One renewal pass (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md): every subscription
+ * whose period ended by `now` (active, paused or past due; of one account when `accountId` is
+ * given) is renewed, each in its own transaction. Safe on every replica at once: rows are taken FOR
+ * UPDATE SKIP LOCKED, so each is renewed once. The due rows are read in pages of (period_end, id)
+ * order; the plans are read from registry per page, before any row is locked. A past-due
+ * subscription is tried again on every pass, and at once after a top-up of its account
+ * (AddCredits).
  */
 export async function renewDueSubscriptions(
   ctx: BillingContext,

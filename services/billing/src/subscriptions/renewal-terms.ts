@@ -38,12 +38,12 @@ const PRICE_TERMS: ReadonlySet<NumericTerm> = new Set([
 ]);
 
 /**
- * The terms a subscription renews on (DESIGN.md §3), so a hoster's edit can only improve them for
- * an existing subscriber: each term is whichever of the snapshot and the plan's current terms
- * favours the subscriber (lower prices, more included tokens, higher limits). When the pricing
- * model changed, the snapshot keeps its model and its price terms (only the limits compare across
- * models). An archived plan (closed to new subscribers) or one registry no longer knows
- * (`undefined`) offers nothing: the subscriber renews on its own snapshot.
+ * The terms a subscription renews on (docs/adr/0019-subscriptions-saga-and-terms-snapshot.md), so a
+ * hoster's edit can only improve them for an existing subscriber: each term is whichever of the
+ * snapshot and the plan's current terms favours the subscriber (lower prices, more included tokens,
+ * higher limits). When the pricing model changed, the snapshot keeps its model and its price terms
+ * (only the limits compare across models). An archived plan (closed to new subscribers) or one
+ * registry no longer knows (`undefined`) offers nothing: the subscriber renews on its own snapshot.
  */
 export function renewalTerms(snapshot: SubscriptionTerms, offer: PlanOffer | undefined): SubscriptionTerms {
   if (!offer || offer.archived) return { ...snapshot };

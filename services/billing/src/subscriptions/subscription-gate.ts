@@ -3,8 +3,9 @@ import { AppError } from "@mkt/runtime/errors";
 export const PAUSED_MESSAGE = "Your access has been temporarily paused by the hoster.";
 
 /**
- * The refusal for a scoped key whose subscription is not active (DESIGN.md §2.4): paused 403,
- * past due 402, cancelled 401; a missing one is an invalid key. Lease grants and heartbeats answer it.
+ * The refusal for a scoped key whose subscription is not active
+ * (docs/architecture.md#revocation-stops-at-once): paused 403, past due 402, cancelled 401; a
+ * missing one is an invalid key. Lease grants and heartbeats answer it.
  */
 export function refuseUnlessActive(status: string | undefined): void {
   switch (status) {

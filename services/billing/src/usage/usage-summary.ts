@@ -114,7 +114,7 @@ export async function usageSummary(
       totalInputTokens: int8(totals?.input_tokens),
       totalOutputTokens: int8(totals?.output_tokens),
       totalCostMicros: int8(totals?.cost_micros),
-      // Every request counts, failed ones included (DESIGN.md §4).
+      // Every request counts, failed ones included.
       avgLatencyMs: requests > 0n ? Number(int8(totals?.latency_ms_sum)) / Number(requests) : 0,
     },
   };

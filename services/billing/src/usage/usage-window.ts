@@ -29,10 +29,11 @@ export interface ReportWindow {
 }
 
 /**
- * The window of a report (docs/decisions.md): whole UTC buckets, from the bucket that holds
- * `now - days` through the current one, so every bucket of a series is complete and the window
- * depends only on the bucket `now` is in. Postgres' date_trunc does the calendar work (weeks
- * start on Monday, months have their own lengths), on UTC wall time whatever the session's zone.
+ * The window of a report (docs/adr/0030-usage-report-windows-and-export.md): whole UTC buckets,
+ * from the bucket that holds `now - days` through the current one, so every bucket of a series is
+ * complete and the window depends only on the bucket `now` is in. Postgres' date_trunc does the
+ * calendar work (weeks start on Monday, months have their own lengths), on UTC wall time whatever
+ * the session's zone.
  */
 export async function reportWindow(em: Em, now: Date, days: number, interval: ReportInterval): Promise<ReportWindow> {
   const [row] = await em.execute(

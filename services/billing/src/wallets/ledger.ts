@@ -2,7 +2,10 @@ import type { Micros } from "@mkt/runtime/money";
 import { runTogether, sqlArray, type Cte } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
 
-/** Ledger account names (DESIGN.md §3): one per customer and hoster, and the platform's own. */
+/**
+ * Ledger account names (docs/architecture.md#the-ledger): one per customer and hoster, and the
+ * platform's own.
+ */
 export const ledgerAccounts = {
   customer: (accountId: string) => `customer:${accountId}`,
   hoster: (hosterId: string) => `hoster:${hosterId}`,
@@ -10,7 +13,10 @@ export const ledgerAccounts = {
   /** Where operator top-ups come from (payments received outside the platform). */
   topUps: "platform:top_ups",
   revenue: "platform:revenue",
-  /** What the platform absorbs when a late event costs more than the customer has (DESIGN.md §2.3). */
+  /**
+   * What the platform absorbs when a late event costs more than the customer has
+   * (docs/architecture.md#the-path-of-a-dollar).
+   */
   writeOffs: "platform:write_offs",
 } as const;
 

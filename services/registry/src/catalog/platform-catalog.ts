@@ -2,7 +2,7 @@ import { Route, UpstreamServer, type RouteScope } from "@mkt/proto/registry/v1/r
 import type { ConfiguredModel } from "./configured-models.ts";
 import { isScoped, type CatalogModel, type ModelCatalog } from "./model-catalog.ts";
 
-/** Platform models (local and cloud) are capped at this many output tokens per request (DESIGN.md §4). */
+/** Platform models (local and cloud) are capped at this many output tokens per request. */
 export const PLATFORM_MAX_OUTPUT_TOKENS = 4096n;
 
 /**

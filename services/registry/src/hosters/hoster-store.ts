@@ -15,7 +15,10 @@ export interface StoredHoster {
   status: HosterStatus;
   lastCheckedAt: Date | null;
   consecutiveFailures: number;
-  /** Usage reports that disagreed with the registry's count (DESIGN.md §5). */
+  /**
+   * Usage reports that disagreed with the registry's count
+   * (docs/adr/0023-usage-mismatches-flagged-not-punished.md).
+   */
   usageMismatches: bigint;
   createdAt: Date;
   models: StoredModel[];

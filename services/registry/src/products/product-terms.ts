@@ -43,7 +43,7 @@ type LimitField = keyof typeof DEFAULT_LIMITS;
 type TermField = Exclude<NumericField, LimitField>;
 
 /**
- * The price terms each pricing model uses (DESIGN.md §3): the fields listed must be above 0, the
+ * The price terms each pricing model uses: the fields listed must be above 0, the
  * others must be 0 (absent). payg is the exception: it needs at least one of its two prices.
  */
 const TERMS_OF: Record<PricingModel, readonly TermField[]> = {

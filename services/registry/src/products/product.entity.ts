@@ -2,7 +2,7 @@ import { defineEntity, p } from "@mikro-orm/core";
 
 export const PRICING_MODELS = ["free", "payg", "subscription", "subscription_overage"] as const;
 
-/** How a plan charges its subscribers (DESIGN.md §3 "Pricing"). */
+/** How a plan charges its subscribers. */
 export type PricingModel = (typeof PRICING_MODELS)[number];
 
 /** `archived`: takes no new subscribers; existing subscriptions keep it. */

@@ -48,7 +48,10 @@ export interface Account {
 
 export interface AuthenticateRequest {
   apiKey: string;
-  /** The edge process that will cache the principal: a revocation waits for its ack (DESIGN.md §2.4). */
+  /**
+   * The edge process that will cache the principal: a revocation waits for its ack
+   * (docs/adr/0018-revocation-waits-for-the-edges.md).
+   */
   edgeId: string;
 }
 
@@ -3887,10 +3890,11 @@ export const AccountsServiceService = {
     responseDeserialize: (value: Buffer): AuthenticateResponse => AuthenticateResponse.decode(value),
   },
   /**
-   * Re-checks, in one call, the keys an edge holds cached principals for (DESIGN.md §2.1): answers
-   * the current principal of each key still valid (not revoked, not expired). A key left out of
-   * the answer (revoked, expired, unknown, malformed id) must not be served any more. At most
-   * 10000 key ids per call (else invalid_request, param key_ids); duplicates are answered once.
+   * Re-checks, in one call, the keys an edge holds cached principals for
+   * (docs/architecture.md#authentication): answers the current principal of each key still valid
+   * (not revoked, not expired). A key left out of the answer (revoked, expired, unknown, malformed
+   * id) must not be served any more. At most 10000 key ids per call (else invalid_request, param
+   * key_ids); duplicates are answered once.
    */
   revalidateKeys: {
     path: "/marketplace.accounts.v1.AccountsService/RevalidateKeys" as const,
@@ -4099,10 +4103,11 @@ export interface AccountsServiceServer extends UntypedServiceImplementation {
   /** Resolves a bearer API key to the principal it acts for. Error: invalid_api_key. */
   authenticate: handleUnaryCall<AuthenticateRequest, AuthenticateResponse>;
   /**
-   * Re-checks, in one call, the keys an edge holds cached principals for (DESIGN.md §2.1): answers
-   * the current principal of each key still valid (not revoked, not expired). A key left out of
-   * the answer (revoked, expired, unknown, malformed id) must not be served any more. At most
-   * 10000 key ids per call (else invalid_request, param key_ids); duplicates are answered once.
+   * Re-checks, in one call, the keys an edge holds cached principals for
+   * (docs/architecture.md#authentication): answers the current principal of each key still valid
+   * (not revoked, not expired). A key left out of the answer (revoked, expired, unknown, malformed
+   * id) must not be served any more. At most 10000 key ids per call (else invalid_request, param
+   * key_ids); duplicates are answered once.
    */
   revalidateKeys: handleUnaryCall<RevalidateKeysRequest, RevalidateKeysResponse>;
   /** Issues a new API key for the account; the secret is returned only here. */
@@ -4204,10 +4209,11 @@ export interface AccountsServiceClient extends Client {
     callback: (error: ServiceError | null, response: AuthenticateResponse) => void,
   ): ClientUnaryCall;
   /**
-   * Re-checks, in one call, the keys an edge holds cached principals for (DESIGN.md §2.1): answers
-   * the current principal of each key still valid (not revoked, not expired). A key left out of
-   * the answer (revoked, expired, unknown, malformed id) must not be served any more. At most
-   * 10000 key ids per call (else invalid_request, param key_ids); duplicates are answered once.
+   * Re-checks, in one call, the keys an edge holds cached principals for
+   * (docs/architecture.md#authentication): answers the current principal of each key still valid
+   * (not revoked, not expired). A key left out of the answer (revoked, expired, unknown, malformed
+   * id) must not be served any more. At most 10000 key ids per call (else invalid_request, param
+   * key_ids); duplicates are answered once.
    */
   revalidateKeys(
     request: RevalidateKeysRequest,

@@ -193,7 +193,7 @@ export interface Generation {
   /** As in usage.completed; empty when the answer has none. */
   finishReason: string;
   success: boolean;
-  /** The error code (DESIGN.md §4) when success is false. */
+  /** The error code (packages/runtime/src/errors.ts) when success is false. */
   errorCode: string;
 }
 
@@ -254,7 +254,7 @@ export interface AddCreditsResponse {
 }
 
 /**
- * A plan's terms as they were when the current period started (DESIGN.md §3: edits apply from the
+ * A plan's terms as they were when the current period started (edits apply from the
  * next renewal). Prices are micro-USD; fields that do not apply to the pricing model are 0.
  */
 export interface SubscriptionTerms {
@@ -6984,7 +6984,7 @@ export const RecordUsageResponse: MessageFns<RecordUsageResponse> = {
 export type BillingServiceService = typeof BillingServiceService;
 export const BillingServiceService = {
   /**
-   * Admission leases (DESIGN.md §2.3, leases.proto). Opens the edge's lease for the account, or
+   * Admission leases (docs/leases.md, leases.proto). Opens the edge's lease for the account, or
    * grows its open one, with at least the request in hand and at most the sizing rule's share;
    * refuses with insufficient_credits or rate_limit_exceeded (and retry-after) when the account
    * cannot cover the request. Renews the edge's session. A fenced lease is never reopened: this
@@ -7307,7 +7307,7 @@ export const BillingServiceService = {
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
   /**
-   * Admission leases (DESIGN.md §2.3, leases.proto). Opens the edge's lease for the account, or
+   * Admission leases (docs/leases.md, leases.proto). Opens the edge's lease for the account, or
    * grows its open one, with at least the request in hand and at most the sizing rule's share;
    * refuses with insufficient_credits or rate_limit_exceeded (and retry-after) when the account
    * cannot cover the request. Renews the edge's session. A fenced lease is never reopened: this
@@ -7435,7 +7435,7 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
 
 export interface BillingServiceClient extends Client {
   /**
-   * Admission leases (DESIGN.md §2.3, leases.proto). Opens the edge's lease for the account, or
+   * Admission leases (docs/leases.md, leases.proto). Opens the edge's lease for the account, or
    * grows its open one, with at least the request in hand and at most the sizing rule's share;
    * refuses with insufficient_credits or rate_limit_exceeded (and retry-after) when the account
    * cannot cover the request. Renews the edge's session. A fenced lease is never reopened: this

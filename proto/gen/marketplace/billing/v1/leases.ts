@@ -196,16 +196,17 @@ export interface SubscriptionBudget {
   rooms: LeaseRoom[];
   /**
    * The subscription's terms snapshot: the edge prices and limits the budget's requests by it
-   * (never by the route, DESIGN.md §3); settlement charges by the same snapshot.
+   * (never by the route); settlement charges by the same snapshot.
    */
   terms?: BudgetTerms | undefined;
 }
 
 /**
- * Nested inside a lease: one for each spend-limited key of the account (DESIGN.md §2.3, §4
- * Customer controls), listed in every lease state so the edge knows which keys need key room. A
- * request on such a key takes its worst case from the lease's credit and from the key's room.
- * A limit's change fences the account's leases, so a lease never admits by a stale list.
+ * Nested inside a lease: one for each spend-limited key of the account
+ * (docs/adr/0020-key-spend-limits-in-billing.md), listed in every lease state so the edge knows
+ * which keys need key room. A request on such a key takes its worst case from the lease's credit
+ * and from the key's room. A limit's change fences the account's leases, so a lease never admits by
+ * a stale list.
  */
 export interface KeyBudget {
   keyId: string;
@@ -333,8 +334,9 @@ export interface GrantLeaseRequest {
    * A request without max_tokens may be served with a smaller output cap: when the account
    * cannot cover `request.credit_micros`, the grant covers what the account has left instead, as
    * long as that is at least this (the prompt and one output token). The edge then sizes the cap
-   * from the lease's credit: the cap is computed against the whole account (DESIGN.md §2.3).
-   * 0: `request.credit_micros` is the least the grant must cover.
+   * from the lease's credit: the cap is computed against the whole account
+   * (docs/leases.md#the-path-of-a-chat-request). 0: `request.credit_micros` is the least the grant
+   * must cover.
    */
   minCreditMicros: bigint;
   /**
@@ -422,7 +424,8 @@ export interface ReturnLeasesResponse {
 
 /**
  * Billing's recall of one lease, or of one subscription budget in it, sent as a NATS request to
- * the holding edge on `leases.recall.<edge_id>` once the fence is committed (DESIGN.md §2.4).
+ * the holding edge on `leases.recall.<edge_id>` once the fence is committed
+ * (docs/architecture.md#revocation-stops-at-once).
  */
 export interface LeaseRecall {
   leaseId: string;

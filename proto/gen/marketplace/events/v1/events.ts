@@ -108,7 +108,7 @@ export interface KeyRevoked {
 /**
  * An edge's answer to a keys.revoked published as a request: the key is no longer in its cache.
  * Accounts answers the revocation's caller once every edge that held the key has acked, or one
- * LEASE_TTL_MS has passed (DESIGN.md §2.4).
+ * LEASE_TTL_MS has passed (docs/adr/0018-revocation-waits-for-the-edges.md).
  */
 export interface KeyRevokedAck {
   edgeId: string;

@@ -216,8 +216,9 @@ export interface Hoster {
   /** Active plans, oldest first (set by ListHosters; GetHoster leaves it empty). */
   plans: Product[];
   /**
-   * Usage reports that disagreed with registry's own token count beyond the tolerance (DESIGN.md
-   * §5); for the hoster's own view and the operator's, the public hoster list does not show it.
+   * Usage reports that disagreed with registry's own token count beyond the tolerance
+   * (docs/adr/0023-usage-mismatches-flagged-not-punished.md); for the hoster's own view and the
+   * operator's, the public hoster list does not show it.
    */
   usageMismatches: bigint;
 }
@@ -295,7 +296,7 @@ export interface Product {
   updatedAt: string;
 }
 
-/** A plan as the request gives it: defaults (DESIGN.md §4) apply to limits left at 0. */
+/** A plan as the request gives it: defaults (registry's DEFAULT_LIMITS) apply to limits left at 0. */
 export interface CreateProductRequest {
   hosterId: string;
   terms?: ProductTerms | undefined;
@@ -4763,7 +4764,7 @@ export const RegistryServiceService = {
   },
   /**
    * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
-   * follow DESIGN.md §4. Error: invalid_request (param names the field).
+   * follow registry's product-terms.ts. Error: invalid_request (param names the field).
    */
   createProduct: {
     path: "/marketplace.registry.v1.RegistryService/CreateProduct" as const,
@@ -4863,7 +4864,7 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
   listHosters: handleUnaryCall<ListHostersRequest, ListHostersResponse>;
   /**
    * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
-   * follow DESIGN.md §4. Error: invalid_request (param names the field).
+   * follow registry's product-terms.ts. Error: invalid_request (param names the field).
    */
   createProduct: handleUnaryCall<CreateProductRequest, CreateProductResponse>;
   /** The hoster's own plans, archived ones included, oldest first (GET /hosters/products). */
@@ -4996,7 +4997,7 @@ export interface RegistryServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
-   * follow DESIGN.md §4. Error: invalid_request (param names the field).
+   * follow registry's product-terms.ts. Error: invalid_request (param names the field).
    */
   createProduct(
     request: CreateProductRequest,
