@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { LeaseResource, LeaseStatus, type LeaseRoom, type LeaseState } from "@mkt/proto/billing/v1/leases";
 import { HeldLease } from "../src/leases/held-lease.ts";
-import { takeRequest, takeWorstCase, type Ticket } from "../src/leases/lease-admission.ts";
+import { takeRequest, takeWorstCaseFromLease, type Ticket } from "../src/leases/lease-admission.ts";
 
 // The included/overage split of a subscription's request is decided at admission, from its
 // budget's included room, and carried with the request (its usage.cost and settlement use it).
@@ -63,7 +63,7 @@ const NOW = 100;
 function admit(lease: HeldLease, credit: bigint, tokens: bigint, asked: boolean, crossing = false): Ticket | undefined {
   const first = takeRequest(lease, "sub-1", NOW);
   if (!("ok" in first)) throw new Error("no request room");
-  const taken = takeWorstCase(first.ok, credit, tokens, NOW, { asked, crossing });
+  const taken = takeWorstCaseFromLease(first.ok, credit, tokens, NOW, { asked, crossing });
   return "ok" in taken ? taken.ok : undefined;
 }
 

@@ -267,6 +267,27 @@ describe("hoster plans through the edge", () => {
     expect(Object.keys(doc.paths["/hosters/products/{product_id}/archive"]!)).toEqual(["post"]);
   });
 
+  it("declares what comes back on every documented route: a 2xx schema and the error shape", async () => {
+    type Operation = { responses?: Record<string, { content?: Record<string, { schema?: object }> }> };
+    const doc = (await (await fetch(`${system.url}/docs/json`)).json()) as {
+      paths: Record<string, Record<string, Operation>>;
+    };
+    const operations = Object.entries(doc.paths).flatMap(([path, methods]) =>
+      Object.entries(methods).map(([method, operation]) => ({ route: `${method.toUpperCase()} ${path}`, operation })),
+    );
+    expect(operations.length).toBeGreaterThanOrEqual(30);
+    const lacking = operations
+      .filter(({ operation }) => {
+        const responses = Object.entries(operation.responses ?? {});
+        const success = responses.some(
+          ([status, r]) => /^2\d\d$/.test(status) && Object.values(r.content ?? {}).some((c) => c.schema),
+        );
+        return !success || !responses.some(([status]) => status === "4XX");
+      })
+      .map(({ route }) => route);
+    expect(lacking).toEqual([]);
+  });
+
   it("keeps each hoster's plans its own: another hoster gets 404", async () => {
     const plan = (await createPlan({ name: "A only", pricing_model: "payg", output_price_per_1m_usd: 1 })).body;
     const id = String(plan.product_id);

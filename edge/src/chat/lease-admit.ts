@@ -1,15 +1,20 @@
 import type { FastifyReply } from "fastify";
+import { max, min } from "@mkt/runtime/bigint-math";
 import { checkContext } from "@mkt/runtime/context-limits";
-import { affordableOutputTokens, costMicros } from "@mkt/runtime/money";
 import { AppError } from "@mkt/runtime/errors";
+import { chargesOverage, hasIncludedTokens } from "@mkt/runtime/pricing-models";
+import {
+  affordableOutput,
+  chargesAnything,
+  planPricing,
+  worstCaseCharge,
+  type RequestPricing,
+} from "@mkt/runtime/request-cost";
 import { LeaseResource, type BudgetTerms } from "@mkt/proto/billing/v1/leases";
 import type { Route } from "@mkt/proto/registry/v1/registry";
 import type { HeldLease, Room } from "../leases/held-lease.ts";
 import type { LeaseTable, WorstCase } from "../leases/lease-table.ts";
 import type { Ticket } from "../leases/lease-admission.ts";
-
-const min = (a: bigint, b: bigint) => (a < b ? a : b);
-const max = (a: bigint, b: bigint) => (a > b ? a : b);
 
 /** What admission needs of a chat request, beyond its principal. */
 export interface ChatNeed {
@@ -39,25 +44,18 @@ export interface ChatNeed {
  */
 export function admitRequest(leases: LeaseTable, need: ChatNeed): Promise<Ticket> {
   const output = (need.requested > 0n ? need.requested : 1n) * need.choices;
-  const credit = need.routes.reduce(
-    (most, route) => max(most, costMicros(0n, output, route.inputPricePer1mMicros, route.outputPricePer1mMicros)),
-    0n,
-  );
+  const prices = routePricings(need.routes);
+  const credit = worstCaseCharge({ inputTokens: 0n, outputTokens: output }, prices);
   // Without max_tokens the worst case is likely the model's output cap (or less when the prompt
   // or the balance leaves less): a cold grant lends that ahead, so step two needs no second one.
   const likely =
     need.requested > 0n || need.subscriptionId
       ? 0n
       : need.routes.reduce(
-          (most, route) =>
+          (most, route, i) =>
             max(
               most,
-              costMicros(
-                0n,
-                route.maxOutputTokensCap * need.choices,
-                route.inputPricePer1mMicros,
-                route.outputPricePer1mMicros,
-              ),
+              worstCaseCharge({ inputTokens: 0n, outputTokens: route.maxOutputTokensCap * need.choices }, [prices[i]!]),
             ),
           0n,
         );
@@ -147,7 +145,7 @@ export async function admitWorstCase(
  */
 export function admitOnBound(leases: LeaseTable, ticket: Ticket, need: ChatNeed, bound: bigint): Admitted | undefined {
   const terms = need.subscriptionId ? termsOf(ticket, need.routes) : undefined;
-  if (terms && terms.pricingModel !== "payg" && terms.pricingModel !== "free") return undefined;
+  if (terms && hasIncludedTokens(terms.pricingModel)) return undefined;
   let cap: bigint | undefined;
   for (const route of need.routes) {
     const window = terms ? min(route.contextWindow, terms.maxContextTokens) : route.contextWindow;
@@ -189,40 +187,51 @@ function pricing(
   prompt: bigint,
   choices: bigint,
 ) {
-  const priceList: ReadonlyArray<readonly [bigint, bigint]> = !terms
-    ? routes.map((route) => [route.inputPricePer1mMicros, route.outputPricePer1mMicros] as const)
-    : terms.pricingModel === "payg"
-      ? [[terms.inputPricePer1mMicros, terms.outputPricePer1mMicros]]
-      : [[0n, 0n]];
-  const overage = terms?.pricingModel === "subscription_overage" ? terms.overagePricePer1mMicros : 0n;
-  const included = (lease: HeldLease) => (overage > 0n ? includedSpare(lease, subscriptionId) : 0n);
+  // Only an overage plan's pricing depends on the lease (the included tokens its budget has now).
+  let pricingsIn: (lease: HeldLease) => readonly RequestPricing[];
+  let charged: boolean;
+  if (!terms) {
+    const prices = routePricings(routes);
+    pricingsIn = () => prices;
+    charged = chargesAnything(prices);
+  } else if (chargesOverage(terms.pricingModel)) {
+    pricingsIn = (lease) => [subscriptionPricing(terms, includedSpare(lease, subscriptionId))];
+    charged = chargesAnything([subscriptionPricing(terms, 0n)]);
+  } else {
+    const prices = [subscriptionPricing(terms, 0n)];
+    pricingsIn = () => prices;
+    charged = chargesAnything(prices);
+  }
   const price =
     (maxOutputTokens: bigint) =>
     (lease: HeldLease): WorstCase => {
-      const tokens = prompt + maxOutputTokens * choices;
-      const overageTokens = tokens - min(tokens, included(lease));
-      const dearest = priceList.reduce(
-        (most, prices) => max(most, costMicros(prompt, maxOutputTokens * choices, ...prices)),
-        0n,
-      );
+      const outputTokens = maxOutputTokens * choices;
       return {
-        credit: dearest + costMicros(overageTokens, 0n, overage, 0n),
-        tokens,
+        credit: worstCaseCharge({ inputTokens: prompt, outputTokens }, pricingsIn(lease)),
+        tokens: prompt + outputTokens,
         maxOutputTokens,
       };
     };
-  const affordable = (spare: bigint, lease: HeldLease): bigint => {
-    if (overage === 0n) {
-      return priceList.reduce(
-        (least, prices) => min(least, affordableOutputTokens(spare, prompt, ...prices)),
-        BigInt(Number.MAX_SAFE_INTEGER),
-      );
-    }
-    const paid = (spare * 1_000_000n) / overage + included(lease) - prompt;
-    return paid > 0n ? paid : 0n;
-  };
-  const charged = priceList.some(([input, output]) => input > 0n || output > 0n) || overage > 0n;
+  const affordable = (spare: bigint, lease: HeldLease): bigint => affordableOutput(spare, prompt, pricingsIn(lease));
   return { price, affordable: charged ? affordable : undefined };
+}
+
+/** A subscription's request priced by its budget's terms, with the included tokens it takes. */
+function subscriptionPricing(terms: BudgetTerms, includedTokens: bigint): RequestPricing {
+  const prices = {
+    inputPricePer1m: terms.inputPricePer1mMicros,
+    outputPricePer1m: terms.outputPricePer1mMicros,
+    overagePricePer1m: terms.overagePricePer1mMicros,
+  };
+  return planPricing(terms.pricingModel, prices, includedTokens);
+}
+
+/** An account key's request at the prices of each route that may answer it. */
+function routePricings(routes: readonly Route[]): RequestPricing[] {
+  return routes.map((route) => ({
+    inputPricePer1m: route.inputPricePer1mMicros,
+    outputPricePer1m: route.outputPricePer1mMicros,
+  }));
 }
 
 /** Included tokens the subscription's budget in this lease can still take now. */

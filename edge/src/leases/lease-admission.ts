@@ -1,4 +1,5 @@
 import { LeaseResource } from "@mkt/proto/billing/v1/leases";
+import { chargesOverage, stopsAtIncludedTokens } from "@mkt/runtime/pricing-models";
 import type { HeldLease, Room } from "./held-lease.ts";
 
 /**
@@ -81,7 +82,7 @@ function pickAll(
 }
 
 /**
- * Step one of admission: one request in the account's minute and day rooms and, on a
+ * Step one of admission, on one lease in memory: one request in the account's minute and day rooms and, on a
  * subscription's key, one in its budget's minute and one of its slots. All or nothing.
  */
 export function takeRequest(lease: HeldLease, subscriptionId: string, now: number, keyId = ""): Attempt<Ticket> {
@@ -135,13 +136,13 @@ export interface IncludedAnswer {
 }
 
 /**
- * Step two: the worst case in credit (and, on a spend-limited key, in its room) and, on a
+ * Step two, on one lease in memory: the worst case in credit (and, on a spend-limited key, in its room) and, on a
  * subscription, in tpm and included tokens. A budget that has fewer included tokens than the
  * worst case takes what it has only as `included` allows: on an overage plan once billing was
  * asked, on a `subscription` plan once billing said this request crosses the line (otherwise
  * every edge could serve one crossing request of its own share).
  */
-export function takeWorstCase(
+export function takeWorstCaseFromLease(
   ticket: Ticket,
   credit: bigint,
   tokens: bigint,
@@ -170,10 +171,10 @@ export function takeWorstCase(
     // A `subscription` plan admits while any included tokens are left, and the request crossing
     // the line is served in full; an overage plan pays what its included room does not cover
     // from credit. Either takes less than its worst case only once billing was asked.
-    const pricing = budget.terms?.pricingModel;
+    const pricing = budget.terms?.pricingModel ?? "";
     if (room && spare >= tokens) taken = { room, take: tokens };
-    else if (pricing === "subscription" && !(included.crossing && room && spare > 0n)) return { short: true };
-    else if (pricing === "subscription_overage" && !included.asked) return { short: true };
+    else if (stopsAtIncludedTokens(pricing) && !(included.crossing && room && spare > 0n)) return { short: true };
+    else if (chargesOverage(pricing) && !included.asked) return { short: true };
     else if (room && spare > 0n) taken = { room, take: spare };
   }
   const picked = pickAll(lease, wanted, now);

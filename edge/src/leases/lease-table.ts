@@ -6,7 +6,7 @@ import type { Logger } from "@mkt/runtime/logger";
 import { LeaseStatus, type LeaseNeed, type LeaseReport, type LeaseState } from "@mkt/proto/billing/v1/leases";
 import type { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { HeldLease } from "./held-lease.ts";
-import { keyBudgetOf, takeRequest, takeWorstCase, type Attempt, type Ticket } from "./lease-admission.ts";
+import { keyBudgetOf, takeRequest, takeWorstCaseFromLease, type Attempt, type Ticket } from "./lease-admission.ts";
 import { nextBackoffMs } from "./heartbeat-backoff.ts";
 import type { IsolationWatch } from "./isolation-watch.ts";
 import { nextWindowAheadMs } from "@mkt/runtime/next-window";
@@ -301,7 +301,7 @@ export class LeaseTable {
     const { accountId, tier } = ticket.lease;
     const { subscriptionId, keyId } = ticket;
     try {
-      return await this.#takeWorstCase(ticket, wanted, fit);
+      return await this.#takeWorstCaseOnce(ticket, wanted, fit);
     } catch (err) {
       if (!(err instanceof LeaseGone)) throw err;
       if (restarted) throw unavailable(this.ttlMs, "The request's lease was recalled");
@@ -318,7 +318,7 @@ export class LeaseTable {
     }
   }
 
-  async #takeWorstCase(ticket: Ticket, wanted: WorstCase | WorstCaseOn, fit?: FitToCredit): Promise<Ticket> {
+  async #takeWorstCaseOnce(ticket: Ticket, wanted: WorstCase | WorstCaseOn, fit?: FitToCredit): Promise<Ticket> {
     const { accountId, tier } = ticket.lease;
     const { subscriptionId, keyId } = ticket;
     const worstCaseOn = typeof wanted === "function" ? wanted : () => wanted;
@@ -346,7 +346,7 @@ export class LeaseTable {
       const sized = spare >= want.credit || !fit || !granted ? want : fit.shrink(spare);
       const moved = lease === ticket.lease ? ticket : { ...ticket, lease };
       const attempt = sized
-        ? takeWorstCase(moved, sized.credit, sized.tokens, this.#now(), { asked: granted, crossing })
+        ? takeWorstCaseFromLease(moved, sized.credit, sized.tokens, this.#now(), { asked: granted, crossing })
         : ({ short: true } as const);
       granted = true;
       if (!("ok" in attempt)) return attempt;
@@ -369,7 +369,10 @@ export class LeaseTable {
   takeWorstCaseInMemory(ticket: Ticket, wanted: WorstCase): Ticket | undefined {
     if (this.#leases.get(ticket.lease.accountId) !== ticket.lease) return undefined;
     const now = this.#now();
-    const attempt = takeWorstCase(ticket, wanted.credit, wanted.tokens, now, { asked: false, crossing: false });
+    const attempt = takeWorstCaseFromLease(ticket, wanted.credit, wanted.tokens, now, {
+      asked: false,
+      crossing: false,
+    });
     if (!("ok" in attempt)) return undefined;
     ticket.maxOutputTokens = wanted.maxOutputTokens;
     return attempt.ok;

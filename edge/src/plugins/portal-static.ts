@@ -37,7 +37,7 @@ export async function servePortal(app: FastifyInstance, dir: string): Promise<vo
   });
   const sendIndex = (_: unknown, reply: FastifyReply) =>
     reply.header("cache-control", REVALIDATE).sendFile("index.html", dir, { cacheControl: false });
-  app.get("/portal", (_, reply) => reply.redirect("/portal/", 308));
+  app.get("/portal", { schema: { hide: true } }, (_, reply) => reply.redirect("/portal/", 308));
   app.get("/portal/", { schema: { hide: true } }, sendIndex);
   // A missing hashed file is a 404, never the page (a stale tab must not run HTML as script).
   app.get("/portal/assets/*", { schema: { hide: true } }, async () => {

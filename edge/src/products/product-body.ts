@@ -1,4 +1,5 @@
 import { usdToMicros } from "@mkt/runtime/money";
+import { PRICING_MODELS } from "@mkt/runtime/pricing-models";
 import { ProductPatch, ProductTerms } from "@mkt/proto/registry/v1/registry";
 
 /** A plan's fields as JSON bodies carry them (POST and PATCH /hosters/products). */
@@ -47,7 +48,7 @@ export const createProductSchema = {
   additionalProperties: false,
   properties: {
     ...editable,
-    pricing_model: { type: "string", enum: ["free", "payg", "subscription", "subscription_overage"] },
+    pricing_model: { type: "string", enum: PRICING_MODELS },
   },
 } as const;
 

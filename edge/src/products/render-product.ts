@@ -1,5 +1,6 @@
 import { microsToUsd } from "@mkt/runtime/money";
 import { ProductTerms, type Product } from "@mkt/proto/registry/v1/registry";
+import { integer, object, string, usd } from "../routes/response-schemas.ts";
 
 /**
  * A hoster's plan as the API shows it (the hoster's own list and GET /v1/hosters alike): USD
@@ -27,3 +28,24 @@ export function renderProduct(product: Product) {
     updated_at: product.updatedAt,
   };
 }
+
+/** What renderProduct shows, as a response schema. */
+export const productSchema = object({
+  product_id: string(),
+  name: string(),
+  description: string(),
+  pricing_model: string(),
+  monthly_price_usd: usd(),
+  included_tokens: integer(),
+  input_price_per_1m_usd: usd(),
+  output_price_per_1m_usd: usd(),
+  overage_price_per_1m_usd: usd(),
+  rpm_limit: integer(),
+  tpm_limit: integer(),
+  max_concurrent: integer(),
+  max_output_tokens: integer(),
+  max_context_tokens: integer(),
+  status: string("`active` or `archived`"),
+  created_at: string(),
+  updated_at: string(),
+});

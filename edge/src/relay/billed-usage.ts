@@ -1,3 +1,5 @@
+import { min } from "@mkt/runtime/bigint-math";
+
 /** Token counts an upstream reported in its usage chunk, untrusted. */
 export interface ReportedUsage {
   promptTokens?: unknown;
@@ -14,8 +16,6 @@ export function validCount(value: unknown): bigint | undefined {
   if (typeof value !== "number" || !Number.isFinite(value) || value < 0) return undefined;
   return BigInt(Math.floor(value));
 }
-
-const min = (...values: bigint[]) => values.reduce((a, b) => (b < a ? b : a));
 
 /**
  * Usage is not taken on trust (docs/adr/0022-runaway-guard-not-a-cap.md): input is at most what the edge counted, output at

@@ -4,6 +4,7 @@ import { GetBalanceRequest } from "@mkt/proto/billing/v1/billing";
 import { microsToUsd } from "@mkt/runtime/money";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
+import { nullableNumber, object, replies, string } from "./response-schemas.ts";
 
 interface SignUpBody {
   email: string;
@@ -18,6 +19,15 @@ export function accountRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: noStore,
       schema: {
         summary: "Create a customer account and its first API key (shown once)",
+        response: replies(
+          201,
+          object({
+            account_id: string(),
+            email: string(),
+            api_key: string("The account's first API key, shown only here"),
+            credit_balance_usd: nullableNumber("The starting credit; null when the wallet opens on first use instead"),
+          }),
+        ),
         tags: ["accounts"],
         body: {
           type: "object",

@@ -3,6 +3,7 @@ import { CreateInviteRequest, GetAccountRequest } from "@mkt/proto/accounts/v1/a
 import { AddCreditsRequest } from "@mkt/proto/billing/v1/billing";
 import { microsToUsd, usdToMicros } from "@mkt/runtime/money";
 import type { RouteDeps } from "./route-deps.ts";
+import { boolean, listOf, object, replies, string, usd } from "./response-schemas.ts";
 
 interface TopUp {
   Params: { account_id: string };
@@ -18,6 +19,10 @@ export function adminRoutes(app: FastifyInstance, deps: RouteDeps, admin: onRequ
       onRequest: admin,
       schema: {
         summary: "Create single-use hoster invite codes (each shown once, in this response)",
+        response: replies(
+          201,
+          listOf(object({ object: string("`invite`"), invite_code: string(), created_at: string() })),
+        ),
         tags: ["admin"],
         security: [{ adminToken: [] }],
         body: {
@@ -44,6 +49,16 @@ export function adminRoutes(app: FastifyInstance, deps: RouteDeps, admin: onRequ
       onRequest: admin,
       schema: {
         summary: "Top up an account's credit (a retry with the same Idempotency-Key credits once)",
+        response: replies(
+          200,
+          object({
+            object: string("`credit_top_up`"),
+            account_id: string(),
+            amount_usd: usd(),
+            credit_balance_usd: usd(),
+            replayed: boolean("A retry of a top-up already made: nothing was credited again"),
+          }),
+        ),
         tags: ["admin"],
         security: [{ adminToken: [] }],
         params: {

@@ -5,6 +5,28 @@ import { startChatCall } from "../chat/chat-call.ts";
 import { relayCompletion } from "../chat/relay-completion.ts";
 import { rawJsonBody } from "../plugins/json-body.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { arrayOf, integer, jsonOrEventStream, nullableString, number, object, string } from "./response-schemas.ts";
+
+/** OpenAI's chat.completion, with `usage.cost`; the upstream's other fields pass through. */
+const chatCompletionSchema = object({
+  id: string(),
+  object: string("`chat.completion`"),
+  created: integer(),
+  model: string(),
+  choices: arrayOf(
+    object({
+      index: integer(),
+      message: object({ role: string(), content: nullableString() }),
+      finish_reason: nullableString(),
+    }),
+  ),
+  usage: object({
+    prompt_tokens: integer(),
+    completion_tokens: integer(),
+    total_tokens: integer(),
+    cost: number("What the request is charged, in USD"),
+  }),
+});
 
 /**
  * POST /v1/chat/completions, the hot path (startChatCall): the answer's chunks are relayed as they
@@ -30,6 +52,10 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
         tags: ["chat"],
         security: [{ apiKey: [] }],
         body: chatBodySchema,
+        response: jsonOrEventStream(
+          chatCompletionSchema,
+          "`chat.completion.chunk` events, each `data: {...}`, ending with `data: [DONE]`",
+        ),
       },
     },
     async (request, reply) => {

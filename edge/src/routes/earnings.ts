@@ -4,6 +4,7 @@ import { microsToUsd } from "@mkt/runtime/money";
 import { principalSession } from "../plugins/session-auth.ts";
 import { daysQuerySchema, type DaysQuery } from "../usage/usage-query.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { arrayOf, boolean, integer, object, replies, string, usd } from "./response-schemas.ts";
 
 /**
  * GET /v1/earnings and /v1/earnings/by-model (docs/architecture.md#the-path-of-a-dollar): the session's hoster's posted shares,
@@ -19,6 +20,28 @@ export function earningsRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest,
       schema: {
         summary: "Your earnings: subscription fees and per-request shares, by plan and by UTC day",
+        response: replies(
+          200,
+          object({
+            period_days: integer(),
+            total_earned_usd: usd(),
+            payable_usd: usd(),
+            payout_threshold_usd: usd(),
+            payout_eligible: boolean(),
+            by_plan: arrayOf(
+              object({
+                product_id: string(),
+                product_name: string(),
+                pricing_model: string(),
+                subscribers: integer(),
+                subscription_fees_usd: usd(),
+                usage_earned_usd: usd(),
+                earned_usd: usd(),
+              }),
+            ),
+            daily: arrayOf(object({ date: string(), earned_usd: usd() })),
+          }),
+        ),
         tags,
         querystring: daysQuerySchema,
       },
@@ -54,6 +77,22 @@ export function earningsRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest,
       schema: {
         summary: "Your per-request earnings by model (subscription fees are in /v1/earnings)",
+        response: replies(
+          200,
+          object({
+            period_days: integer(),
+            by_model: arrayOf(
+              object({
+                model_id: string(),
+                requests: integer(),
+                input_tokens: integer(),
+                output_tokens: integer(),
+                gross_usd: usd(),
+                earned_usd: usd(),
+              }),
+            ),
+          }),
+        ),
         tags,
         querystring: daysQuerySchema,
       },

@@ -4,6 +4,7 @@ import { AppError } from "@mkt/runtime/errors";
 import { microsToUsd } from "@mkt/runtime/money";
 import { usageOwnerOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { integer, nullableNumber, nullableString, object, replies, string, usd } from "./response-schemas.ts";
 
 /** The prefixes of the ids our answers carry: a chat completion's, a Response's. */
 const ID_PREFIXES = ["chatcmpl-", "resp_"];
@@ -47,6 +48,27 @@ export function generationRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "One of your requests: model, provider, tokens, cost, latency, time to first token, outcome",
+        response: replies(
+          200,
+          object({
+            id: string(),
+            object: string("`generation`"),
+            request_id: string(),
+            created_at: string(),
+            model: string(),
+            provider: string(),
+            hoster_id: nullableString(),
+            input_tokens: integer(),
+            output_tokens: integer(),
+            total_tokens: integer(),
+            cost_usd: usd(),
+            latency_ms: integer(),
+            time_to_first_token_ms: nullableNumber(),
+            finish_reason: nullableString(),
+            status: string("`success` or `failure`"),
+            error_code: nullableString(),
+          }),
+        ),
         description:
           "`id` is a chat completion's `id` (`chatcmpl-<request id>`), a Response's (`resp_<request id>`) or " +
           "the bare request id (the `x-request-id` header). A request is found once it has settled, about a " +

@@ -8,6 +8,7 @@ import {
 import { microsToUsd } from "@mkt/runtime/money";
 import { principalSession } from "../plugins/session-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { arrayOf, integer, nullableString, object, replies, string, usd } from "./response-schemas.ts";
 
 /** A subscriber as its hoster sees it: billing masked the e-mail; the full address never comes here. */
 function renderSubscriber(s: HosterSubscriber | undefined) {
@@ -24,6 +25,19 @@ function renderSubscriber(s: HosterSubscriber | undefined) {
     created_at: s?.createdAt ?? "",
   };
 }
+
+const subscriberSchema = object({
+  object: string("`hoster.subscriber`"),
+  subscription_id: string(),
+  product_id: string(),
+  product_name: string(),
+  status: string(),
+  email_masked: string(),
+  period_end: nullableString(),
+  requests: integer(),
+  total_tokens: integer(),
+  created_at: string(),
+});
 
 const subscriberParams = {
   type: "object",
@@ -45,6 +59,15 @@ export function hosterSubscriberRoutes(app: FastifyInstance, deps: RouteDeps): v
       onRequest,
       schema: {
         summary: "Your plans with subscriber counts and earnings, and your subscribers (e-mails masked)",
+        response: replies(
+          200,
+          object({
+            plans: arrayOf(
+              object({ product_id: string(), product_name: string(), subscribers: integer(), earned_usd: usd() }),
+            ),
+            subscribers: arrayOf(subscriberSchema),
+          }),
+        ),
         tags,
       },
     },
@@ -70,6 +93,7 @@ export function hosterSubscriberRoutes(app: FastifyInstance, deps: RouteDeps): v
       onRequest,
       schema: {
         summary: "Pause a subscriber: their key is refused (403) until resumed; renewals continue",
+        response: replies(200, subscriberSchema),
         tags,
         params: subscriberParams,
       },
@@ -89,7 +113,12 @@ export function hosterSubscriberRoutes(app: FastifyInstance, deps: RouteDeps): v
     "/hosters/subscribers/:subscription_id/resume",
     {
       onRequest,
-      schema: { summary: "Resume a paused subscriber", tags, params: subscriberParams },
+      schema: {
+        summary: "Resume a paused subscriber",
+        response: replies(200, subscriberSchema),
+        tags,
+        params: subscriberParams,
+      },
     },
     async (request) => {
       const { subscriber } = await deps.backends.billing.resumeSubscription(

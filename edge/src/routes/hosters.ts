@@ -8,9 +8,10 @@ import {
   type HosterModel,
 } from "@mkt/proto/registry/v1/registry";
 import { principalSession, setSessionCookie } from "../plugins/session-auth.ts";
-import { renderProduct } from "../products/render-product.ts";
+import { productSchema, renderProduct } from "../products/render-product.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
+import { arrayOf, integer, listOf, nullableString, object, replies, string } from "./response-schemas.ts";
 
 interface RegisterBody {
   name: string;
@@ -27,6 +28,13 @@ const renderModel = (m: HosterModel) => ({
   model_alias: m.modelAlias,
   context_window: Number(m.contextWindow),
 });
+
+const hosterProperties = {
+  hoster_id: string(),
+  name: string(),
+  status: string(),
+  models: arrayOf(object({ model_id: string(), model_alias: string(), context_window: integer() })),
+};
 
 /** The public view of a hoster (GET /v1/hosters): no endpoint, never a token. */
 const renderPublic = (h: Hoster) => ({
@@ -48,6 +56,13 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: noStore,
       schema: {
         summary: "Register an inference server with an invite code (no Authorization header)",
+        response: replies(
+          201,
+          object({
+            ...hosterProperties,
+            portal_password: string("A generated portal password, shown once, when none was given"),
+          }),
+        ),
         tags: ["hosters"],
         body: {
           type: "object",
@@ -123,7 +138,22 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
     "/hosters/me",
     {
       onRequest: deps.session("hoster"),
-      schema: { summary: "The logged-in hoster: profile, endpoint, models and health", tags: ["hosters"] },
+      schema: {
+        summary: "The logged-in hoster: profile, endpoint, models and health",
+        response: replies(
+          200,
+          object({
+            ...hosterProperties,
+            email: string(),
+            endpoint_url: string(),
+            last_checked_at: nullableString(),
+            consecutive_failures: integer(),
+            usage_mismatches: integer(),
+            created_at: string(),
+          }),
+        ),
+        tags: ["hosters"],
+      },
     },
     async (request) => {
       const session = principalSession(request);
@@ -150,6 +180,7 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: false, acceptSession: true }),
       schema: {
         summary: "Hosters with their status, models and active plans",
+        response: replies(200, listOf(object({ ...hosterProperties, plans: arrayOf(productSchema) }))),
         tags: ["hosters"],
         security: [{ apiKey: [] }],
       },

@@ -1,5 +1,6 @@
 import { microsToUsd, usdToMicros } from "@mkt/runtime/money";
 import type { KeyLimit } from "@mkt/proto/billing/v1/billing";
+import { nullableNumber, nullableString, usd } from "./response-schemas.ts";
 
 /** What POST and PATCH /v1/keys take of a key's spend limit (docs/adr/0020-key-spend-limits-in-billing.md). */
 export interface KeyLimitBody {
@@ -32,6 +33,15 @@ export function limitOf(body: KeyLimitBody, current?: KeyLimit) {
   const limitReset = body.limit_reset === undefined ? (current?.limitReset ?? "") : (body.limit_reset ?? "");
   return { limitMicros, limitReset };
 }
+
+/** The fields renderKeyLimit adds to a key. */
+export const keyLimitResponseProperties = {
+  limit_usd: nullableNumber("The spend limit; null when the key has none"),
+  limit_reset: nullableString("`daily`, `weekly`, `monthly` or null (never resets)"),
+  spend_usd: usd("Spent in the current window"),
+  limit_remaining_usd: nullableNumber(),
+  limit_resets_at: nullableString(),
+};
 
 /** A key's limit fields in GET/POST/PATCH /v1/keys: the limit, its reset, the window's spend and what remains. */
 export function renderKeyLimit(limit: KeyLimit | undefined) {

@@ -7,10 +7,31 @@ import {
   type ApiKey,
 } from "@mkt/proto/accounts/v1/accounts";
 import { ListKeyLimitsRequest, SetKeyLimitRequest, type KeyLimit } from "@mkt/proto/billing/v1/billing";
-import { keyLimitProperties, limitOf, renderKeyLimit, type KeyLimitBody } from "./key-limit-body.ts";
+import {
+  keyLimitProperties,
+  keyLimitResponseProperties,
+  limitOf,
+  renderKeyLimit,
+  type KeyLimitBody,
+} from "./key-limit-body.ts";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
+import { boolean, listOf, nullableString, object, replies, string } from "./response-schemas.ts";
+
+/** The fields of renderKey and renderKeyLimit. */
+export const keyProperties = {
+  object: string("`api_key`"),
+  key_id: string(),
+  name: string(),
+  prefix: string(),
+  created_at: string(),
+  revoked_at: nullableString(),
+  subscription_id: nullableString("The subscription of a scoped key"),
+  session_key: boolean("A key minted for a portal login session"),
+  expires_at: nullableString(),
+};
+const keySchema = object({ ...keyProperties, ...keyLimitResponseProperties });
 
 /** The public form of a key: never its secret. */
 export function renderKey(key: ApiKey | undefined) {
@@ -46,7 +67,10 @@ export function keyRoutes(app: FastifyInstance, deps: RouteDeps): void {
 
   app.get(
     "/v1/keys",
-    { onRequest: auth, schema: { summary: "List your API keys", tags: ["keys"], security } },
+    {
+      onRequest: auth,
+      schema: { summary: "List your API keys", response: replies(200, listOf(keySchema)), tags: ["keys"], security },
+    },
     async (request) => {
       const { accountId } = principalOf(request);
       const { keys } = await accounts.listApiKeys(ListApiKeysRequest.fromPartial({ accountId }));
@@ -64,6 +88,7 @@ export function keyRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: [noStore, auth],
       schema: {
         summary: "Create an API key (its secret is shown once, in this response)",
+        response: replies(201, object({ ...keyProperties, api_key: string("The key's secret, shown only here") })),
         tags: ["keys"],
         security,
         body: {
@@ -99,6 +124,7 @@ export function keyRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: auth,
       schema: {
         summary: "Set or clear an API key's spend limit; every edge enforces it once this answers",
+        response: replies(200, keySchema),
         tags: ["keys"],
         security,
         params: { type: "object", properties: { key_id: { type: "string", maxLength: 64 } } },
@@ -122,6 +148,7 @@ export function keyRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: auth,
       schema: {
         summary: "Revoke an API key; calls with it stop at once",
+        response: replies(200, object(keyProperties)),
         tags: ["keys"],
         security,
         params: { type: "object", properties: { key_id: { type: "string", maxLength: 64 } } },

@@ -3,6 +3,7 @@ import { ListModelsRequest, type ModelInfo } from "@mkt/proto/registry/v1/regist
 import { AppError } from "@mkt/runtime/errors";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { integer, listOf, object, replies, string } from "./response-schemas.ts";
 
 /** One model in OpenAI's shape, plus our alias, provider and context window. */
 const renderModel = (model: ModelInfo) => ({
@@ -13,6 +14,16 @@ const renderModel = (model: ModelInfo) => ({
   name: model.modelAlias,
   provider: model.provider,
   context_window: Number(model.contextWindow),
+});
+
+const modelSchema = object({
+  id: string(),
+  object: string("`model`"),
+  created: integer(),
+  owned_by: string(),
+  name: string("The model's alias"),
+  provider: string(),
+  context_window: integer(),
 });
 
 /** GET /v1/models and /v1/models/{model}: the models the key may call, in OpenAI's shapes. */
@@ -26,7 +37,12 @@ export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
     "/v1/models",
     {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
-      schema: { summary: "List the models your key may call", tags: ["chat"], security: [{ apiKey: [] }] },
+      schema: {
+        summary: "List the models your key may call",
+        tags: ["chat"],
+        security: [{ apiKey: [] }],
+        response: replies(200, listOf(modelSchema)),
+      },
     },
     async (request) => ({ object: "list", data: (await modelsOf(request)).map(renderModel) }),
   );
@@ -39,6 +55,7 @@ export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "One model your key may call",
+        response: replies(200, modelSchema),
         tags: ["chat"],
         security: [{ apiKey: [] }],
         params: { type: "object", properties: { model: { type: "string", minLength: 1, maxLength: 256 } } },

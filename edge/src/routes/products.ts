@@ -13,8 +13,9 @@ import {
   toTerms,
   type ProductBody,
 } from "../products/product-body.ts";
-import { renderProduct } from "../products/render-product.ts";
+import { productSchema, renderProduct } from "../products/render-product.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { listOf, replies } from "./response-schemas.ts";
 
 const productParams = {
   type: "object",
@@ -33,7 +34,10 @@ export function productRoutes(app: FastifyInstance, deps: RouteDeps): void {
 
   app.post<{ Body: ProductBody }>(
     "/hosters/products",
-    { onRequest, schema: { summary: "Create a plan", tags, body: createProductSchema } },
+    {
+      onRequest,
+      schema: { summary: "Create a plan", response: replies(201, productSchema), tags, body: createProductSchema },
+    },
     async (request, reply) => {
       const { product } = await deps.backends.registry.createProduct(
         CreateProductRequest.fromPartial({
@@ -47,7 +51,14 @@ export function productRoutes(app: FastifyInstance, deps: RouteDeps): void {
 
   app.get(
     "/hosters/products",
-    { onRequest, schema: { summary: "Your plans, archived ones included, oldest first", tags } },
+    {
+      onRequest,
+      schema: {
+        summary: "Your plans, archived ones included, oldest first",
+        response: replies(200, listOf(productSchema)),
+        tags,
+      },
+    },
     async (request) => {
       const { products } = await deps.backends.registry.listProducts(
         ListProductsRequest.fromPartial({ hosterId: principalSession(request).subjectId }),
@@ -62,6 +73,7 @@ export function productRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest,
       schema: {
         summary: "Edit a plan: new subscriptions get the new terms, existing ones from their next renewal",
+        response: replies(200, productSchema),
         tags,
         params: productParams,
         body: patchProductSchema,
@@ -85,6 +97,7 @@ export function productRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest,
       schema: {
         summary: "Archive a plan: it takes no new subscribers; existing ones keep it",
+        response: replies(200, productSchema),
         tags,
         params: productParams,
       },

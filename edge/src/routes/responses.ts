@@ -6,6 +6,7 @@ import { responsesBodySchema, type ResponsesBody } from "../responses/responses-
 import { responseContext } from "../responses/response-object.ts";
 import { ResponseStreamTranslator } from "../responses/stream-translation.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { arrayOf, integer, jsonOrEventStream, number, object, string } from "./response-schemas.ts";
 
 /**
  * POST /v1/responses: OpenAI's Responses API, stateless, as a translation at the edge onto the
@@ -27,6 +28,23 @@ export function responsesRoutes(app: FastifyInstance, deps: RouteDeps): void {
         tags: ["chat"],
         security: [{ apiKey: [] }],
         body: responsesBodySchema,
+        response: jsonOrEventStream(
+          object({
+            id: string(),
+            object: string("`response`"),
+            created_at: integer(),
+            status: string(),
+            model: string(),
+            output: arrayOf(object({ type: string() })),
+            usage: object({
+              input_tokens: integer(),
+              output_tokens: integer(),
+              total_tokens: integer(),
+              cost: number("What the request is charged, in USD"),
+            }),
+          }),
+          "Responses API events (`event: response.created`, `response.output_text.delta`, ..., `response.completed`)",
+        ),
       },
     },
     async (request, reply) => {

@@ -1,9 +1,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { CreateSessionKeyRequest, LoginRequest, LogoutRequest } from "@mkt/proto/accounts/v1/accounts";
 import { clearSessionCookie, principalSession, SESSION_COOKIE, setSessionCookie } from "../plugins/session-auth.ts";
-import { renderKey } from "./keys.ts";
+import { keyProperties, renderKey } from "./keys.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
+import { boolean, object, replies, string } from "./response-schemas.ts";
 
 interface LoginBody {
   email: string;
@@ -56,6 +57,16 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: noStore,
       schema: {
         summary: "Log in (customer by default, or `kind: hoster`); sets the mk_session cookie",
+        response: replies(
+          200,
+          object({
+            kind: string("`customer` or `hoster`"),
+            account_id: string("A customer's"),
+            hoster_id: string("A hoster's"),
+            email: string(),
+            expires_at: string(),
+          }),
+        ),
         tags: ["sessions"],
         body: {
           ...credentials,
@@ -69,7 +80,21 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
     "/hosters/login",
     {
       onRequest: noStore,
-      schema: { summary: "Hoster login; sets the mk_session cookie", tags: ["hosters"], body: credentials },
+      schema: {
+        summary: "Hoster login; sets the mk_session cookie",
+        response: replies(
+          200,
+          object({
+            kind: string("`customer` or `hoster`"),
+            account_id: string("A customer's"),
+            hoster_id: string("A hoster's"),
+            email: string(),
+            expires_at: string(),
+          }),
+        ),
+        tags: ["hosters"],
+        body: credentials,
+      },
     },
     (request, reply) => login(request, reply, { ...request.body, kind: "hoster" }),
   );
@@ -77,7 +102,11 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
     "/auth/session",
     {
       onRequest: deps.session("any"),
-      schema: { summary: "The current session (who is logged in)", tags: ["sessions"] },
+      schema: {
+        summary: "The current session (who is logged in)",
+        response: replies(200, object({ kind: string(), subject_id: string(), email: string(), expires_at: string() })),
+        tags: ["sessions"],
+      },
     },
     async (request) => {
       const session = principalSession(request);
@@ -92,6 +121,7 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
         summary:
           "A short-lived API key for this login session (the portal's playground): it expires with the session and is revoked at logout",
         tags: ["sessions"],
+        response: replies(201, object({ ...keyProperties, api_key: string("The key's secret, shown only here") })),
       },
     },
     async (request, reply) => {
@@ -102,6 +132,16 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
     },
   );
   for (const path of ["/auth/logout", "/hosters/logout"]) {
-    app.post(path, { schema: { summary: "End the session and clear its cookie", tags: ["sessions"] } }, logout);
+    app.post(
+      path,
+      {
+        schema: {
+          summary: "End the session and clear its cookie",
+          response: replies(200, object({ logged_out: boolean() })),
+          tags: ["sessions"],
+        },
+      },
+      logout,
+    );
   }
 }

@@ -9,6 +9,23 @@ import { microsToUsd } from "@mkt/runtime/money";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
+import { listOf, nullableString, object, replies, string, usd } from "./response-schemas.ts";
+
+const subscriptionProperties = {
+  object: string("`subscription`"),
+  subscription_id: string(),
+  product_id: string(),
+  product_name: string(),
+  hoster_id: string(),
+  hoster_name: string(),
+  status: string(),
+  pricing_model: string(),
+  monthly_price_usd: usd(),
+  period_start: nullableString(),
+  period_end: nullableString(),
+  created_at: string(),
+  cancelled_at: nullableString(),
+};
 
 /** A subscription as the API shows it; the key appears only where it is created. */
 function renderSubscription(s: Subscription | undefined) {
@@ -48,6 +65,10 @@ export function subscriptionRoutes(app: FastifyInstance, deps: RouteDeps): void 
       onRequest: [noStore, auth],
       schema: {
         summary: "Subscribe to a plan: charges the first month and returns a scoped API key (shown once)",
+        response: replies(
+          201,
+          object({ ...subscriptionProperties, api_key: nullableString("The scoped key, shown only here") }),
+        ),
         tags: ["subscriptions"],
         security,
         headers: {
@@ -80,7 +101,15 @@ export function subscriptionRoutes(app: FastifyInstance, deps: RouteDeps): void 
 
   app.get(
     "/v1/subscriptions",
-    { onRequest: auth, schema: { summary: "List your subscriptions", tags: ["subscriptions"], security } },
+    {
+      onRequest: auth,
+      schema: {
+        summary: "List your subscriptions",
+        response: replies(200, listOf(object(subscriptionProperties))),
+        tags: ["subscriptions"],
+        security,
+      },
+    },
     async (request) => {
       const { subscriptions } = await deps.backends.billing.listSubscriptions(
         ListSubscriptionsRequest.fromPartial({ accountId: principalOf(request).accountId }),
@@ -95,6 +124,7 @@ export function subscriptionRoutes(app: FastifyInstance, deps: RouteDeps): void 
       onRequest: auth,
       schema: {
         summary: "Cancel a subscription (no refund); its scoped key stops working at once",
+        response: replies(200, object(subscriptionProperties)),
         tags: ["subscriptions"],
         security,
         params: { type: "object", properties: { subscription_id: { type: "string", maxLength: 64 } } },

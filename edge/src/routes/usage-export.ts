@@ -4,6 +4,7 @@ import { usageOwnerOf } from "../plugins/api-key-auth.ts";
 import { EXPORT_COLUMNS, openUsageExport, sendUsageCsv } from "../usage/export-csv.ts";
 import { daysQuerySchema, type DaysQuery } from "../usage/usage-query.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { errorResponses } from "./response-schemas.ts";
 
 /** GET /v1/usage/export: every usage record of the window as a streamed CSV file. */
 export function usageExportRoutes(app: FastifyInstance, deps: RouteDeps): void {
@@ -18,6 +19,13 @@ export function usageExportRoutes(app: FastifyInstance, deps: RouteDeps): void {
         security: [{ apiKey: [] }],
         querystring: daysQuerySchema,
         produces: ["text/csv"],
+        response: {
+          200: {
+            description: "The records as CSV, streamed",
+            content: { "text/csv": { schema: { type: "string" } } },
+          },
+          ...errorResponses,
+        },
       },
     },
     async (request, reply) => {

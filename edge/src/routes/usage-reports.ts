@@ -5,6 +5,7 @@ import { usageOwnerOf } from "../plugins/api-key-auth.ts";
 import { avgLatencyMs, renderFigures } from "../usage/render-usage.ts";
 import { daysQuerySchema, tokensQuerySchema, type DaysQuery, type TokensQuery } from "../usage/usage-query.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { arrayOf, integer, number, object, replies, string, usd } from "./response-schemas.ts";
 
 /** GET /v1/usage/tokens and /v1/usage/breakdown: the spec's usage reports, from billing's rollups. */
 export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
@@ -14,6 +15,34 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Token usage series: one zero-filled entry per hour, day, week or month (UTC)",
+        response: replies(
+          200,
+          object({
+            period_days: integer(),
+            interval: string(),
+            totals: object({
+              input_tokens: integer(),
+              output_tokens: integer(),
+              total_tokens: integer(),
+              cost_usd: usd(),
+              requests: integer(),
+            }),
+            timeseries: arrayOf(
+              object({
+                period: string(),
+                input_tokens: integer(),
+                output_tokens: integer(),
+                total_tokens: integer(),
+                cost_usd: usd(),
+                requests: integer(),
+                local_requests: integer(),
+                hoster_requests: integer(),
+                cloud_requests: integer(),
+                avg_latency_ms: number(),
+              }),
+            ),
+          }),
+        ),
         tags: ["usage"],
         security: [{ apiKey: [] }],
         querystring: tokensQuerySchema,
@@ -46,6 +75,34 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Cost breakdown by model (with the platform fee and hoster share) and by UTC day",
+        response: replies(
+          200,
+          object({
+            period_days: integer(),
+            by_model: arrayOf(
+              object({
+                model_id: string(),
+                provider: string(),
+                requests: integer(),
+                input_tokens: integer(),
+                output_tokens: integer(),
+                total_cost_usd: usd(),
+                platform_fee_usd: usd(),
+                hoster_earned_usd: usd(),
+                avg_latency_ms: number(),
+              }),
+            ),
+            daily: arrayOf(
+              object({
+                date: string(),
+                requests: integer(),
+                input_tokens: integer(),
+                output_tokens: integer(),
+                total_cost_usd: usd(),
+              }),
+            ),
+          }),
+        ),
         tags: ["usage"],
         security: [{ apiKey: [] }],
         querystring: daysQuerySchema,

@@ -3,6 +3,7 @@ import { GetUsageSummaryRequest } from "@mkt/proto/billing/v1/billing";
 import { microsToUsd } from "@mkt/runtime/money";
 import { principalOf, usageOwnerOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { integer, number, object, replies, string, usd } from "./response-schemas.ts";
 
 /** GET /v1/usage: the spec's usage summary for the caller's account. */
 export function usageRoutes(app: FastifyInstance, deps: RouteDeps): void {
@@ -12,6 +13,29 @@ export function usageRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Credit balance, rate limits and the last 30 days of usage",
+        response: replies(
+          200,
+          object({
+            customer: string(),
+            tier: string(),
+            credit_balance_usd: usd(),
+            rate_limits: object({
+              requests_this_minute: integer(),
+              requests_today: integer(),
+              limit_per_minute: integer(),
+              limit_per_day: integer(),
+              remaining_this_minute: integer(),
+              remaining_today: integer(),
+            }),
+            usage_30d: object({
+              total_requests: integer(),
+              total_input_tokens: integer(),
+              total_output_tokens: integer(),
+              total_cost_microdollars: integer(),
+              avg_latency_ms: number(),
+            }),
+          }),
+        ),
         tags: ["usage"],
         security: [{ apiKey: [] }],
       },

@@ -1,4 +1,6 @@
-import { costMicros, type Micros } from "./money.ts";
+import { max, max0, min } from "./bigint-math.ts";
+import { affordableOutputTokens, costMicros, type Micros } from "./money.ts";
+import { chargesOverage, chargesPerToken } from "./pricing-models.ts";
 
 /**
  * How a request is priced (docs/adr/0017-one-cost-function.md): per-1M prices for its input and output tokens
@@ -11,9 +13,6 @@ export interface RequestPricing {
   overage?: { pricePer1m: Micros; includedTokens: bigint };
 }
 
-/** A hoster plan's pricing model. */
-export type PricingModel = "free" | "payg" | "subscription" | "subscription_overage";
-
 /**
  * A scoped key's request priced by its subscription's terms (never by the route): `payg` at the
  * plan's per-1M prices, `free` and `subscription` nothing, `subscription_overage` its overage
@@ -24,11 +23,11 @@ export function planPricing(
   terms: { inputPricePer1m: Micros; outputPricePer1m: Micros; overagePricePer1m: Micros },
   includedTokens: bigint,
 ): RequestPricing {
-  if (pricingModel === "payg") {
+  if (chargesPerToken(pricingModel)) {
     return { inputPricePer1m: terms.inputPricePer1m, outputPricePer1m: terms.outputPricePer1m };
   }
   const free = { inputPricePer1m: 0n, outputPricePer1m: 0n };
-  if (pricingModel !== "subscription_overage") return free;
+  if (!chargesOverage(pricingModel)) return free;
   return { ...free, overage: { pricePer1m: terms.overagePricePer1m, includedTokens } };
 }
 
@@ -41,8 +40,6 @@ export interface RequestCharge {
 
 const MAX_TOKENS = BigInt(Number.MAX_SAFE_INTEGER);
 const TOKENS_PER_PRICE_UNIT = 1_000_000n;
-const max0 = (n: bigint) => (n < 0n ? 0n : n);
-const min = (a: bigint, b: bigint) => (a < b ? a : b);
 
 /** The most tokens `budget` pays for at `pricePer1m` (cost = ceil(tokens × price / 1M)). */
 function tokensPaidBy(budget: Micros, pricePer1m: Micros): bigint {
@@ -64,8 +61,60 @@ export function requestCharge(
   const cap = max0(worstCase);
   const base = costMicros(tokens.inputTokens, tokens.outputTokens, pricing.inputPricePer1m, pricing.outputPricePer1m);
   if (!pricing.overage) return { cost: min(base, cap), overageTokens: 0n };
-  const { pricePer1m, includedTokens } = pricing.overage;
-  const beyond = max0(tokens.inputTokens + tokens.outputTokens - max0(includedTokens));
-  const overageTokens = min(beyond, tokensPaidBy(cap - base, pricePer1m));
+  const { pricePer1m } = pricing.overage;
+  const overageTokens = min(tokensBeyondIncluded(tokens, pricing.overage), tokensPaidBy(cap - base, pricePer1m));
   return { cost: min(base + costMicros(overageTokens, 0n, pricePer1m, 0n), cap), overageTokens };
+}
+
+/** An overage plan's tokens (input and output alike) beyond the included tokens it took. */
+function tokensBeyondIncluded(
+  tokens: { inputTokens: bigint; outputTokens: bigint },
+  overage: NonNullable<RequestPricing["overage"]>,
+): bigint {
+  return max0(tokens.inputTokens + tokens.outputTokens - max0(overage.includedTokens));
+}
+
+/**
+ * The worst case a request is admitted with: what `requestCharge` would charge for at most these
+ * tokens, uncapped, at the dearest of `pricings` (an account key's request may be answered by
+ * any of its routes; a subscription's has one pricing). For an overage plan the split between
+ * included and overage tokens is the one its `includedTokens` says, decided at admission.
+ */
+export function worstCaseCharge(
+  tokens: { inputTokens: bigint; outputTokens: bigint },
+  pricings: readonly RequestPricing[],
+): Micros {
+  let dearest = 0n;
+  for (const pricing of pricings) {
+    const base = costMicros(tokens.inputTokens, tokens.outputTokens, pricing.inputPricePer1m, pricing.outputPricePer1m);
+    const overage = pricing.overage
+      ? costMicros(tokensBeyondIncluded(tokens, pricing.overage), 0n, pricing.overage.pricePer1m, 0n)
+      : 0n;
+    dearest = max(dearest, base + overage);
+  }
+  return dearest;
+}
+
+/** Whether any of `pricings` charges anything at all (else no credit limits a request). */
+export function chargesAnything(pricings: readonly RequestPricing[]): boolean {
+  return pricings.some(
+    (p) => p.inputPricePer1m > 0n || p.outputPricePer1m > 0n || (p.overage !== undefined && p.overage.pricePer1m > 0n),
+  );
+}
+
+/**
+ * The most output tokens (all choices together) that `spare` credit pays for after a prompt of
+ * `promptTokens`, by every one of `pricings` (so any of them may answer). An overage plan has no
+ * per-token prices of its own (`planPricing`): its output is what its included tokens leave
+ * after the prompt plus what the credit pays at its overage price.
+ */
+export function affordableOutput(spare: Micros, promptTokens: bigint, pricings: readonly RequestPricing[]): bigint {
+  const overage = pricings.find((p) => p.overage !== undefined && p.overage.pricePer1m > 0n)?.overage;
+  if (overage) {
+    return max0((spare * TOKENS_PER_PRICE_UNIT) / overage.pricePer1m + max0(overage.includedTokens) - promptTokens);
+  }
+  return pricings.reduce(
+    (least, p) => min(least, affordableOutputTokens(spare, promptTokens, p.inputPricePer1m, p.outputPricePer1m)),
+    MAX_TOKENS,
+  );
 }

@@ -1,3 +1,4 @@
+import { PRICING_MODELS, type PricingModel } from "@mkt/runtime/pricing-models";
 import { count, usd } from "./format.ts";
 
 /** A plan as GET /v1/hosters and GET /hosters/products show it. */
@@ -5,7 +6,7 @@ export interface Plan {
   product_id: string;
   name: string;
   description?: string;
-  pricing_model: "free" | "payg" | "subscription" | "subscription_overage";
+  pricing_model: PricingModel;
   monthly_price_usd: number;
   included_tokens: number;
   input_price_per_1m_usd: number;
@@ -18,6 +19,16 @@ export interface Plan {
   max_context_tokens: number;
   status?: string;
 }
+
+const PRICING_MODEL_NAMES: Record<PricingModel, string> = {
+  free: "Free",
+  payg: "Pay as you go",
+  subscription: "Monthly subscription",
+  subscription_overage: "Monthly subscription with overage",
+};
+
+/** The plan form's choice of pricing models, each with its name in the form. */
+export const PRICING_MODEL_CHOICES = PRICING_MODELS.map((model) => [model, PRICING_MODEL_NAMES[model]] as const);
 
 /** The plan's price in one line, as its pricing model charges it. */
 export function priceLine(plan: Plan): string {

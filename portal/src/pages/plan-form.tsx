@@ -1,6 +1,6 @@
 import { ErrorNote, Field } from "../components/ui.tsx";
 import { api } from "../lib/api.ts";
-import type { Plan } from "../lib/plan.ts";
+import { PRICING_MODEL_CHOICES, type Plan } from "../lib/plan.ts";
 import { text, useSubmit } from "../lib/use-submit.ts";
 
 const NUMBER_FIELDS = [
@@ -53,10 +53,11 @@ export function PlanForm({ plan, onSaved }: { plan?: Plan; onSaved: () => void }
           <div className="field">
             <label htmlFor="pricing_model">Pricing model</label>
             <select id="pricing_model" name="pricing_model" defaultValue="payg">
-              <option value="free">Free</option>
-              <option value="payg">Pay as you go</option>
-              <option value="subscription">Monthly subscription</option>
-              <option value="subscription_overage">Monthly subscription with overage</option>
+              {PRICING_MODEL_CHOICES.map(([model, label]) => (
+                <option key={model} value={model}>
+                  {label}
+                </option>
+              ))}
             </select>
           </div>
         )}

@@ -1,3 +1,5 @@
+import { max0 } from "@mkt/runtime/bigint-math";
+import { hasIncludedTokens, stopsAtIncludedTokens } from "@mkt/runtime/pricing-models";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import {
@@ -20,7 +22,6 @@ export interface BudgetAmounts {
 }
 
 const MINUTE = { lengthMs: 60_000 };
-const max0 = (n: bigint) => (n < 0n ? 0n : n);
 
 /**
  * Grows a subscription's budget in the lease by the sizing rule, each resource with `left` what
@@ -83,7 +84,7 @@ export async function growBudget(
     steps.push({ ...base, resource: "sub_tokens_minute", add: size(tpmLeft, tpm, demand.tokens, inHand.tokens) });
   }
 
-  if (plan.pricingModel === "subscription" || plan.pricingModel === "subscription_overage") {
+  if (hasIncludedTokens(plan.pricingModel)) {
     const period = periodOf(subscription);
     const included = mine("included_tokens", period.start);
     const left = await includedLeft(em, plan, period.start);
@@ -91,19 +92,19 @@ export async function growBudget(
     // A `subscription` plan admits while any included tokens are left (the request crossing the
     // line is served in full) and refuses once none are; an overage plan pays
     // the rest from the lease's credit at its overage price. Both take what room there is.
-    if (plan.pricingModel === "subscription" && inHand.tokens > 0n && room <= 0n)
+    if (stopsAtIncludedTokens(plan.pricingModel) && inHand.tokens > 0n && room <= 0n)
       throw includedTokensRefusal(plan, now);
     // The request crossing the line is refused (and GrantLease recalls) while other edges'
     // budgets hold included tokens they have not used: the line is crossed once per period, by
     // the request that meets it with all that is left in hand, not once per edge. Every budget
     // grows under its account's wallet lock (held here), so no edge takes room after this check.
     if (
-      plan.pricingModel === "subscription" &&
+      stopsAtIncludedTokens(plan.pricingModel) &&
       inHand.tokens > room &&
       (await includedUnusedElsewhere(em, lease, scope, period.start)) > 0n
     )
       throw includedTokensRefusal(plan, now);
-    includedCrossing = plan.pricingModel === "subscription" && inHand.tokens > room;
+    includedCrossing = stopsAtIncludedTokens(plan.pricingModel) && inHand.tokens > room;
     const w = inHand.tokens < room ? inHand.tokens : max0(room);
     steps.push({ scope, span: period, resource: "included_tokens", add: size(left, included, demand.tokens, w) });
   }

@@ -1,3 +1,4 @@
+import { max0 } from "@mkt/runtime/bigint-math";
 import { AppError } from "@mkt/runtime/errors";
 import type { Micros } from "@mkt/runtime/money";
 import type { BillingContext, Em } from "../context.ts";
@@ -8,7 +9,6 @@ import { addRoom, edgesUsing, sameTime, unspent } from "./lease-growth.ts";
 import { growthFor } from "./lease-sizing.ts";
 import type { KeyLimitRow, LeaseRow } from "./lease-store.ts";
 
-const max0 = (n: bigint) => (n < 0n ? 0n : n);
 const day = (at: Date) => at.toISOString().slice(0, 10);
 
 /** The 402 of a key whose limit its window cannot cover: names the limit and when it resets. */

@@ -1,3 +1,4 @@
+import { max0 } from "@mkt/runtime/bigint-math";
 import { AppError } from "@mkt/runtime/errors";
 import { newId } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
@@ -178,7 +179,6 @@ async function sizingReads(
   return { edges, counts };
 }
 
-const max0 = (n: bigint) => (n < 0n ? 0n : n);
 export const unspent = (a: AllowanceRow | undefined) => (a ? a.granted - a.admitted : 0n);
 export const sameTime = (a: Date | null, b: Date) => a !== null && a.getTime() === b.getTime();
 

@@ -1,11 +1,9 @@
+import { max0, min } from "@mkt/runtime/bigint-math";
 import { isUuid } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { AllowanceRow, LeaseRow } from "../leases/lease-store.ts";
 import type { SettlementWrites } from "./settlement-writes.ts";
-
-const min = (a: bigint, b: bigint) => (a < b ? a : b);
-const max0 = (n: bigint) => (n < 0n ? 0n : n);
 
 /** What a lease still holds of a key's room: granted − settled while open, admitted − settled once closed. */
 const holds = (lease: LeaseRow, a: AllowanceRow) =>

@@ -1,3 +1,4 @@
+import { max0, min } from "@mkt/runtime/bigint-math";
 import type { Micros } from "@mkt/runtime/money";
 import { planPricing, requestCharge } from "@mkt/runtime/request-cost";
 import type { Logger } from "@mkt/runtime/logger";
@@ -16,9 +17,6 @@ import {
   type Refusal,
   type SettleOutcome,
 } from "./usage-without-charge.ts";
-
-const min = (a: bigint, b: bigint) => (a < b ? a : b);
-const max0 = (n: bigint) => (n < 0n ? 0n : n);
 
 /**
  * What a batch of events is settled against (settle-batch.ts): its leases and their accounts'
@@ -158,7 +156,8 @@ export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, 
   return clamped ? "clamped" : "settled";
 }
 
-interface BudgetTerms {
+/** A lease budget's pricing terms as settlement reads them (not the proto's `BudgetTerms`). */
+interface BudgetPricing {
   hosterId: string;
   periodIndex: number;
   pricingModel: PricingModel;
@@ -168,7 +167,7 @@ interface BudgetTerms {
 }
 
 /** The terms the lease's budget for the subscription was granted with (read with the lease). */
-function budgetOf(lease: LeaseRow, subscriptionId: string): BudgetTerms | undefined {
+function budgetOf(lease: LeaseRow, subscriptionId: string): BudgetPricing | undefined {
   const budget = lease.budgets.find((b) => b.subscriptionId === subscriptionId);
   if (!budget) return undefined;
   const { terms } = budget;
@@ -192,7 +191,7 @@ function budgetOf(lease: LeaseRow, subscriptionId: string): BudgetTerms | undefi
 function priceOf(
   writes: SettlementWrites,
   event: UsageCompleted,
-  budget: BudgetTerms | undefined,
+  budget: BudgetPricing | undefined,
   tokens: { inputTokens: bigint; outputTokens: bigint },
   included: bigint,
   worstCase: Micros,

@@ -1,5 +1,5 @@
 import type { Micros } from "@mkt/runtime/money";
-import type { PricingModel } from "@mkt/runtime/request-cost";
+import type { PricingModel } from "@mkt/runtime/pricing-models";
 
 export type { PricingModel };
 

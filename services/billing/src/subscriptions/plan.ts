@@ -1,5 +1,6 @@
 import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
+import { chargesMonthly, isPricingModel } from "@mkt/runtime/pricing-models";
 import type { ProductTerms } from "@mkt/proto/registry/v1/registry";
 import type { BillingContext } from "../context.ts";
 
@@ -11,16 +12,12 @@ export interface Plan {
   terms: ProductTerms;
 }
 
-/** Pricing models charged a monthly price; free and payg cost nothing up front. */
-const MONTHLY_KINDS = new Set(["subscription", "subscription_overage"]);
-const PRICING_MODELS = new Set(["free", "payg", ...MONTHLY_KINDS]);
-
 export const productNotFound = () =>
   new AppError("not_found", "No such product: check product_id against GET /v1/hosters.", { param: "product_id" });
 
 /** The price charged when a period starts. */
 export function monthlyCharge(terms: ProductTerms): bigint {
-  return MONTHLY_KINDS.has(terms.pricingModel) ? terms.monthlyPriceMicros : 0n;
+  return chargesMonthly(terms.pricingModel) ? terms.monthlyPriceMicros : 0n;
 }
 
 /**
@@ -54,7 +51,7 @@ export async function fetchProduct(ctx: BillingContext, productId: string): Prom
   if (!product?.terms) throw productNotFound();
   const terms = product.terms;
   // Registry validates plans; a malformed one here is a bug there, not the customer's fault.
-  if (!isUuid(product.hosterId) || !PRICING_MODELS.has(terms.pricingModel) || terms.monthlyPriceMicros < 0n) {
+  if (!isUuid(product.hosterId) || !isPricingModel(terms.pricingModel) || terms.monthlyPriceMicros < 0n) {
     throw new Error(`registry returned a malformed plan ${productId}`);
   }
   return { plan: { productId, hosterId: product.hosterId, hosterName: res.hosterName, terms }, status: product.status };

@@ -1,3 +1,4 @@
+import { max0 } from "@mkt/runtime/bigint-math";
 import { isUuid } from "@mkt/runtime/ids";
 import type { GetUsageSummaryRequest, GetUsageSummaryResponse } from "@mkt/proto/billing/v1/billing";
 import { IsolationLevel } from "@mikro-orm/core";
@@ -30,8 +31,6 @@ export async function spendableBalance(ctx: BillingContext, accountId: string): 
     { isolationLevel: IsolationLevel.REPEATABLE_READ, readOnly: true },
   );
 }
-
-const max0 = (n: bigint) => (n < 0n ? 0n : n);
 
 /**
  * The minute's requests and limit a report shows: the account tier's, or for a scoped key its

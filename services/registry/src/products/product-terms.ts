@@ -1,7 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import { microsToUsd } from "@mkt/runtime/money";
 import { ProductTerms, type ProductPatch } from "@mkt/proto/registry/v1/registry";
-import { PRICING_MODELS, type PricingModel } from "./product.entity.ts";
+import { chargesPerToken, isPricingModel, PRICING_MODELS, type PricingModel } from "@mkt/runtime/pricing-models";
 
 export const MAX_PRODUCT_NAME_CHARS = 100;
 export const MAX_PRODUCT_DESCRIPTION_CHARS = 1000;
@@ -66,8 +66,6 @@ const invalid = (param: string, message: string) => new AppError("invalid_reques
 /** Whether text holds a C0 control character or DEL (a name is one line of plain text). */
 const hasControlChars = (text: string) => [...text].some((c) => c < " " || c === "\x7f");
 
-const isPricingModel = (value: string): value is PricingModel => (PRICING_MODELS as readonly string[]).includes(value);
-
 function bound(rule: FieldRule): string {
   return rule.usd ? `${microsToUsd(rule.max)} USD` : rule.max.toString();
 }
@@ -106,7 +104,7 @@ export function validateTerms(terms: ProductTerms): ProductTerms {
       throw invalid(param, `${param} does not apply to a ${pricingModel} plan; leave it out.`);
     }
   }
-  if (pricingModel === "payg") {
+  if (chargesPerToken(pricingModel)) {
     if (terms.inputPricePer1mMicros === 0n && terms.outputPricePer1mMicros === 0n) {
       throw invalid(
         "input_price_per_1m_usd",

@@ -1,9 +1,5 @@
 import { defineEntity, p } from "@mikro-orm/core";
-
-export const PRICING_MODELS = ["free", "payg", "subscription", "subscription_overage"] as const;
-
-/** How a plan charges its subscribers. */
-export type PricingModel = (typeof PRICING_MODELS)[number];
+import type { PricingModel } from "@mkt/runtime/pricing-models";
 
 /** `archived`: takes no new subscribers; existing subscriptions keep it. */
 export type ProductStatus = "active" | "archived";
