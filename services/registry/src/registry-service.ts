@@ -23,9 +23,9 @@ export function registryService(
           ModelInfo.fromPartial({
             modelId: m.modelId,
             modelAlias: m.modelAlias,
-            provider: m.route.provider,
+            provider: m.provider,
             ownedBy: m.ownedBy,
-            contextWindow: m.route.contextWindow,
+            contextWindow: m.contextWindow,
             created: m.created,
           }),
         ),
