@@ -110,10 +110,10 @@ function hosterNamespace(h: RoutableHoster): Namespace {
 
 /**
  * The last routing table registry sent (WatchCatalog), indexed for the hot path: resolving a
- * model name is a few map lookups, with no I/O. The rules are registry's ResolveRoute's: a name is
- * an exact model id first, then an alias, then a model id, both case-insensitively; `auto` is the
- * first healthy model. An account key sees the local then the cloud models; a scoped key only its
- * own hoster's. A model is unhealthy while registry's probes find its hoster unhealthy, or while
+ * model name is a few map lookups, with no I/O. This is the one place model names resolve: a name
+ * is an exact model id first, then an alias, then a model id, both case-insensitively; `auto` is
+ * the first healthy model. An account key sees the local then the cloud models; a scoped key only
+ * its own hoster's. A model is unhealthy while registry's probes find its hoster unhealthy, or while
  * every one of its servers is ejected by the edge's own outlier detection.
  */
 export class RoutingTable implements UpstreamDirectory {

@@ -1,6 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AppError } from "@mkt/runtime/errors";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import { jsonAnswer, startScriptedHoster } from "../../../services/registry/test/hoster-servers.ts";
@@ -111,22 +110,19 @@ describe("the cloud catalog", () => {
       maxOutputTokensCap: 4096n,
     };
     for (const name of ["gpt-cloud", "cloud gpt", "GPT-CLOUD"]) {
-      const { route } = await h.client.resolveRoute({ model: name });
-      expect(route, name).toEqual(expected);
+      expect(await h.route(name), name).toEqual(expected);
     }
   });
 
   it('keeps "auto" on the default local model', async () => {
-    const { route } = await h.client.resolveRoute({ model: "auto" });
-    expect(route).toMatchObject({ modelId: "demo-small", provider: "local" });
+    expect(await h.route("auto")).toMatchObject({ modelId: "demo-small", provider: "local" });
   });
 
   it("shows a scoped key no cloud model and resolves none for it", async () => {
     const { models } = await h.client.listModels({ scope: SCOPE });
     expect(models.filter((m) => m.provider === "cloud")).toEqual([]);
     for (const model of ["gpt-cloud", "Cloud GPT"]) {
-      const err = await h.client.resolveRoute({ model, scope: SCOPE }).catch((e: unknown) => e);
-      expect((err as AppError).code, model).toBe("model_not_found");
+      expect(h.refusal(model, SCOPE).code, model).toBe("model_not_found");
     }
   });
 });

@@ -68,20 +68,31 @@ export async function startRelayHarness(env: Record<string, string> = {}, option
     log: base.log,
   });
 
+  /** What the edge's table answers for `name` now: the route, or the refusal it throws. */
+  function resolveNow(name: string, scope?: RouteScope): Route | AppError {
+    try {
+      return table.resolve(name, scope);
+    } catch (err) {
+      if (err instanceof AppError) return err;
+      throw err;
+    }
+  }
+
   /** The route the edge's table resolves `name` to, once the table knows it (a change takes a moment to arrive). */
   async function route(name: string, scope?: RouteScope): Promise<Route> {
     const found = await waitFor(
-      () => {
-        try {
-          return table.resolve(name, scope);
-        } catch (err) {
-          return err as AppError;
-        }
-      },
+      () => resolveNow(name, scope),
       (r) => !(r instanceof AppError && r.code === "model_not_found"),
       5_000,
     );
     if (found instanceof AppError) throw found;
+    return found;
+  }
+
+  /** The error the edge's table refuses `name` with now; fails when the name resolves. */
+  function refusal(name: string, scope?: RouteScope): AppError {
+    const found = resolveNow(name, scope);
+    if (!(found instanceof AppError)) throw new Error(`\`${name}\` resolved to ${found.provider} ${found.modelId}`);
     return found;
   }
 
@@ -90,7 +101,9 @@ export async function startRelayHarness(env: Record<string, string> = {}, option
     table,
     relay,
     metrics,
+    resolveNow,
     route,
+    refusal,
     /** A request as the edge admits it: a fresh id and lease, the route from the table. */
     async chatRequest(
       modelName: string,

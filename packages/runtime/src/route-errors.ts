@@ -5,8 +5,7 @@ const shown = (model: string) => (model.length > 200 ? `${model.slice(0, 200)}â€
 
 /**
  * The model is unknown, or the caller may not use it (a scoped key naming another hoster's model
- * gets the same answer, so models cannot be probed). Registry's ResolveRoute and the edge's
- * routing table answer with this one message.
+ * gets the same answer, so models cannot be probed). The edge's routing table answers with it.
  */
 export function modelNotFound(model: string): AppError {
   return new AppError(

@@ -7,7 +7,6 @@ import type { RegistryServiceServer } from "@mkt/proto/registry/v1/registry";
  * saga (GetProduct) and the hoster's earnings (ListProducts).
  */
 export const REGISTRY_CALLERS = {
-  resolveRoute: ["edge"],
   listModels: ["edge"],
   // The routing table carries upstream tokens: the edge alone may hold them.
   watchCatalog: ["edge"],

@@ -1,13 +1,7 @@
 import { serverStream, unary } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
-import {
-  ListModelsResponse,
-  ModelInfo,
-  ResolveRouteResponse,
-  type RegistryServiceServer,
-} from "@mkt/proto/registry/v1/registry";
+import { ListModelsResponse, ModelInfo, type RegistryServiceServer } from "@mkt/proto/registry/v1/registry";
 import type { CatalogFeed } from "./catalog/catalog-feed.ts";
-import { resolveModel } from "./catalog/resolve-route.ts";
 import type { ModelCatalog } from "./catalog/model-catalog.ts";
 import { getHoster, listHosters } from "./hosters/hoster-handlers.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
@@ -22,10 +16,6 @@ export function registryService(
   log: Logger,
 ): RegistryServiceServer {
   return {
-    resolveRoute: unary(log, "ResolveRoute", async (request) => {
-      const model = await resolveModel(deps.catalog, request.model.trim(), request.scope);
-      return ResolveRouteResponse.fromPartial({ route: model.route });
-    }),
     listModels: unary(log, "ListModels", async (request) => {
       const models = await deps.catalog.models(request.scope);
       return ListModelsResponse.fromPartial({
@@ -33,9 +23,9 @@ export function registryService(
           ModelInfo.fromPartial({
             modelId: m.modelId,
             modelAlias: m.modelAlias,
-            provider: m.route.provider,
+            provider: m.provider,
             ownedBy: m.ownedBy,
-            contextWindow: m.route.contextWindow,
+            contextWindow: m.contextWindow,
             created: m.created,
           }),
         ),

@@ -29,7 +29,7 @@ import { registryService } from "./registry-service.ts";
 import { REGISTRY_CALLERS } from "./registry-callers.ts";
 import { hosterAgent } from "@mkt/runtime/hoster-connector";
 
-/** Longest time a hoster row is reused for routing before it is read again. */
+/** Longest time a hoster row is reused for ListModels before it is read again. */
 const HOSTER_CACHE_MAX_MS = 5_000;
 
 /** A burst of catalog changes within this long is sent to the edges as one table. */
@@ -133,14 +133,14 @@ export async function startRegistry(
   });
   const hosterRows = hosterCatalog({
     store: hosters.store,
-    // A probe's status change reaches routing at once through catalog.changed (below), and
+    // A change to a hoster reaches ListModels at once through catalog.changed (below), and
     // within one probe interval (5 s at most) should that announcement be lost.
     cacheTtlMs: Math.min(config.HOSTER_PROBE_INTERVAL_MS, HOSTER_CACHE_MAX_MS),
     log,
   });
-  // Every replica drops its cached hoster rows on any replica's announcement, so an edge that
-  // re-resolves after it reads the new state, whichever replica it asks; and rebuilds its routing
-  // table, so a change made on one replica reaches the edges watching any other.
+  // Every replica drops its cached hoster rows on any replica's announcement, so a ListModels
+  // after it reads the new state, whichever replica it asks; and rebuilds its routing table, so a
+  // change made on one replica reaches the edges watching any other.
   followCatalogNudges(
     nc,
     names.catalogChanged,

@@ -77,13 +77,13 @@ describe("hosterCatalog", () => {
     expect(store.reads).toBe(2);
   });
 
-  it("sees a status change once the TTL has passed", async () => {
+  it("sees a changed row once the TTL has passed", async () => {
     const row = hoster();
     const { catalog, store, scope, advance } = setup(row);
-    expect((await catalog.models(scope))[0]?.healthy).toBe(true);
-    store.row = { ...row, status: "unhealthy" };
+    expect((await catalog.models(scope))[0]?.ownedBy).toBe("Acme GPUs");
+    store.row = { ...row, name: "Acme GPUs Renamed" };
     advance(100);
-    expect((await catalog.models(scope))[0]?.healthy).toBe(false);
+    expect((await catalog.models(scope))[0]?.ownedBy).toBe("Acme GPUs Renamed");
   });
 
   it("does not remember a failed read", async () => {

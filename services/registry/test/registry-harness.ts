@@ -27,9 +27,6 @@ import {
   type ListProductsResponse,
   type RegisterHosterRequest,
   type RegisterHosterResponse,
-  type ResolveRouteRequest,
-  type ResolveRouteResponse,
-  type Route,
   type UpdateProductRequest,
   type UpdateProductResponse,
 } from "@mkt/proto/registry/v1/registry";
@@ -207,7 +204,6 @@ export async function startHarness(env: Record<string, string> = {}, { natsUrl =
   const grpcClient = createClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, certs.tls("edge"));
   const callers = allowedCallerClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, REGISTRY_CALLERS, certs);
   const client = callers.client as unknown as {
-    resolveRoute(request: ResolveRouteRequest): Promise<ResolveRouteResponse>;
     listModels(request: object): Promise<ListModelsResponse>;
     registerHoster(request: RegisterHosterRequest): Promise<RegisterHosterResponse>;
     getHoster(request: GetHosterRequest): Promise<GetHosterResponse>;
@@ -235,11 +231,6 @@ export async function startHarness(env: Record<string, string> = {}, { natsUrl =
   })();
   await nc.flush();
 
-  async function route(name: string): Promise<Route> {
-    const response = await client.resolveRoute({ model: name });
-    return response.route!;
-  }
-
   return {
     upstream,
     accounts,
@@ -255,7 +246,6 @@ export async function startHarness(env: Record<string, string> = {}, { natsUrl =
     logLines,
     published,
     catalogChanges,
-    route,
     /** The usage.completed events JetStream holds for a request. */
     async storedEvents(requestId: string): Promise<UsageCompleted[]> {
       // A request made while the connection is down is lost (a fault test's NATS restarting).

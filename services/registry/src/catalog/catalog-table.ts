@@ -25,7 +25,7 @@ const unixSeconds = (at: Date) => BigInt(Math.floor(at.getTime() / 1000));
 
 /**
  * The platform models of the table, in routing order (the offers' order, then each one's
- * configured order), with the same routes and upstreams as registry's own platform catalogs.
+ * configured order), with the operator's servers that serve them.
  */
 export function platformTableModels(offers: readonly PlatformOffer[], createdAt: Date): PlatformModel[] {
   return offers.flatMap(({ provider, models, servers }) =>

@@ -1,15 +1,13 @@
 import { isUuid } from "@mkt/runtime/ids";
 import type { Logger } from "@mkt/runtime/logger";
-import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { HosterStore, RoutableHoster } from "../hosters/hoster-store.ts";
 import { isScoped, type CatalogModel, type ModelCatalog } from "./model-catalog.ts";
 
 export interface HosterCatalogOptions {
   store: Pick<HosterStore, "routable">;
   /**
-   * How long a hoster row read from the database is reused. Routing is on the hot path, but a
-   * status change written by a probe (this replica's or another's) must reach routing within a
-   * probe interval, so this is at most HOSTER_PROBE_INTERVAL_MS.
+   * How long a hoster row read from the database is reused for ListModels. A change written by
+   * another replica must show within a probe interval, so this is at most HOSTER_PROBE_INTERVAL_MS.
    */
   cacheTtlMs: number;
   log: Logger;
@@ -27,10 +25,7 @@ interface CacheEntry {
 
 /**
  * The models of subscription hosters, for scoped keys only: a scope sees exactly its own
- * hoster's registered models, and a normal key sees none. Routes are priced at 0 because a
- * subscription request is priced by billing from the subscription's terms snapshot (the plan
- * the customer bought), not from the route; the output cap is the model's context window, which
- * billing narrows further with the plan's limits.
+ * hoster's registered models, and a normal key sees none.
  */
 export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { forget(hosterId: string): void } {
   const now = options.now ?? Date.now;
@@ -57,24 +52,15 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { f
     return read;
   }
 
-  function catalogModels(h: RoutableHoster, scope: RouteScope): CatalogModel[] {
+  function catalogModels(h: RoutableHoster): CatalogModel[] {
     const created = BigInt(Math.floor(h.createdAt.getTime() / 1000));
     return h.models.map((m) => ({
       modelId: m.modelId,
       modelAlias: m.modelAlias,
+      provider: "hoster",
       ownedBy: h.name,
       created,
-      healthy: h.status === "healthy",
-      route: Route.fromPartial({
-        modelId: m.modelId,
-        provider: "hoster",
-        hosterId: h.id,
-        productId: scope.productId,
-        inputPricePer1mMicros: 0n,
-        outputPricePer1mMicros: 0n,
-        contextWindow: m.contextWindow,
-        maxOutputTokensCap: m.contextWindow,
-      }),
+      contextWindow: m.contextWindow,
     }));
   }
 
@@ -88,7 +74,7 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { f
     async models(scope) {
       if (!scope || !isScoped(scope) || scope.hosterId === "") return [];
       const found = await hoster(scope.hosterId);
-      return found ? catalogModels(found, scope) : [];
+      return found ? catalogModels(found) : [];
     },
   };
 }

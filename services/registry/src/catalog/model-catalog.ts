@@ -1,15 +1,15 @@
-import type { Route, RouteScope } from "@mkt/proto/registry/v1/registry";
+import type { RouteScope } from "@mkt/proto/registry/v1/registry";
 
-/** A callable model: its public listing and the route billing prices it by. */
+/** A model a caller may call, as ListModels lists it. */
 export interface CatalogModel {
   modelId: string;
   modelAlias: string;
+  /** local | hoster | cloud */
+  provider: string;
   ownedBy: string;
   /** Unix seconds. */
   created: bigint;
-  /** False while its server is marked unhealthy: listed, but calls are refused (no_healthy_upstream). */
-  healthy: boolean;
-  route: Route;
+  contextWindow: bigint;
 }
 
 /**

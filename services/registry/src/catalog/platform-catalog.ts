@@ -1,4 +1,4 @@
-import { Route, UpstreamServer, type RouteScope } from "@mkt/proto/registry/v1/registry";
+import { UpstreamServer, type RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { ConfiguredModel } from "./configured-models.ts";
 import { isScoped, type CatalogModel, type ModelCatalog } from "./model-catalog.ts";
 
@@ -46,9 +46,7 @@ export function platformUpstream(
 
 /**
  * Platform-served models from configuration (the operator's local model server and cloud API),
- * as registry lists and resolves them: for normal keys only, priced from the catalog, always
- * listed healthy (the operator's servers are not probed; each edge ejects a failing one itself,
- * in its routing table). Routes and listings carry no URL or token.
+ * as registry lists them: for normal keys only. Listings carry no URL or token.
  */
 export function platformCatalog(
   provider: PlatformProvider,
@@ -59,17 +57,10 @@ export function platformCatalog(
   const entries: CatalogModel[] = models.map((m) => ({
     modelId: m.modelId,
     modelAlias: m.modelAlias,
+    provider,
     ownedBy: "platform",
     created,
-    healthy: true,
-    route: Route.fromPartial({
-      modelId: m.modelId,
-      provider,
-      inputPricePer1mMicros: m.inputPricePer1mMicros,
-      outputPricePer1mMicros: m.outputPricePer1mMicros,
-      contextWindow: m.contextWindow,
-      maxOutputTokensCap: PLATFORM_MAX_OUTPUT_TOKENS,
-    }),
+    contextWindow: m.contextWindow,
   }));
   return {
     // Platform models are for normal keys; a scoped key only reaches its hoster's models.

@@ -32,15 +32,10 @@ export interface RouteScope {
   hosterId: string;
 }
 
-export interface ResolveRouteRequest {
-  model: string;
-  scope?: RouteScope | undefined;
-}
-
-export interface ResolveRouteResponse {
-  route?: Route | undefined;
-}
-
+/**
+ * What a model name resolves to for a caller. The edge's routing table computes it from the
+ * CatalogTable it is sent; no RPC carries it.
+ */
 export interface Route {
   /** The model id clients see and usage is recorded under. */
   modelId: string;
@@ -453,160 +448,6 @@ export const RouteScope: MessageFns<RouteScope> = {
     message.subscriptionId = object.subscriptionId ?? "";
     message.productId = object.productId ?? "";
     message.hosterId = object.hosterId ?? "";
-    return message;
-  },
-};
-
-function createBaseResolveRouteRequest(): ResolveRouteRequest {
-  return { model: "", scope: undefined };
-}
-
-export const ResolveRouteRequest: MessageFns<ResolveRouteRequest> = {
-  encode(message: ResolveRouteRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.model !== "") {
-      writer.uint32(10).string(message.model);
-    }
-    if (message.scope !== undefined) {
-      RouteScope.encode(message.scope, writer.uint32(18).fork()).join();
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): ResolveRouteRequest {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseResolveRouteRequest();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.model = reader.string();
-            continue;
-          }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.scope = RouteScope.decode(reader, reader.uint32());
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): ResolveRouteRequest {
-    return {
-      model: isSet(object.model) ? globalThis.String(object.model) : "",
-      scope: isSet(object.scope) ? RouteScope.fromJSON(object.scope) : undefined,
-    };
-  },
-
-  toJSON(message: ResolveRouteRequest): unknown {
-    const obj: any = {};
-    if (message.model !== "") {
-      obj.model = message.model;
-    }
-    if (message.scope !== undefined) {
-      obj.scope = RouteScope.toJSON(message.scope);
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<ResolveRouteRequest>, I>>(base?: I): ResolveRouteRequest {
-    return ResolveRouteRequest.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<ResolveRouteRequest>, I>>(object: I): ResolveRouteRequest {
-    const message = createBaseResolveRouteRequest();
-    message.model = object.model ?? "";
-    message.scope = (object.scope !== undefined && object.scope !== null)
-      ? RouteScope.fromPartial(object.scope)
-      : undefined;
-    return message;
-  },
-};
-
-function createBaseResolveRouteResponse(): ResolveRouteResponse {
-  return { route: undefined };
-}
-
-export const ResolveRouteResponse: MessageFns<ResolveRouteResponse> = {
-  encode(message: ResolveRouteResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.route !== undefined) {
-      Route.encode(message.route, writer.uint32(10).fork()).join();
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): ResolveRouteResponse {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseResolveRouteResponse();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.route = Route.decode(reader, reader.uint32());
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): ResolveRouteResponse {
-    return { route: isSet(object.route) ? Route.fromJSON(object.route) : undefined };
-  },
-
-  toJSON(message: ResolveRouteResponse): unknown {
-    const obj: any = {};
-    if (message.route !== undefined) {
-      obj.route = Route.toJSON(message.route);
-    }
-    return obj;
-  },
-
-  create<I extends Exact<DeepPartial<ResolveRouteResponse>, I>>(base?: I): ResolveRouteResponse {
-    return ResolveRouteResponse.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<ResolveRouteResponse>, I>>(object: I): ResolveRouteResponse {
-    const message = createBaseResolveRouteResponse();
-    message.route = (object.route !== undefined && object.route !== null) ? Route.fromPartial(object.route) : undefined;
     return message;
   },
 };
@@ -4683,17 +4524,6 @@ export const ArchiveProductResponse: MessageFns<ArchiveProductResponse> = {
  */
 export type RegistryServiceService = typeof RegistryServiceService;
 export const RegistryServiceService = {
-  /** Resolves a client's model name (id, alias or "auto") to a route. Error: model_not_found. */
-  resolveRoute: {
-    path: "/marketplace.registry.v1.RegistryService/ResolveRoute" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ResolveRouteRequest): Buffer => Buffer.from(ResolveRouteRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ResolveRouteRequest => ResolveRouteRequest.decode(value),
-    responseSerialize: (value: ResolveRouteResponse): Buffer =>
-      Buffer.from(ResolveRouteResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ResolveRouteResponse => ResolveRouteResponse.decode(value),
-  },
   /** Models a principal may call. */
   listModels: {
     path: "/marketplace.registry.v1.RegistryService/ListModels" as const,
@@ -4835,8 +4665,6 @@ export const RegistryServiceService = {
 } as const;
 
 export interface RegistryServiceServer extends UntypedServiceImplementation {
-  /** Resolves a client's model name (id, alias or "auto") to a route. Error: model_not_found. */
-  resolveRoute: handleUnaryCall<ResolveRouteRequest, ResolveRouteResponse>;
   /** Models a principal may call. */
   listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
   /**
@@ -4890,22 +4718,6 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
 }
 
 export interface RegistryServiceClient extends Client {
-  /** Resolves a client's model name (id, alias or "auto") to a route. Error: model_not_found. */
-  resolveRoute(
-    request: ResolveRouteRequest,
-    callback: (error: ServiceError | null, response: ResolveRouteResponse) => void,
-  ): ClientUnaryCall;
-  resolveRoute(
-    request: ResolveRouteRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ResolveRouteResponse) => void,
-  ): ClientUnaryCall;
-  resolveRoute(
-    request: ResolveRouteRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ResolveRouteResponse) => void,
-  ): ClientUnaryCall;
   /** Models a principal may call. */
   listModels(
     request: ListModelsRequest,
