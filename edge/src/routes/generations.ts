@@ -5,8 +5,8 @@ import { microsToUsd } from "@mkt/runtime/money";
 import { usageOwnerOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 
-/** The prefixes of the ids our answers carry: a chat completion's, a Response's (DESIGN.md §4). */
-const ID_PREFIXES = ["chatcmpl-", "resp_"];
+/** The prefixes of the ids our answers carry: a chat completion's, a Response's, a Message's. */
+const ID_PREFIXES = ["chatcmpl-", "resp_", "msg_"];
 
 /** The request id inside an answer's id, or the id itself when it is a bare request id. */
 export function requestIdOf(id: string): string {
