@@ -1,4 +1,5 @@
-import Anthropic, { APIError } from "@anthropic-ai/sdk";
+import type { APIError } from "@anthropic-ai/sdk";
+import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { costMicros, microsToUsd } from "@mkt/runtime/money";
 import { DEMO_PRICES, signUp, startSystem, waitForUsage, type RunningSystem } from "./system.ts";
