@@ -17,6 +17,14 @@ type ChatMessage = Json & { role: string };
  * serves), or undefined to leave the cap to admission.
  */
 export function chatBodyFromMessages(body: MessagesBody, maxTokens: number | undefined): ChatBody {
+  // Both run on Anthropic's side: answering without them would quietly answer another request.
+  if (Array.isArray(body.mcp_servers) && body.mcp_servers.length > 0) {
+    throw bad(
+      "mcp_servers",
+      "MCP servers run by the API (mcp_servers) are not supported: connect them to your client.",
+    );
+  }
+  if (body.container != null) throw bad("container", "Containers (code execution) are not supported.");
   const chat = chatPrompt(body);
   const set = (field: string, value: unknown) => {
     if (value !== undefined && value !== null) chat[field] = value;
