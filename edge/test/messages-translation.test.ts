@@ -122,7 +122,7 @@ describe("the Messages event stream from chat chunks", () => {
     expect(events(failure)).toEqual([
       {
         type: "error",
-        error: { type: "timeout_error", message: "The model server timed out.", code: "upstream_timeout" },
+        error: { type: "timeout_error", message: "The model server timed out.", param: null, code: "upstream_timeout" },
       },
     ]);
   });

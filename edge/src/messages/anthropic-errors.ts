@@ -24,15 +24,18 @@ export function anthropicErrorType(status: number): string {
   return TYPE_BY_STATUS[status] ?? (status >= 500 ? "api_error" : "invalid_request_error");
 }
 
-/** Anthropic's error body, with our `code` (and the field at fault) beside its type. */
+/**
+ * Anthropic's error body, with our `code` and `param` (the field at fault, or null) beside its
+ * type: the same fields an OpenAI-shaped error has, so a client reading either finds them.
+ */
 export function anthropicErrorBody(error: AppError, status = error.httpStatus, requestId?: string) {
   return {
     type: "error",
     error: {
       type: anthropicErrorType(status),
       message: error.message,
+      param: error.param ?? null,
       code: error.code,
-      ...(error.param ? { param: error.param } : {}),
     },
     ...(requestId ? { request_id: requestId } : {}),
   };
