@@ -26,6 +26,7 @@ import { accountRoutes } from "./routes/accounts.ts";
 import { adminRoutes } from "./routes/admin.ts";
 import { chatCompletionRoutes } from "./routes/chat-completions.ts";
 import { responsesRoutes } from "./routes/responses.ts";
+import { messagesRoutes } from "./routes/messages.ts";
 import { earningsRoutes } from "./routes/earnings.ts";
 import { healthRoutes, type Readiness } from "./routes/health.ts";
 import { hosterRoutes } from "./routes/hosters.ts";
@@ -130,6 +131,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   subscriptionRoutes(app, routeDeps);
   chatCompletionRoutes(app, routeDeps);
   responsesRoutes(app, routeDeps);
+  // A scope of its own: the Messages API answers errors in Anthropic's shape.
+  await app.register(async (scope) => messagesRoutes(scope, routeDeps));
   sessionRoutes(app, routeDeps);
   hosterRoutes(app, routeDeps);
   productRoutes(app, routeDeps);

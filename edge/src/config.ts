@@ -16,6 +16,7 @@ import {
 import { tlsSpecs } from "@mkt/runtime/service-tls";
 import { defaultEdgeId, EDGE_ID_PATTERN } from "./edge-id.ts";
 import { DEFAULT_LEASE_IDLE_MS } from "./leases/lease-table.ts";
+import { DEFAULT_MODEL_ALIASES, parseModelAliases, type ModelAlias } from "./routing/model-aliases.ts";
 
 /** Comma-separated IPs or CIDRs (e.g. "10.0.0.0/8,127.0.0.1"); empty trusts no proxy. */
 const proxyList = makeValidator<string[]>((value) =>
@@ -32,6 +33,9 @@ const edgeId = makeValidator<string>((value) => {
   }
   return value;
 });
+
+/** `name=model` pairs, comma-separated (routing/model-aliases.ts); empty: no aliases. */
+const modelAliases = makeValidator<ModelAlias[]>((value) => parseModelAliases(value));
 
 /** The edge's settings: where the backends are, how it listens, and the admin secret. */
 export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
@@ -72,6 +76,9 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       LEASE_IDLE_MS: intBetween(0, 3_600_000)({ default: DEFAULT_LEASE_IDLE_MS }),
       // Hops whose X-Forwarded-For is believed (Envoy); everyone else is their socket address.
       TRUSTED_PROXIES: proxyList({ default: [] }),
+      // Model names a client cannot change (a coding agent's defaults), served by the model each
+      // names; the default sends Claude Code's and Codex CLI's to the agent-sized demo model.
+      MODEL_ALIASES: modelAliases({ default: parseModelAliases(DEFAULT_MODEL_ALIASES) }),
       // Chat prompts can be long; Fastify's 1 MiB default would refuse big contexts.
       BODY_LIMIT_BYTES: intBetween(1024, 64 * 1024 * 1024)({ default: 16 * 1024 * 1024 }),
       // Worker threads counting prompt tokens; each holds its own tokenizer (about 85 MB of RSS).

@@ -11,6 +11,7 @@ import { followLeaseRecalls } from "./leases/lease-recall.ts";
 import { LeaseTable } from "./leases/lease-table.ts";
 import { PrincipalCache } from "./principal-cache.ts";
 import { watchCatalog } from "./routing/catalog-watch.ts";
+import { ModelAliases } from "./routing/model-aliases.ts";
 import { RoutingTable } from "./routing/routing-table.ts";
 import { startPrincipalRevalidation } from "./principal-revalidation.ts";
 import { trackUnusedConnections } from "./unused-connections.ts";
@@ -48,7 +49,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   // routing from the last table it received. A model whose every server this edge ejected is
   // unhealthy in it too.
   const outliers = edgeOutliers(config);
-  const routing = new RoutingTable(outliers);
+  const routing = new RoutingTable(outliers, new ModelAliases(config.MODEL_ALIASES));
   const stopCatalogWatch = watchCatalog(backends.registryStream, routing, log);
   const isolation: IsolationWatch = new IsolationWatch({
     isolationMs: config.EDGE_ISOLATION_MS,

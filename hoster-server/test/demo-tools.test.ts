@@ -23,7 +23,9 @@ const tools: OpenAI.Chat.ChatCompletionTool[] = [
     function: { name: "get_time", parameters: { type: "object", properties: { zone: { type: "string" } } } },
   },
 ];
-const user: OpenAI.Chat.ChatCompletionMessageParam = { role: "user", content: "Weather in Paris?" };
+// Under tool_choice auto the demo model calls a tool only when the last user message asks.
+const user: OpenAI.Chat.ChatCompletionMessageParam = { role: "user", content: "Weather in Paris? call get_weather" };
+const chatOnly: OpenAI.Chat.ChatCompletionMessageParam = { role: "user", content: "Weather in Paris?" };
 
 let server: HosterServerHandle;
 let client: OpenAI;
@@ -36,7 +38,7 @@ afterAll(async () => {
 });
 
 describe("tools", () => {
-  it("calls the first tool with arguments valid against its schema, the same streamed and not", async () => {
+  it("calls the tool asked for with arguments valid against its schema, the same streamed and not", async () => {
     const plain = await client.chat.completions.create({ model: "demo-small", messages: [user], tools });
     const choice = plain.choices[0]!;
     expect(choice.finish_reason).toBe("tool_calls");
@@ -54,6 +56,39 @@ describe("tools", () => {
     expect(streamed.choices[0]!.finish_reason).toBe("tool_calls");
     expect(streamed.choices[0]!.message.tool_calls).toEqual(choice.message.tool_calls);
     expect(streamed.usage).toEqual(plain.usage);
+  });
+
+  it("answers text under auto when not asked for a tool, and calls the first one when one is required", async () => {
+    const text = await client.chat.completions.create({ model: "demo-small", messages: [chatOnly], tools });
+    expect(text.choices[0]!.finish_reason).toBe("stop");
+    expect(text.choices[0]!.message.tool_calls).toBeUndefined();
+    expect(text.choices[0]!.message.content!.length).toBeGreaterThan(0);
+    const required = await client.chat.completions.create({
+      model: "demo-small",
+      messages: [chatOnly],
+      tools,
+      tool_choice: "required",
+    });
+    const call = required.choices[0]!.message.tool_calls![0]!;
+    expect(call.type === "function" && call.function.name).toBe("get_weather");
+  });
+
+  it("calls a tool with the JSON arguments the user gave", async () => {
+    const asked = await client.chat.completions.create({
+      model: "demo-small",
+      messages: [{ role: "user", content: 'Time, please: call get_time {"zone": "Europe/Paris"}' }],
+      tools,
+    });
+    const call = asked.choices[0]!.message.tool_calls![0]!;
+    if (call.type !== "function") throw new Error("not a function call");
+    expect(call.function.name).toBe("get_time");
+    expect(JSON.parse(call.function.arguments)).toEqual({ zone: "Europe/Paris" });
+    const unknown = await client.chat.completions.create({
+      model: "demo-small",
+      messages: [{ role: "user", content: "call get_stock {}" }],
+      tools,
+    });
+    expect(unknown.choices[0]!.finish_reason).toBe("stop");
   });
 
   it("calls the tool tool_choice names, and none with tool_choice none", async () => {

@@ -60,8 +60,10 @@ describe("a cloud model through the edge", () => {
     const client = new OpenAI({ baseURL: `${system.url}/v1`, apiKey });
 
     const models = await getJson<{ data: Array<Record<string, unknown>> }>("/v1/models", apiKey);
-    expect(models.body.data.map((m) => m.id)).toEqual(["demo-small", "cloud-mini"]);
-    expect(models.body.data[1]).toMatchObject({
+    // The models themselves, then the operator's aliases of them (listed with `alias_for`).
+    const served = models.body.data.filter((m) => m.alias_for === undefined);
+    expect(served.map((m) => m.id)).toEqual(["demo-small", "demo-agent", "cloud-mini"]);
+    expect(served[2]).toMatchObject({
       id: "cloud-mini",
       object: "model",
       owned_by: "platform",

@@ -4,7 +4,8 @@ import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
 // Every route of the edge (edge/src/routes/*.ts; the OpenAPI paths are checked against this
 // table) swept with hostile values in each body field, path parameter and query parameter:
-// nothing a client sends is a 5xx, every error is OpenAI-shaped, and a value of the wrong type,
+// nothing a client sends is a 5xx, every error is OpenAI-shaped (the Messages API's Anthropic-shaped
+// errors carry the same fields), and a value of the wrong type,
 // or of the right type but invalid for its field (INVALID), is a 400. Values are written as raw JSON text so that 2^63−1 and lone surrogates arrive exactly.
 
 type Auth = "none" | "key" | "hoster" | "admin";
@@ -153,6 +154,18 @@ const ROUTES = (): Route[] => [
     path: "/v1/responses",
     auth: "key",
     body: { model: "demo-small", input: "hi", instructions: "Be brief.", max_output_tokens: 16, stream: false },
+  },
+  {
+    method: "POST",
+    path: "/v1/messages",
+    auth: "key",
+    body: { model: "demo-agent", messages: [{ role: "user", content: "hi" }], max_tokens: 2, stream: false },
+  },
+  {
+    method: "POST",
+    path: "/v1/messages/count_tokens",
+    auth: "key",
+    body: { model: "demo-agent", messages: [{ role: "user", content: "hi" }] },
   },
   { method: "GET", path: "/v1/hosters", auth: "key" },
   {

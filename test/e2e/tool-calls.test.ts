@@ -53,7 +53,9 @@ async function customer() {
 describe("a tool round trip over chat completions", () => {
   it.each([false, true])("call → tool result → answer (stream: %s)", async (stream) => {
     const { client } = await customer();
-    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Oslo?" }];
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
+      { role: "user", content: "Weather in Oslo? call get_weather" },
+    ];
     const ask = (history: OpenAI.Chat.ChatCompletionMessageParam[]) =>
       stream
         ? client.chat.completions
@@ -79,7 +81,9 @@ describe("a tool round trip over chat completions", () => {
 describe("a tool round trip over the Responses API", () => {
   it.each([false, true])("call → function_call_output → answer (stream: %s)", async (stream) => {
     const { client } = await customer();
-    const input: OpenAI.Responses.ResponseInputItem[] = [{ role: "user", content: "Weather in Oslo?" }];
+    const input: OpenAI.Responses.ResponseInputItem[] = [
+      { role: "user", content: "Weather in Oslo? call get_weather" },
+    ];
     const ask = async (items: OpenAI.Responses.ResponseInputItem[]) => {
       if (!stream) return client.responses.create({ model: "auto", input: items, tools: responsesTools });
       const events: OpenAI.Responses.ResponseStreamEvent[] = [];
@@ -144,7 +148,7 @@ describe("the Vercel AI SDK runs tools and structured output on the default prov
     };
     const options = {
       model: openai("demo-small"),
-      prompt: "Weather in Oslo?",
+      prompt: "Weather in Oslo? call get_weather",
       tools,
       stopWhen: stepCountIs(3),
       maxRetries: 0,
@@ -208,14 +212,18 @@ describe("a tool-call-only answer is metered and charged", () => {
     const { input, output } =
       api === "chat"
         ? await client.chat.completions
-            .create({ model: "auto", messages: [{ role: "user", content: "Weather?" }], tools: chatTools })
+            .create({
+              model: "auto",
+              messages: [{ role: "user", content: "Weather? call get_weather" }],
+              tools: chatTools,
+            })
             .then((c) => ({ input: c.usage!.prompt_tokens, output: c.usage!.completion_tokens }))
         : await client.responses
-            .create({ model: "auto", input: "Weather?", tools: responsesTools })
+            .create({ model: "auto", input: "Weather? call get_weather", tools: responsesTools })
             .then((r) => ({ input: r.usage!.input_tokens, output: r.usage!.output_tokens }));
     expect(output).toBeGreaterThan(0);
     // The tool definitions are prompt text: counted, and so billed, with the message.
-    const asked = [{ role: "user", content: "Weather?" }];
+    const asked = [{ role: "user", content: "Weather? call get_weather" }];
     expect(input).toBe(countPromptTokens(asked, { tools: chatTools }));
     expect(input).toBeGreaterThan(countPromptTokens(asked) + 10);
     const cost = Number(costMicros(BigInt(input), BigInt(output), DEMO_PRICES.input, DEMO_PRICES.output));

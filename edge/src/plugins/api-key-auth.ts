@@ -23,6 +23,8 @@ export interface ApiKeyAuthOptions {
    * it: the playground uses a session key, so every chat request is a key's.
    */
   acceptSession?: boolean;
+  /** Anthropic's clients send the key as `x-api-key` (or as a Bearer token, given an auth token). */
+  acceptXApiKey?: boolean;
 }
 
 /** The current principal of an authenticated route. */
@@ -41,9 +43,16 @@ export function usageOwnerOf(request: FastifyRequest): { accountId: string; subs
   return subscriptionId ? { accountId: principal.accountId, subscriptionId } : { accountId: principal.accountId };
 }
 
-/** Builds the onRequest hook (it runs before the body is read) that turns `Authorization: Bearer <key>` into `request.principal`. */
+/**
+ * Builds the onRequest hook (it runs before the body is read) that turns `Authorization: Bearer
+ * <key>` (or, where allowed, `x-api-key: <key>`) into `request.principal`.
+ */
 export function apiKeyAuth(backends: Backends, cache: PrincipalCache) {
-  return ({ allowScoped, acceptSession = false }: ApiKeyAuthOptions): onRequestAsyncHookHandler =>
+  return ({
+      allowScoped,
+      acceptSession = false,
+      acceptXApiKey = false,
+    }: ApiKeyAuthOptions): onRequestAsyncHookHandler =>
     async (request: FastifyRequest, _reply: FastifyReply) => {
       const sessionToken = request.cookies[SESSION_COOKIE];
       if (acceptSession && request.headers.authorization === undefined && sessionToken !== undefined) {
@@ -51,13 +60,14 @@ export function apiKeyAuth(backends: Backends, cache: PrincipalCache) {
         return;
       }
       const match = BEARER.exec(request.headers.authorization ?? "");
-      if (!match) {
-        throw new AppError(
-          "invalid_api_key",
-          "Missing API key: send it as `Authorization: Bearer <key>`. Sign up with POST /v1/accounts.",
-        );
+      const xApiKey = acceptXApiKey ? request.headers["x-api-key"] : undefined;
+      const apiKey = match?.[1] ?? (typeof xApiKey === "string" && xApiKey.trim() !== "" ? xApiKey.trim() : undefined);
+      if (!apiKey) {
+        const how = acceptXApiKey
+          ? "`x-api-key: <key>` or `Authorization: Bearer <key>`"
+          : "`Authorization: Bearer <key>`";
+        throw new AppError("invalid_api_key", `Missing API key: send it as ${how}. Sign up with POST /v1/accounts.`);
       }
-      const apiKey = match[1]!;
       const principal = await cache.get(apiKey, async () => {
         const { principal } = await backends.accounts.authenticate(
           AuthenticateRequest.fromPartial({ apiKey, edgeId: cache.edgeId }),

@@ -10,34 +10,45 @@ import { AppError } from "@mkt/runtime/errors";
  */
 export function installErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
-    if (err instanceof AppError) {
-      if (err.httpStatus >= 500) request.log.warn({ code: err.code, cause: err.cause }, "request failed");
-      return reply.code(err.httpStatus).headers(err.headers).send(err.toBody());
-    }
-    const status = err.statusCode ?? 500;
-    if (err.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-      const limit = request.routeOptions.bodyLimit ?? app.initialConfig.bodyLimit;
-      const tooLarge = new AppError("request_too_large", `The request body is larger than the ${limit}-byte limit.`, {
-        param: "body",
-      });
-      return reply.code(tooLarge.httpStatus).send(tooLarge.toBody());
-    }
-    if (status >= 400 && status < 500) {
-      // The JSON parser's message quotes the body, so a fixed text replaces it.
-      const message =
-        err instanceof SyntaxError || err.code === "FST_ERR_CTP_INVALID_JSON_BODY"
-          ? "The request body is not valid JSON."
-          : err.message;
-      return reply.code(status).send(new AppError("invalid_request", message, { param: "body" }).toBody());
-    }
-    request.log.error({ err }, "unhandled error");
-    return reply.code(500).send(new AppError("internal_error", "Internal error.").toBody());
+    const { error, status } = appErrorOf(err, request);
+    return reply.code(status).headers(error.headers).send(error.toBody());
   });
   app.setNotFoundHandler((request, reply) =>
     reply
       .code(404)
       .send(new AppError("not_found", `Unknown path: ${request.method} ${request.url.split("?")[0]}.`).toBody()),
   );
+}
+
+/**
+ * Any failure as the AppError the caller is shown, whatever API shape renders it (OpenAI's here,
+ * Anthropic's on the Messages API): a body over the limit is 413 `request_too_large`, Fastify's
+ * other 4xx `invalid_request`, anything unknown is logged and becomes a generic 500.
+ */
+export function appErrorOf(err: FastifyError, request: FastifyRequest): { error: AppError; status: number } {
+  if (err instanceof AppError) {
+    if (err.httpStatus >= 500) request.log.warn({ code: err.code, cause: err.cause }, "request failed");
+    return { error: err, status: err.httpStatus };
+  }
+  const status = err.statusCode ?? 500;
+  if (err.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+    const limit = request.routeOptions.bodyLimit ?? request.server.initialConfig.bodyLimit;
+    const error = new AppError("request_too_large", `The request body is larger than the ${limit}-byte limit.`, {
+      param: "body",
+    });
+    return { error, status: error.httpStatus };
+  }
+  if (status >= 400 && status < 500) {
+    // The JSON parser's message quotes the body, so a fixed text replaces it.
+    const message =
+      err instanceof SyntaxError || err.code === "FST_ERR_CTP_INVALID_JSON_BODY"
+        ? "The request body is not valid JSON."
+        : err.message;
+    // Fastify's own 4xx (an unsupported media type, …) keep their status.
+    return { error: new AppError("invalid_request", message, { param: "body" }), status };
+  }
+  request.log.error({ err }, "unhandled error");
+  return { error: new AppError("internal_error", "Internal error."), status: 500 };
 }
 
 /**

@@ -1,16 +1,8 @@
-import { AppError } from "@mkt/runtime/errors";
 import type { ChatBody } from "../chat/chat-body.ts";
+import { badField as bad, isObject, requiredString, type Json } from "../translation/chat-json.ts";
 import type { InputItem, ResponsesBody } from "./responses-body.ts";
 
-type Json = Record<string, unknown>;
 type ChatMessage = Json & { role: string };
-
-const isObject = (value: unknown): value is Json =>
-  typeof value === "object" && value !== null && !Array.isArray(value);
-
-function bad(param: string, message: string): AppError {
-  return new AppError("invalid_request", message, { param });
-}
 
 /** The gateway keeps no responses; every refusal of state says what to send instead. */
 const STATELESS = "This gateway serves the Responses API stateless: it stores no responses or items.";
@@ -206,10 +198,4 @@ function chatResponseFormat(format: Json | null | undefined): Json | undefined {
   if (!isObject(format.schema)) throw bad("text.format.schema", "text.format.schema must be a JSON schema object.");
   for (const field of ["description", "schema", "strict"]) if (format[field] != null) jsonSchema[field] = format[field];
   return { type: "json_schema", json_schema: jsonSchema };
-}
-
-function requiredString(holder: Json, field: string, param: string): string {
-  const value = holder[field];
-  if (typeof value !== "string") throw bad(`${param}.${field}`, `${param}.${field} must be a string.`);
-  return value;
 }

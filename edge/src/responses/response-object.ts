@@ -1,9 +1,5 @@
+import { chatToolCalls, chatUsage, firstChoice, isObject, type Json } from "../translation/chat-json.ts";
 import type { ResponsesBody } from "./responses-body.ts";
-
-type Json = Record<string, unknown>;
-
-const isObject = (value: unknown): value is Json =>
-  typeof value === "object" && value !== null && !Array.isArray(value);
 
 /** What every Response object of one request shares. */
 export interface ResponseContext {
@@ -64,10 +60,11 @@ export function responseObject(
 }
 
 /** Responses usage from a chat usage object (`cost`, where billing adds it, passes on). */
-export function responseUsage(chatUsage: unknown): Json | null {
-  if (!isObject(chatUsage)) return null;
-  const input = Number(chatUsage.prompt_tokens ?? 0);
-  const output = Number(chatUsage.completion_tokens ?? 0);
+export function responseUsage(relayed: unknown): Json | null {
+  const counts = chatUsage(relayed);
+  if (!counts) return null;
+  const input = counts.promptTokens;
+  const output = counts.completionTokens;
   const usage: Json = {
     input_tokens: input,
     input_tokens_details: { cached_tokens: 0 },
@@ -75,7 +72,7 @@ export function responseUsage(chatUsage: unknown): Json | null {
     output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: input + output,
   };
-  if (chatUsage.cost !== undefined) usage.cost = chatUsage.cost;
+  if (counts.cost !== undefined) usage.cost = counts.cost;
   return usage;
 }
 
@@ -104,12 +101,12 @@ export function functionCallItem(
 /** The Response object of a non-streamed answer, from the registry's chat.completion. */
 export function responseFromCompletion(ctx: ResponseContext, completionText: string): Json {
   const completion = JSON.parse(completionText) as Json;
-  const choice = Array.isArray(completion.choices) && isObject(completion.choices[0]) ? completion.choices[0] : {};
+  const choice = firstChoice(completion);
   const message = isObject(choice.message) ? choice.message : {};
   const { status, incompleteReason } = statusOf(choice.finish_reason);
   const itemStatus = status === "incomplete" ? "incomplete" : "completed";
   const output: Json[] = [];
-  const calls = Array.isArray(message.tool_calls) ? message.tool_calls.filter(isObject) : [];
+  const calls = chatToolCalls(message);
   const content: Json[] = [];
   if (typeof message.content === "string" && (message.content !== "" || calls.length === 0)) {
     content.push(outputTextPart(message.content));
@@ -117,12 +114,11 @@ export function responseFromCompletion(ctx: ResponseContext, completionText: str
   if (typeof message.refusal === "string" && message.refusal !== "") content.push(refusalPart(message.refusal));
   if (content.length > 0) output.push(messageItem(messageItemId(ctx, 0), itemStatus, content));
   calls.forEach((call, i) => {
-    const fn = isObject(call.function) ? call.function : {};
     output.push(
       functionCallItem(functionCallItemId(ctx, i), itemStatus, {
-        callId: String(call.id ?? ""),
-        name: String(fn.name ?? ""),
-        arguments: String(fn.arguments ?? ""),
+        callId: call.id,
+        name: call.name,
+        arguments: call.arguments,
       }),
     );
   });

@@ -13,11 +13,7 @@ import {
   statusOf,
   type ResponseContext,
 } from "./response-object.ts";
-
-type Json = Record<string, unknown>;
-
-const isObject = (value: unknown): value is Json =>
-  typeof value === "object" && value !== null && !Array.isArray(value);
+import { firstChunkChoice, isObject, type Json } from "../translation/chat-json.ts";
 
 /** The message item being streamed: its parts (output_text, then maybe refusal) in order. */
 interface OpenMessage {
@@ -113,8 +109,8 @@ export class ResponseStreamTranslator implements AnswerFormat {
   #chunk(chunk: unknown): string {
     if (!isObject(chunk)) return "";
     if (isObject(chunk.usage)) this.#usage = chunk.usage;
-    const choice = Array.isArray(chunk.choices) ? chunk.choices.find((c) => isObject(c) && (c.index ?? 0) === 0) : null;
-    if (!isObject(choice)) return "";
+    const choice = firstChunkChoice(chunk);
+    if (!choice) return "";
     if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
     const delta = isObject(choice.delta) ? choice.delta : {};
     let frames = "";

@@ -6,8 +6,8 @@ import { usageOwnerOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { integer, nullableNumber, nullableString, object, replies, string, usd } from "./response-schemas.ts";
 
-/** The prefixes of the ids our answers carry: a chat completion's, a Response's. */
-const ID_PREFIXES = ["chatcmpl-", "resp_"];
+/** The prefixes of the ids our answers carry: a chat completion's, a Response's, a Message's. */
+const ID_PREFIXES = ["chatcmpl-", "resp_", "msg_"];
 
 /** The request id inside an answer's id, or the id itself when it is a bare request id. */
 export function requestIdOf(id: string): string {

@@ -24,7 +24,23 @@ const modelSchema = object({
   name: string("The model's alias"),
   provider: string(),
   context_window: integer(),
+  alias_for: string("Only on an alias (MODEL_ALIASES): the model that serves it"),
 });
+
+/**
+ * The operator's aliases (MODEL_ALIASES) of models the key may call, each shown as a model of its
+ * own with the model it is served by: a client that checks the list for its configured name (a
+ * coding agent's default) finds it. Prefix patterns (`claude-*`) name no one model and are left out.
+ */
+function aliasEntries(deps: RouteDeps, models: readonly ModelInfo[]) {
+  return deps.routing.aliases.entries.flatMap(({ name, target }) => {
+    if (name.endsWith("*")) return [];
+    const folded = target.toLowerCase();
+    const model = models.find((m) => m.modelId.toLowerCase() === folded || m.modelAlias.toLowerCase() === folded);
+    if (!model || models.some((m) => m.modelId.toLowerCase() === name.toLowerCase())) return [];
+    return [{ ...renderModel(model), id: name, name, alias_for: model.modelId }];
+  });
+}
 
 /** GET /v1/models and /v1/models/{model}: the models the key may call, in OpenAI's shapes. */
 export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
@@ -44,11 +60,15 @@ export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
         response: replies(200, listOf(modelSchema)),
       },
     },
-    async (request) => ({ object: "list", data: (await modelsOf(request)).map(renderModel) }),
+    async (request) => {
+      const models = await modelsOf(request);
+      return { object: "list", data: [...models.map(renderModel), ...aliasEntries(deps, models)] };
+    },
   );
 
-  // The openai SDK's `models.retrieve(id)`. Only ids the key may call are found (as in the list);
-  // an alias is not an id here, as OpenAI's own endpoint knows no aliases.
+  // The openai SDK's `models.retrieve(id)`. Only ids the key may call are found (as in the list,
+  // the operator's aliases included); a model's own alias is not an id here, as OpenAI's own
+  // endpoint knows no aliases.
   app.get<{ Params: { model: string } }>(
     "/v1/models/:model",
     {
@@ -63,9 +83,12 @@ export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
     },
     async (request) => {
       const id = request.params.model;
-      const model = (await modelsOf(request)).find((m) => m.modelId === id);
-      if (!model) throw new AppError("model_not_found", `The model \`${id}\` does not exist.`, { param: "model" });
-      return renderModel(model);
+      const models = await modelsOf(request);
+      const model = models.find((m) => m.modelId === id);
+      if (model) return renderModel(model);
+      const aliased = aliasEntries(deps, models).find((m) => m.id.toLowerCase() === id.toLowerCase());
+      if (!aliased) throw new AppError("model_not_found", `The model \`${id}\` does not exist.`, { param: "model" });
+      return aliased;
     },
   );
 }

@@ -76,3 +76,21 @@ export function jsonOrEventStream(json: Schema, events: string): Record<string, 
     ...errorResponses,
   };
 }
+
+/** Anthropic's error shape, which the Messages API's routes answer with (messages/anthropic-errors.ts). */
+export const anthropicErrorBody: Schema = object(
+  {
+    type: string("`error`"),
+    error: object({
+      type: string("Anthropic's error type, e.g. `invalid_request_error`"),
+      message: string(),
+      param: nullableString("The request field at fault, when one is"),
+      code: string("Our error code, as in OpenAI-shaped errors"),
+    }),
+    request_id: string(),
+  },
+  'Anthropic\'s error shape: `{"type": "error", "error": {"type", "message"}}`, with our `code` beside',
+);
+
+/** The Messages API's error responses. */
+export const anthropicErrorResponses = { "4xx": anthropicErrorBody, "5xx": anthropicErrorBody } as const;

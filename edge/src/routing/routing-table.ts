@@ -7,6 +7,7 @@ import {
   type RoutableHoster,
   type RouteScope,
 } from "@mkt/proto/registry/v1/registry";
+import { ModelAliases } from "./model-aliases.ts";
 import type { EjectionView, UpstreamDirectory, UpstreamTarget } from "./upstream-target.ts";
 
 /** A model a caller may name, with what decides its health. */
@@ -118,6 +119,8 @@ function hosterNamespace(h: RoutableHoster): Namespace {
  */
 export class RoutingTable implements UpstreamDirectory {
   readonly #outliers: EjectionView & { recovered?(key: string): void };
+  /** The operator's MODEL_ALIASES, consulted for a name no model answers to. */
+  readonly aliases: ModelAliases;
   #table: CatalogTable | undefined;
   #receivedAt: number | undefined;
   #platform: Namespace = EMPTY;
@@ -130,8 +133,12 @@ export class RoutingTable implements UpstreamDirectory {
    * find a hoster healthy again after finding it unhealthy (`recovered`): the probe is the proof it
    * is back, so this edge's own ejection of it ends at once rather than at its back-off.
    */
-  constructor(outliers: EjectionView & { recovered?(key: string): void } = { isEjected: () => false }) {
+  constructor(
+    outliers: EjectionView & { recovered?(key: string): void } = { isEjected: () => false },
+    aliases: ModelAliases = new ModelAliases(),
+  ) {
     this.#outliers = outliers;
+    this.aliases = aliases;
     this.#loaded = new Promise((resolve) => (this.#markLoaded = resolve));
   }
 
@@ -187,6 +194,16 @@ export class RoutingTable implements UpstreamDirectory {
    * exists elsewhere, and no_healthy_upstream for a match (or `auto`) with no usable server.
    */
   resolve(model: string, scope: RouteScope | undefined): Route {
+    const route = this.#resolveName(model, scope);
+    if (route) return route;
+    // An alias is read only for a name no model has: it names a model, whose errors are its own.
+    const target = this.aliases.targetOf(model);
+    const aliased = target === undefined ? undefined : this.#resolveName(target, scope);
+    if (aliased) return aliased;
+    throw modelNotFound(model);
+  }
+
+  #resolveName(model: string, scope: RouteScope | undefined): Route | undefined {
     const models = this.#namespaceFor(scope);
     const folded = model.toLowerCase();
     const match = models.byId.get(model) ?? models.byAlias.get(folded) ?? models.byFoldedId.get(folded);
@@ -199,7 +216,7 @@ export class RoutingTable implements UpstreamDirectory {
       if (!healthy) throw noHealthyUpstream(model);
       return healthy.route(scope);
     }
-    throw modelNotFound(model);
+    return undefined;
   }
 
   /**

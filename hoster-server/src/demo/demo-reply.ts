@@ -24,15 +24,17 @@ export interface DemoReply {
 /**
  * The demo model's answer (a demo, documented in hoster-server/README.md), deterministic for a
  * given request:
- * - a call of one tool, with arguments valid against its parameters' schema, when `tools` are
- *   offered and `tool_choice` is `required`, names a function, or is `auto` and the last message
- *   is not a tool result (so a round trip ends: call → result → text);
+ * - a call of one tool when `tools` are offered and `tool_choice` is `required` or names a
+ *   function, or is `auto` and the last message asks for one: a user message saying
+ *   `call <tool> <json>` (so a demo can be steered, and an agent's turn is not a tool call every
+ *   time; after the tool's result the answer is text, so a round trip ends). The arguments are
+ *   the `<json>` given, or else a document valid against the tool's parameters' schema;
  * - a JSON document valid against the schema of `response_format` json_schema (json_object: `{}`);
  * - otherwise words from a fixed list.
  */
 export function demoReply(chat: ChatRequest, seed: string, completionTokens: number): DemoReply {
-  const tool = toolToCall(chat);
-  if (tool) return toolCallReply(tool, seed, chat.maxTokens);
+  const call = toolToCall(chat);
+  if (call) return toolCallReply(call, seed, chat.maxTokens);
   const answer =
     chat.responseSchema === undefined
       ? demoAnswer(seed, completionTokens, chat.maxTokens)
@@ -47,17 +49,59 @@ export function demoReply(chat: ChatRequest, seed: string, completionTokens: num
   };
 }
 
-function toolToCall(chat: ChatRequest): DemoTool | undefined {
-  const { tools, toolChoice } = chat;
-  if (tools.length === 0 || toolChoice === "none") return undefined;
-  if (typeof toolChoice === "object") return tools.find((tool) => tool.name === toolChoice.name);
-  const lastRole = chat.messages.at(-1)?.role;
-  if (toolChoice === "auto" && (lastRole === "tool" || lastRole === "function")) return undefined;
-  return tools[0];
+/** A tool to call, and the arguments the user asked for (if they did). */
+interface ToolCall {
+  tool: DemoTool;
+  args?: string;
 }
 
-function toolCallReply(tool: DemoTool, seed: string, maxTokens: number | undefined): DemoReply {
-  const args = JSON.stringify(sampleJson(tool.parameters, promptRandom(seed)));
+function toolToCall(chat: ChatRequest): ToolCall | undefined {
+  const { tools, toolChoice } = chat;
+  if (tools.length === 0 || toolChoice === "none") return undefined;
+  const asked = askedCall(chat);
+  if (typeof toolChoice === "object") {
+    const tool = tools.find((t) => t.name === toolChoice.name);
+    return tool && { tool, args: asked?.tool === tool ? asked.args : undefined };
+  }
+  if (toolChoice === "required") return asked ?? { tool: tools[0]! };
+  return asked;
+}
+
+/** `call <tool> <json>` in the last message, when it is the user's and names an offered tool. */
+function askedCall(chat: ChatRequest): ToolCall | undefined {
+  const last = chat.messages.at(-1);
+  if (last?.role !== "user") return undefined;
+  const text = messageText(last.content);
+  for (const match of text.matchAll(/\bcall\s+([\w.:-]+)/g)) {
+    const tool = chat.tools.find((t) => t.name === match[1]);
+    if (!tool) continue;
+    const rest = text.slice(match.index + match[0].length);
+    const open = rest.indexOf("{");
+    const close = rest.lastIndexOf("}");
+    if (open < 0 || close < open || rest.slice(0, open).trim() !== "") return { tool };
+    const json = rest.slice(open, close + 1);
+    try {
+      const parsed: unknown = JSON.parse(json);
+      return parsed && typeof parsed === "object" && !Array.isArray(parsed) ? { tool, args: json } : { tool };
+    } catch {
+      return { tool };
+    }
+  }
+  return undefined;
+}
+
+function messageText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content
+    .map((part: unknown) =>
+      part && typeof part === "object" && (part as Json).type === "text" ? String((part as Json).text ?? "") : "",
+    )
+    .join("\n");
+}
+
+function toolCallReply({ tool, args: asked }: ToolCall, seed: string, maxTokens: number | undefined): DemoReply {
+  const args = asked ?? JSON.stringify(sampleJson(tool.parameters, promptRandom(seed)));
   const answer = answerFromText(args, maxTokens);
   // Deterministic like the rest of the answer, and shaped like OpenAI's ids.
   const id = `call_${createHash("sha256").update(seed).digest("base64url").slice(0, 24)}`;

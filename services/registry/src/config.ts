@@ -23,6 +23,15 @@ const DEFAULT_LOCAL_MODELS = JSON.stringify([
     input_price_per_1m_usd: "0.50",
     output_price_per_1m_usd: "1.50",
   },
+  // Sized for coding agents, whose prompts run to tens of thousands of tokens and which expect a
+  // context of 200,000: the edge's default MODEL_ALIASES send their model names here.
+  {
+    model_id: "demo-agent",
+    model_alias: "Demo Agent",
+    context_window: 200_000,
+    input_price_per_1m_usd: "0.50",
+    output_price_per_1m_usd: "1.50",
+  },
 ]);
 
 const configuredModels = makeValidator<ConfiguredModel[]>((value) => parseConfiguredModels(value));

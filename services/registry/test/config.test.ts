@@ -4,7 +4,7 @@ import { loadRegistryConfig } from "../src/config.ts";
 const base = { LOCAL_MODEL_TOKEN: "t0ken", SECRETS_KEY: "ab".repeat(32), TLS_MODE: "off" };
 
 describe("registry configuration", () => {
-  it("defaults to the one demo model with exact micro-USD prices", () => {
+  it("defaults to the demo models (a small one, and one sized for coding agents) with exact micro-USD prices", () => {
     const config = loadRegistryConfig(base);
     expect(config.LOCAL_MODELS).toEqual([
       {
@@ -14,6 +14,14 @@ describe("registry configuration", () => {
         inputPricePer1mMicros: 500_000n,
         outputPricePer1mMicros: 1_500_000n,
         upstreamModel: "demo-small",
+      },
+      {
+        modelId: "demo-agent",
+        modelAlias: "Demo Agent",
+        contextWindow: 200_000n,
+        inputPricePer1mMicros: 500_000n,
+        outputPricePer1mMicros: 1_500_000n,
+        upstreamModel: "demo-agent",
       },
     ]);
     expect(config.GRPC_PORT).toBe(50053);
