@@ -290,6 +290,24 @@ describe("the edge's lease table against a real billing", () => {
     expect(calls.slice(calling)).toContain("GrantLease");
   });
 
+  it("admits on a lease that lapsed while a heartbeat is on the way once its reply renews it, with no grant", async () => {
+    let clock = 0;
+    const { table, calls } = edge(t, () => clock);
+    const accountId = randomUUID();
+    expect(await admitOne(table, accountId, "big", 100n)).not.toBeNull();
+    await table.beat();
+    // Past its validity by the edge's clock (a reply came late): the beat now on the way reports
+    // it lapsed, and billing, whose session is live, renews it.
+    clock += TTL;
+    expect(table.leaseOf(accountId)!.usable(clock)).toBe(false);
+    const callsBefore = calls.length;
+    const beating = table.beat();
+    const admitted = await admitOne(table, accountId, "big", 100n);
+    await beating;
+    expect(admitted).not.toBeNull();
+    expect(calls.slice(callsBefore)).toEqual(["Heartbeat"]);
+  });
+
   it("takes a subscription's slot first and gives it back on release", async () => {
     const { table, calls } = edge();
     const sub = await subscription(1);

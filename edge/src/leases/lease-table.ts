@@ -184,6 +184,8 @@ export class LeaseTable {
   readonly #unansweredGrants = new Set<string>();
   #lastBeatAt: number;
   #beatFailures = 0;
+  /** The heartbeat on the way, until its reply is applied (or it failed). */
+  #beating: Promise<void> | undefined;
   #grantTimes: Pick<Histogram, "observe"> | undefined;
   #nextBeatAt = -Infinity;
   /** Billing's number for this process under its edge id: 0 until a reply gives it. */
@@ -400,11 +402,22 @@ export class LeaseTable {
     // A request that may shrink to what the account has (min_credit) asks alone: its grant's
     // cover is computed for it. So does one whose shared grant was refused (below).
     let alone = inHand.minCredit > 0n;
+    let waitedForBeat = false;
     for (let grants = 0; ;) {
       const tried = attempt(crossing);
       if ("ok" in tried) return tried.ok;
       if ("waitMs" in tried) {
         await new Promise((resolve) => setTimeout(resolve, tried.waitMs));
+        continue;
+      }
+      // A lease that lapsed while a heartbeat is on the way: that beat's reply renews it (or says
+      // it was fenced) at no cost, so the request waits for it, once, rather than ask for a grant.
+      // Under load a busy billing answers beats late and leases lapse until the reply; a grant
+      // per request in those gaps kept billing busy enough that the gaps never closed.
+      const lapsed = this.#leases.get(accountId);
+      if (!waitedForBeat && this.#beating && lapsed?.open && this.#now() >= lapsed.validUntil) {
+        waitedForBeat = true;
+        await this.#beating;
         continue;
       }
       // A refusal cached from billing spares it a call, never room the lease still has.
@@ -608,7 +621,23 @@ export class LeaseTable {
    * billing: an account sending now and then stays warm. Only replies newer than the last applied
    * to a lease change it. Skipped during back-off.
    */
+  /**
+   * One heartbeat (never two at once: a call while one is on the way waits for that one). Requests
+   * whose lease lapsed while it was on the way wait for its reply too (see #admitting).
+   */
   async beat(): Promise<void> {
+    if (this.#beating) return this.#beating;
+    let done!: () => void;
+    this.#beating = new Promise<void>((resolve) => (done = resolve));
+    try {
+      await this.#beatOnce();
+    } finally {
+      this.#beating = undefined;
+      done();
+    }
+  }
+
+  async #beatOnce(): Promise<void> {
     const now = this.#now();
     if (now < this.#nextBeatAt || this.#superseded) return;
     const all = [...this.#leases.values(), ...this.#retired.values()];
