@@ -60,13 +60,19 @@ export function responseObject(
     temperature: request.temperature ?? 1,
     text: { format: request.text?.format ?? { type: "text" } },
     tool_choice: request.tool_choice ?? "auto",
-    tools: request.tools ?? [],
+    tools: (request.tools ?? []).map(echoedTool),
     top_p: request.top_p ?? 1,
     truncation: "disabled",
   };
   if (fields.usage) response.usage = fields.usage;
   if (typeof request.user === "string") response.user = request.user;
   return response;
+}
+
+/** A function tool as a Response shows it: `parameters` and `strict` are there, null when not sent. */
+function echoedTool(tool: Json & { type: string }): Json {
+  if (tool.type !== "function") return tool;
+  return { ...tool, parameters: tool.parameters ?? null, strict: tool.strict ?? null };
 }
 
 /** Responses usage from a chat usage object (`cost`, where billing adds it, passes on). */
