@@ -37,6 +37,7 @@ describe("MODEL_ALIASES", () => {
       "claude-sonnet-9",
       "gpt-5-codex",
       "gpt-5.5",
+      "gpt-6.2-sol",
     ]) {
       expect(table.resolve(name, undefined).modelId, name).toBe("demo-agent");
     }

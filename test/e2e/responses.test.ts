@@ -137,16 +137,25 @@ describe("responses.create (official openai SDK)", () => {
     expect(reference.param).toBe("input[0]");
     expect(reference.message).toContain("providerOptions.openai.store: false");
 
-    const builtIn = await refused({ tools: [{ type: "web_search" }] });
+    const builtIn = await refused({ tools: [{ type: "file_search", vector_store_ids: ["vs_1"] }] });
     expect(builtIn.param).toBe("tools[0].type");
-    expect(builtIn.message).toMatch(/Built-in tools \(web_search\) are not supported/);
+    expect(builtIn.message).toMatch(/Built-in tools \(file_search\) are not supported/);
   });
 });
 
 it.each([
   ["an empty input", { input: [] }, "input"],
   ["an item of no known type", { input: [{ content: "x" }] }, "input[0].type"],
-  ["a reasoning item", { input: [{ type: "reasoning", id: "rs_1", summary: [] }] }, "input[0].type"],
+  [
+    "only a reasoning item (dropped, leaving nothing to answer)",
+    { input: [{ type: "reasoning", id: "rs_1", summary: [] }] },
+    "input",
+  ],
+  [
+    "a built-in tool call item",
+    { input: [{ type: "web_search_call", id: "ws_1", status: "completed" }] },
+    "input[0].type",
+  ],
   [
     "a function_call without arguments",
     { input: [{ type: "function_call", call_id: "c", name: "f" }] },

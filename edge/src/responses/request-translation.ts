@@ -1,6 +1,7 @@
 import type { ChatBody } from "../chat/chat-body.ts";
 import { badField as bad, isObject, requiredString, type Json } from "../translation/chat-json.ts";
 import type { InputItem, ResponsesBody } from "./responses-body.ts";
+import { chatNameOfCall, chatToolChoice, customArguments, translateTools } from "./tool-translation.ts";
 
 type ChatMessage = Json & { role: string };
 
@@ -13,7 +14,8 @@ const STATELESS = "This gateway serves the Responses API stateless: it stores no
  * stream-translation.ts). What a stateless gateway cannot honour is refused with a 400 naming the
  * field, never silently dropped: previous_response_id, conversation, background, stored prompts,
  * item references, built-in tools. Fields with no meaning here (include, truncation, metadata,
- * store: false) are accepted and ignored; docs/responses-api.md lists every field.
+ * store: false) are accepted and ignored, as are the reasoning items a client sends back (there
+ * is no reasoning to continue); docs/responses-api.md lists every field.
  */
 export function chatBodyFromResponses(body: ResponsesBody): ChatBody {
   refuseState(body);
@@ -25,7 +27,7 @@ export function chatBodyFromResponses(body: ResponsesBody): ChatBody {
   else body.input.forEach((item, i) => addItem(messages, item, `input[${i}]`));
   if (messages.length === 0) throw bad("input", "input has no message to answer.");
 
-  const tools = (body.tools ?? []).map((tool, i) => chatTool(tool, `tools[${i}]`));
+  const { chatTools: tools, origins } = translateTools(body.tools);
   const chat: ChatBody = { model: body.model, messages };
   const set = (field: string, value: unknown) => {
     if (value !== undefined && value !== null) chat[field] = value;
@@ -41,7 +43,7 @@ export function chatBodyFromResponses(body: ResponsesBody): ChatBody {
   if (tools.length > 0) {
     // Chat servers refuse tool_choice and parallel_tool_calls without tools.
     chat.tools = tools;
-    set("tool_choice", chatToolChoice(body.tool_choice));
+    set("tool_choice", chatToolChoice(body.tool_choice, origins));
     set("parallel_tool_calls", body.parallel_tool_calls);
   } else if (isObject(body.tool_choice) || body.tool_choice === "required") {
     throw bad("tool_choice", "tool_choice asks for a tool call, but tools offers none.");
@@ -80,13 +82,28 @@ function addItem(messages: ChatMessage[], item: InputItem, param: string): void 
       messages.push(chatMessage(item, param));
       return;
     case "function_call":
-      addFunctionCall(messages, item, param);
+      addToolCall(
+        messages,
+        requiredString(item, "call_id", param),
+        chatNameOfCall(item, param),
+        requiredString(item, "arguments", param),
+      );
       return;
-    case "function_call_output": {
+    case "custom_tool_call": {
+      const input = customArguments(requiredString(item, "input", param));
+      addToolCall(messages, requiredString(item, "call_id", param), chatNameOfCall(item, param), input);
+      return;
+    }
+    case "function_call_output":
+    case "custom_tool_call_output": {
       const callId = requiredString(item, "call_id", param);
       messages.push({ role: "tool", tool_call_id: callId, content: outputText(item.output, `${param}.output`) });
       return;
     }
+    case "reasoning":
+      // The model's earlier reasoning, sent back for it to continue (Codex CLI sends its
+      // encrypted form): no model here can read it, and the answer does not need it.
+      return;
     case "item_reference":
       throw bad(
         param,
@@ -96,7 +113,8 @@ function addItem(messages: ChatMessage[], item: InputItem, param: string): void 
     default:
       throw bad(
         `${param}.type`,
-        `Input items of type ${JSON.stringify(type)} are not supported: only message, function_call and function_call_output.`,
+        `Input items of type ${JSON.stringify(type)} are not supported: only message, function_call, ` +
+          "custom_tool_call, their outputs and reasoning.",
       );
   }
 }
@@ -144,13 +162,9 @@ function chatPart(part: unknown, param: string): Json {
   }
 }
 
-/** A function_call item joins the assistant message just before it, as chat carries calls. */
-function addFunctionCall(messages: ChatMessage[], item: Json, param: string): void {
-  const call = {
-    id: requiredString(item, "call_id", param),
-    type: "function",
-    function: { name: requiredString(item, "name", param), arguments: requiredString(item, "arguments", param) },
-  };
+/** A call item joins the assistant message just before it, as chat carries calls. */
+function addToolCall(messages: ChatMessage[], id: string, name: string, args: string): void {
+  const call = { id, type: "function", function: { name, arguments: args } };
   const last = messages.at(-1);
   if (last?.role === "assistant") {
     last.tool_calls = [...((last.tool_calls as unknown[] | undefined) ?? []), call];
@@ -164,28 +178,6 @@ function outputText(output: unknown, param: string): string {
   if (typeof output === "string") return output;
   if (!Array.isArray(output)) throw bad(param, `${param} must be a string or an array of parts.`);
   return output.map((part: unknown, i) => String(chatPart(part, `${param}[${i}]`).text ?? "")).join("");
-}
-
-function chatTool(tool: Json & { type: string }, param: string): Json {
-  if (tool.type !== "function") {
-    throw bad(
-      `${param}.type`,
-      `Built-in tools (${tool.type}) are not supported: only function tools, which your code runs.`,
-    );
-  }
-  const fn: Json = { name: requiredString(tool, "name", param) };
-  for (const field of ["description", "parameters", "strict"]) if (tool[field] != null) fn[field] = tool[field];
-  return { type: "function", function: fn };
-}
-
-function chatToolChoice(choice: ResponsesBody["tool_choice"]): unknown {
-  if (choice === undefined || choice === null || choice === "none" || choice === "auto" || choice === "required") {
-    return choice;
-  }
-  if (typeof choice === "object" && choice.type === "function" && typeof choice.name === "string") {
-    return { type: "function", function: { name: choice.name } };
-  }
-  throw bad("tool_choice", "tool_choice must be none, auto, required or {type: 'function', name}.");
 }
 
 function chatResponseFormat(format: Json | null | undefined): Json | undefined {

@@ -1,5 +1,6 @@
 import { chatToolCalls, chatUsage, firstChoice, isObject, type Json } from "../translation/chat-json.ts";
 import type { ResponsesBody } from "./responses-body.ts";
+import { customInput, translateTools, type ToolOrigin } from "./tool-translation.ts";
 
 /** What every Response object of one request shares. */
 export interface ResponseContext {
@@ -10,28 +11,36 @@ export interface ResponseContext {
   /** The model that serves it (the route's model id, as chat completions name it). */
   model: string;
   request: ResponsesBody;
+  /** What each chat function name stands for among the request's tools (tool-translation.ts). */
+  tools: Map<string, ToolOrigin>;
 }
 
 export function responseContext(requestId: string, model: string, request: ResponsesBody): ResponseContext {
-  return { id: `resp_${requestId}`, requestId, createdAt: Math.floor(Date.now() / 1000), model, request };
+  const tools = translateTools(request.tools).origins;
+  return { id: `resp_${requestId}`, requestId, createdAt: Math.floor(Date.now() / 1000), model, request, tools };
 }
 
 /** Output item ids, unique within the response (by the item's place in `output`; calls by their order). */
 export const messageItemId = (ctx: ResponseContext, outputIndex: number) => `msg_${ctx.requestId}_${outputIndex}`;
 export const functionCallItemId = (ctx: ResponseContext, index: number) => `fc_${ctx.requestId}_${index}`;
 
+/** The request's tool a chat call names (a function of that name when the request has none). */
+export const toolOrigin = (ctx: ResponseContext, chatName: string): ToolOrigin =>
+  ctx.tools.get(chatName) ?? { kind: "function", name: chatName };
+
 export type ResponseStatus = "in_progress" | "completed" | "incomplete" | "failed";
 
 /**
  * The Response object around `output`, echoing the request's settings as OpenAI does. `store` is
- * false whatever was asked: nothing is stored (request-translation.ts).
+ * false whatever was asked: nothing is stored (request-translation.ts). Fields OpenAI's schema
+ * has no null for (`usage`, `user`) are left out when there is nothing to say, rather than null.
  */
 export function responseObject(
   ctx: ResponseContext,
   fields: { status: ResponseStatus; output: Json[]; usage?: Json | null; incompleteReason?: string; error?: Json },
 ): Json {
   const { request } = ctx;
-  return {
+  const response: Json = {
     id: ctx.id,
     object: "response",
     created_at: ctx.createdAt,
@@ -51,12 +60,19 @@ export function responseObject(
     temperature: request.temperature ?? 1,
     text: { format: request.text?.format ?? { type: "text" } },
     tool_choice: request.tool_choice ?? "auto",
-    tools: request.tools ?? [],
+    tools: (request.tools ?? []).map(echoedTool),
     top_p: request.top_p ?? 1,
     truncation: "disabled",
-    usage: fields.usage ?? null,
-    user: request.user ?? null,
   };
+  if (fields.usage) response.usage = fields.usage;
+  if (typeof request.user === "string") response.user = request.user;
+  return response;
+}
+
+/** A function tool as a Response shows it: `parameters` and `strict` are there, null when not sent. */
+function echoedTool(tool: Json & { type: string }): Json {
+  if (tool.type !== "function") return tool;
+  return { ...tool, parameters: tool.parameters ?? null, strict: tool.strict ?? null };
 }
 
 /** Responses usage from a chat usage object (`cost`, where billing adds it, passes on). */
@@ -67,7 +83,8 @@ export function responseUsage(relayed: unknown): Json | null {
   const output = counts.completionTokens;
   const usage: Json = {
     input_tokens: input,
-    input_tokens_details: { cached_tokens: 0 },
+    // Nothing is cached here: no prompt caching is promised, so none is read or written.
+    input_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
     output_tokens: output,
     output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: input + output,
@@ -90,12 +107,25 @@ export function messageItem(id: string, status: string, content: Json[]): Json {
 export const outputTextPart = (text: string): Json => ({ type: "output_text", text, annotations: [], logprobs: [] });
 export const refusalPart = (refusal: string): Json => ({ type: "refusal", refusal });
 
-export function functionCallItem(
+/**
+ * A model's tool call as the item type its tool was declared with: a `function_call` (with its
+ * namespace, if any), or a `custom_tool_call` whose `input` is the free text the function's one
+ * argument carried.
+ */
+export function toolCallItem(
   id: string,
   status: string,
-  call: { callId: string; name: string; arguments: string },
+  origin: ToolOrigin,
+  call: { callId: string; arguments: string },
 ): Json {
-  return { type: "function_call", id, call_id: call.callId, name: call.name, arguments: call.arguments, status };
+  const named = {
+    call_id: call.callId,
+    ...(origin.namespace ? { namespace: origin.namespace } : {}),
+    name: origin.name,
+  };
+  if (origin.kind === "custom")
+    return { type: "custom_tool_call", id, status, ...named, input: customInput(call.arguments) };
+  return { type: "function_call", id, ...named, arguments: call.arguments, status };
 }
 
 /** The Response object of a non-streamed answer, from the registry's chat.completion. */
@@ -115,9 +145,8 @@ export function responseFromCompletion(ctx: ResponseContext, completionText: str
   if (content.length > 0) output.push(messageItem(messageItemId(ctx, 0), itemStatus, content));
   calls.forEach((call, i) => {
     output.push(
-      functionCallItem(functionCallItemId(ctx, i), itemStatus, {
+      toolCallItem(functionCallItemId(ctx, i), itemStatus, toolOrigin(ctx, call.name), {
         callId: call.id,
-        name: call.name,
         arguments: call.arguments,
       }),
     );

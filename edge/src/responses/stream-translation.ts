@@ -1,7 +1,6 @@
 import type { AppError } from "@mkt/runtime/errors";
 import type { AnswerFormat } from "../chat/answer-format.ts";
 import {
-  functionCallItem,
   functionCallItemId,
   messageItem,
   messageItemId,
@@ -11,6 +10,8 @@ import {
   responseObject,
   responseUsage,
   statusOf,
+  toolCallItem,
+  toolOrigin,
   type ResponseContext,
 } from "./response-object.ts";
 import { firstChunkChoice, isObject, type Json } from "../translation/chat-json.ts";
@@ -26,6 +27,7 @@ interface OpenCall {
   outputIndex: number;
   itemId: string;
   callId: string;
+  /** The chat function's name (a namespaced tool's joined name). */
   name: string;
   arguments: string;
 }
@@ -34,7 +36,9 @@ interface OpenCall {
  * The Responses API's stream, from the registry's chat.completion.chunks: response.created and
  * response.in_progress with the first chunk; then for text output_item.added,
  * content_part.added, output_text.delta..., and for each tool call output_item.added,
- * function_call_arguments.delta...; each item closed (…done events) when the next begins or the
+ * function_call_arguments.delta... (a custom tool's call: its whole input in one
+ * custom_tool_call_input.delta when it ends, as the input is read out of the arguments' JSON);
+ * each item closed (…done events) when the next begins or the
  * answer ends; then response.completed, or response.incomplete when the output cap cut it, or
  * response.failed for a failure after the start. Every event has its `sequence_number`, as
  * OpenAI documents; no `[DONE]` follows (OpenAI sends none on this API).
@@ -203,7 +207,10 @@ export class ResponseStreamTranslator implements AnswerFormat {
       };
       this.#callsByIndex.set(index, call);
       this.#call = call;
-      const item = functionCallItem(call.itemId, "in_progress", { ...call, arguments: "" });
+      const item = toolCallItem(call.itemId, "in_progress", toolOrigin(this.#ctx, call.name), {
+        callId: call.callId,
+        arguments: "",
+      });
       this.#output.push(item);
       frames += this.#event("response.output_item.added", { output_index: call.outputIndex, item });
     } else if (typeof fn.name === "string") {
@@ -211,6 +218,7 @@ export class ResponseStreamTranslator implements AnswerFormat {
     }
     if (typeof fn.arguments === "string" && fn.arguments !== "") {
       call.arguments += fn.arguments;
+      if (toolOrigin(this.#ctx, call.name).kind === "custom") return frames;
       frames += this.#event("response.function_call_arguments.delta", {
         item_id: call.itemId,
         output_index: call.outputIndex,
@@ -224,12 +232,22 @@ export class ResponseStreamTranslator implements AnswerFormat {
     const call = this.#call;
     if (!call) return "";
     this.#call = undefined;
-    const item = functionCallItem(call.itemId, status, call);
+    const origin = toolOrigin(this.#ctx, call.name);
+    const item = toolCallItem(call.itemId, status, origin, call);
     this.#output[call.outputIndex] = item;
     const where = { item_id: call.itemId, output_index: call.outputIndex };
+    const done = { output_index: call.outputIndex, item };
+    if (item.type === "custom_tool_call") {
+      const input = item.input as string;
+      return (
+        (input === "" ? "" : this.#event("response.custom_tool_call_input.delta", { ...where, delta: input })) +
+        this.#event("response.custom_tool_call_input.done", { ...where, input }) +
+        this.#event("response.output_item.done", done)
+      );
+    }
     return (
-      this.#event("response.function_call_arguments.done", { ...where, name: call.name, arguments: call.arguments }) +
-      this.#event("response.output_item.done", { output_index: call.outputIndex, item })
+      this.#event("response.function_call_arguments.done", { ...where, name: origin.name, arguments: call.arguments }) +
+      this.#event("response.output_item.done", done)
     );
   }
 }

@@ -21,8 +21,9 @@ export function responsesRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true }),
       schema: {
         summary:
-          "Create a model response (OpenAI Responses API, stateless: `input` items incl. function calls, " +
-          "function `tools`, `text.format` json_schema, `stream`; no `previous_response_id` or built-in tools)",
+          "Create a model response (OpenAI Responses API, stateless: `input` items incl. function and custom " +
+          "tool calls, function, custom and namespace `tools`, `text.format` json_schema, `stream`; no " +
+          "`previous_response_id` or built-in tools)",
         description:
           "`usage.cost` is what the request is charged in USD, as on chat completions (`POST /v1/chat/completions`).",
         tags: ["chat"],

@@ -19,8 +19,8 @@ export const AGENT_DEMO_MODEL = "demo-agent";
 /**
  * What Claude Code and Codex CLI send when their user sets no model: Claude Code's default
  * (`claude-opus-4-8[1m]` in 2.1, the `[1m]` asking for its long context) and its small fast model
- * for side tasks (a Haiku), Codex CLI's GPT-5 and GPT-5 Codex models; the patterns take the
- * versions that follow.
+ * for side tasks (a Haiku), Codex CLI's GPT-5 and GPT-5 Codex models, and its default in 0.171
+ * (`gpt-6.2-sol`) when its user sets no model; the patterns take the versions that follow.
  */
 export const DEFAULT_MODEL_ALIASES = [
   "claude-opus-4-8[1m]",
@@ -33,6 +33,8 @@ export const DEFAULT_MODEL_ALIASES = [
   "gpt-5.1-codex-max",
   "gpt-5.5",
   "gpt-5*",
+  "gpt-6.2-sol",
+  "gpt-6*",
 ]
   .map((name) => `${name}=${AGENT_DEMO_MODEL}`)
   .join(",");
