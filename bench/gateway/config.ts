@@ -1,5 +1,5 @@
 /** The benchmark's knobs: every one an environment variable with a default (listed in bench/gateway.ts). */
-import { TARGET_SCENARIOS } from "./targets.ts";
+import { TARGET_SCENARIOS } from "./scenarios.ts";
 
 const num = (name: string, fallback: number): number => {
   const raw = process.env[name];

@@ -2,74 +2,12 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { TargetName } from "./load.ts";
-import { served, type Counters } from "./process-stats.ts";
-import type { RssPeaks } from "./rss.ts";
-import type { Steps } from "./step-histograms.ts";
+import { served } from "./process-stats.ts";
 import type { Summary } from "./stats.ts";
-import type { Goal } from "./targets.ts";
+import type { LoadRun, Results, StreamRun } from "./results.ts";
 import type { Verdict } from "./verify.ts";
 
-export interface LoadRun {
-  target: TargetName;
-  connections: number;
-  seconds: number;
-  requests: number;
-  rps: number;
-  /** Latency of the requests answered 200 with a whole answer, ms. */
-  latency: Summary;
-  /** Requests that did not end 200 with a whole answer, by status ("0": no response). */
-  errors: Record<string, number>;
-  /** What each process involved spent per request (bench/gateway/process-stats.ts). */
-  perRequest: Record<string, Counters>;
-  /** Ours only: the steps before the first event, from the services' histograms. */
-  steps?: Steps;
-}
-
-export interface StreamRun {
-  target: TargetName;
-  streams: number;
-  /** Status 200, [DONE] received, no error event. */
-  completed: number;
-  ttft: Summary;
-  total: Summary;
-  errors: Record<string, number>;
-  /** What each process involved spent per stream (bench/gateway/process-stats.ts). */
-  perStream: Record<string, Counters>;
-  /** Ours only: the steps before the first token, from the services' histograms. */
-  steps?: Steps;
-  /** Arrivals only: how late the load generator started each stream against its schedule, ms. */
-  arrivalLag?: Summary;
-}
-
-export interface SparseRun {
-  accounts: number;
-  everySeconds: number;
-  seconds: number;
-  requests: number;
-  completed: number;
-  latency: Summary;
-  /** GrantLease calls billing granted during the run (mkt_lease_grants_total). */
-  grants: number;
-  /** grants ÷ accounts ÷ each account's minutes of traffic. */
-  grantsPerAccountPerMinute: number;
-}
-
-export interface Results {
-  startedAt: string;
-  settings: Record<string, unknown>;
-  latency: Partial<Record<TargetName, LoadRun>>;
-  throughput: Partial<Record<TargetName, LoadRun>>;
-  /** Streams started at once. */
-  streams: Partial<Record<TargetName, StreamRun>>;
-  /** Streams started at a steady rate. */
-  arrivals: Partial<Record<TargetName, StreamRun>>;
-  /** Our processes during the streams started at once. */
-  rss?: RssPeaks;
-  /** Sparse accounts (ours only): how often their requests went to billing for a grant. */
-  sparse?: SparseRun;
-  verdicts: Verdict[];
-  goals: Goal[];
-}
+export type { LoadRun, Results, StreamRun };
 
 const fmt = (n: number | undefined, digits = 1) =>
   n === undefined || !Number.isFinite(n)

@@ -6,23 +6,10 @@
  * are the bench's default knobs (config.ts); a run with other knobs says so beside the verdict.
  */
 import type { BenchConfig } from "./config.ts";
+import type { Goal, LoadRun, Results, StreamRun } from "./results.ts";
+import { TARGET_SCENARIOS } from "./scenarios.ts";
 import type { TargetName } from "./load.ts";
 import { served, type Counters } from "./process-stats.ts";
-import type { LoadRun, Results, StreamRun } from "./report.ts";
-
-/** The scenarios the targets are stated for (and the bench's defaults). */
-export const TARGET_SCENARIOS = {
-  throughputConnections: 64,
-  /** Streams started at once. */
-  streams: 1000,
-  /** New streams per second, and for how long. */
-  arrivalRate: 100,
-  arrivalSeconds: 10,
-  /** Sparse accounts: each sends one request every so often, for so long. */
-  sparseAccounts: 1000,
-  sparseEverySeconds: 5,
-  sparseSeconds: 60,
-} as const;
 
 /** The limits: ratios are ours ÷ the peer's (added figures: minus the direct call's). */
 export const LIMITS = {
@@ -36,16 +23,6 @@ export const LIMITS = {
   edgeRssMb: 400,
   sparseGrantsPerAccountPerMinute: 1,
 } as const;
-
-export interface Goal {
-  /** The target as the issue words it. */
-  target: string;
-  /** The figures it is judged on. */
-  value: string;
-  pass: boolean | undefined;
-  /** Set when the run's knobs differ from the scenario the target is stated for. */
-  caveat?: string;
-}
 
 const S = TARGET_SCENARIOS;
 const L = LIMITS;

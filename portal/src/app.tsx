@@ -3,7 +3,7 @@ import { Layout } from "./components/layout.tsx";
 import { Loading } from "./components/ui.tsx";
 import { api } from "./lib/api.ts";
 import { usePage } from "./lib/router.ts";
-import { SessionContext, type Session } from "./lib/session.ts";
+import { SessionContext, sessionOf, type Session, type SessionAnswer } from "./lib/session.ts";
 import { EarningsPage } from "./pages/earnings.tsx";
 import { HosterProfilePage } from "./pages/hoster-profile.tsx";
 import { HosterRegisterPage } from "./pages/hoster-register.tsx";
@@ -46,7 +46,7 @@ export function App() {
   const page = usePage();
   const [session, setSession] = useState<Session | null>();
   const refresh = useCallback(async () => {
-    setSession(await api<Session>("/auth/session").catch(() => null));
+    setSession(await api<SessionAnswer>("/auth/session").then(sessionOf, () => null));
   }, []);
   useEffect(() => {
     void refresh();

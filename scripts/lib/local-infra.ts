@@ -1,8 +1,8 @@
-import { accessSync, constants, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { connect } from "node:net";
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { userInfo } from "node:os";
-import { delimiter, dirname, join } from "node:path";
+import { dirname, join } from "node:path";
 import { randomBytes } from "node:crypto";
+import { answers, findNatsServer, SBIN } from "@mkt/testkit/local-servers";
 import type { SupervisedSpec } from "./supervisor.ts";
 
 /**
@@ -19,20 +19,6 @@ export interface Dependency {
   spec?: SupervisedSpec;
   /** One line for the console: where it comes from. */
   origin: string;
-}
-
-/** True when something accepts a TCP connection at host:port within `timeoutMs`. */
-export function answers(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host, port, timeout: timeoutMs });
-    const done = (ok: boolean) => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.once("connect", () => done(true));
-    socket.once("timeout", () => done(false));
-    socket.once("error", () => done(false));
-  });
 }
 
 /**
@@ -83,23 +69,6 @@ function assertReachableByOthers(dir: string): void {
     }
     if (path === dirname(path)) return;
   }
-}
-
-/** Where Debian and others install nats-server: sbin, which a non-root user's PATH often lacks. */
-const SBIN = ["/usr/sbin", "/usr/local/sbin"];
-
-/** The nats-server executable on PATH (or in sbin), if any. */
-export function findNatsServer(path = process.env.PATH ?? "", sbin = SBIN): string | undefined {
-  for (const dir of [...path.split(delimiter).filter(Boolean), ...sbin]) {
-    const candidate = join(dir, "nats-server");
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // not there
-    }
-  }
-  return undefined;
 }
 
 export const NATS_HINT =

@@ -1,7 +1,7 @@
 /**
  * The memory settings every process of the system runs with, here and in the image
  * (deploy/Dockerfile sets the same values; test/deploy checks they agree).
- * docs/performance.md#process-memory has the measurements.
+ * bench/README.md#process-memory has the measurements.
  */
 export const PROCESS_ENV = {
   // Under a high allocation rate V8 grows each young-generation semi-space up to 64 MiB and keeps

@@ -195,6 +195,22 @@ describe.each(WIDTHS)("a customer at %s width", (width) => {
   }, 90_000);
 });
 
+describe("a first visit, logged out", () => {
+  it("logs no console error: nobody logged in is a 200 from GET /auth/session", async () => {
+    const { context, page, problems } = await openPortal(browser, system.url, "desktop");
+    try {
+      const probe = page.waitForResponse((res) => new URL(res.url()).pathname === "/auth/session");
+      await page.goto("/portal/");
+      expect((await probe).status()).toBe(200);
+      await page.getByRole("button", { name: "Log in" }).waitFor();
+      await page.waitForLoadState("networkidle");
+      expect(problems).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  }, 60_000);
+});
+
 describe("a playground answer cut short", () => {
   it("shows no cost of its own and points at the Usage page", async () => {
     const customer = await signUp(system.url);

@@ -22,9 +22,21 @@ async function login(email: string, headers: Record<string, string> = {}) {
   return { res, setCookie, cookie: setCookie.split(";")[0]! };
 }
 
+/** GET /auth/session's answer when nobody is logged in: a 200, not an error. */
+const NOBODY = { kind: null, subject_id: null, email: null, expires_at: null };
+
 const whoAmI = (cookie: string) => fetch(`${system.url}/auth/session`, { headers: { cookie } });
 
 describe("customer sessions", () => {
+  it("answers GET /auth/session with a 200 naming nobody when no one is logged in", async () => {
+    const res = await fetch(`${system.url}/auth/session`);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual(NOBODY);
+    // Routes that need a session still answer 401.
+    const key = await fetch(`${system.url}/auth/session-key`, { method: "POST" });
+    expect(key.status).toBe(401);
+  });
+
   it("sets an HttpOnly, SameSite=Lax cookie that identifies the session", async () => {
     const { email, accountId } = await signUp(system.url);
     const { res, setCookie, cookie } = await login(email);
@@ -65,15 +77,24 @@ describe("customer sessions", () => {
     const second = await login(email, { cookie: first.cookie });
     expect(second.cookie).not.toBe(first.cookie);
     // The session presented with the second login was ended by it.
-    expect((await whoAmI(first.cookie)).status).toBe(401);
+    expect(await (await whoAmI(first.cookie)).json()).toEqual(NOBODY);
     expect((await whoAmI(second.cookie)).status).toBe(200);
 
     const out = await fetch(`${system.url}/auth/logout`, { method: "POST", headers: { cookie: second.cookie } });
     expect(out.status).toBe(200);
     expect(out.headers.getSetCookie()[0]).toMatch(/^mk_session=;/);
     const after = await whoAmI(second.cookie);
-    expect(after.status).toBe(401);
-    expect(await after.json()).toMatchObject({ error: { type: "authentication_error", code: "unauthenticated" } });
+    expect(after.status).toBe(200);
+    expect(await after.json()).toEqual(NOBODY);
+    // A call that needs the session still refuses the ended one.
+    const needsSession = await fetch(`${system.url}/auth/session-key`, {
+      method: "POST",
+      headers: { cookie: second.cookie },
+    });
+    expect(needsSession.status).toBe(401);
+    expect(await needsSession.json()).toMatchObject({
+      error: { type: "authentication_error", code: "unauthenticated" },
+    });
   });
 
   it("refuses wrong credentials with 401 invalid_credentials and no cookie", async () => {
@@ -86,7 +107,8 @@ describe("customer sessions", () => {
     expect(res.status).toBe(401);
     expect(res.headers.getSetCookie()).toEqual([]);
     expect(await res.json()).toMatchObject({ error: { code: "invalid_credentials" } });
-    expect((await whoAmI("mk_session=mks_" + "a".repeat(43))).status).toBe(401);
+    const forged = await whoAmI("mk_session=mks_" + "a".repeat(43));
+    expect([forged.status, await forged.json()]).toEqual([200, NOBODY]);
   });
 });
 

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomToken } from "@mkt/runtime/ids";
 import { freePort } from "@mkt/testkit/ports";
-import { answers } from "../../scripts/lib/local-infra.ts";
+import { answers } from "@mkt/testkit/local-servers";
 
 /** The local model (hoster-server in demo mode) as a process of its own, killed and restarted at will. */
 export interface ModelProcess {

@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect, it } from "vitest";
 import { freePort } from "@mkt/testkit/ports";
-import { answers, NATS_HINT, natsFor, postgresFor } from "../../scripts/lib/local-infra.ts";
+import { answers } from "@mkt/testkit/local-servers";
+import { NATS_HINT, natsFor, postgresFor } from "../../scripts/lib/local-infra.ts";
 
 // Which PostgreSQL and NATS `npm start` uses. The embedded path itself runs in
 // npm-start-offline.test.ts; here, the choices that a machine with both running can show.

@@ -1,10 +1,16 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { CreateSessionKeyRequest, LoginRequest, LogoutRequest } from "@mkt/proto/accounts/v1/accounts";
-import { clearSessionCookie, principalSession, SESSION_COOKIE, setSessionCookie } from "../plugins/session-auth.ts";
+import { AppError } from "@mkt/runtime/errors";
+import {
+  CreateSessionKeyRequest,
+  LoginRequest,
+  LogoutRequest,
+  ResolveSessionRequest,
+} from "@mkt/proto/accounts/v1/accounts";
+import { clearSessionCookie, SESSION_COOKIE, setSessionCookie } from "../plugins/session-auth.ts";
 import { keyProperties, renderKey } from "./keys.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
-import { boolean, object, replies, string } from "./response-schemas.ts";
+import { boolean, nullableString, object, replies, string } from "./response-schemas.ts";
 
 interface LoginBody {
   email: string;
@@ -98,21 +104,44 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
     },
     (request, reply) => login(request, reply, { ...request.body, kind: "hoster" }),
   );
+  // Who is logged in, nobody included: the portal asks on every first page, and a logged-out
+  // visitor is an answer, not an error (a 401 here would be a console error in every browser).
+  // A cookie whose session has ended counts as nobody; routes that need a session still answer 401.
   app.get(
     "/auth/session",
     {
-      onRequest: deps.session("any"),
       schema: {
-        summary: "The current session (who is logged in)",
-        response: replies(200, object({ kind: string(), subject_id: string(), email: string(), expires_at: string() })),
+        summary: "Who is logged in: the session, or nulls when nobody is",
+        response: replies(
+          200,
+          object({
+            kind: nullableString("`customer` or `hoster`; null when nobody is logged in"),
+            subject_id: nullableString("The account's or hoster's id"),
+            email: nullableString(),
+            expires_at: nullableString(),
+          }),
+        ),
         tags: ["sessions"],
       },
     },
     async (request) => {
-      const session = principalSession(request);
+      const token = request.cookies[SESSION_COOKIE];
+      const session = token ? await liveSession(token) : undefined;
+      if (!session) return { kind: null, subject_id: null, email: null, expires_at: null };
       return { kind: session.kind, subject_id: session.subjectId, email: session.email, expires_at: session.expiresAt };
     },
   );
+
+  /** The session a cookie token stands for, or undefined when it has ended or never existed. */
+  async function liveSession(token: string) {
+    try {
+      return (await deps.backends.accounts.resolveSession(ResolveSessionRequest.fromPartial({ sessionToken: token })))
+        .session;
+    } catch (err) {
+      if (err instanceof AppError && err.code === "unauthenticated") return undefined;
+      throw err;
+    }
+  }
   app.post(
     "/auth/session-key",
     {

@@ -9,7 +9,7 @@
  * With the factor fixed at 2 the same run peaked at ~280, ~260 and ~190 MB. The price is paid when
  * the live set grows fast: a thousand streams starting at once cost the edge and the registry
  * ~15–20% more CPU each (more full collections on the way up); 1.5 saved ~90 MB more and cost more
- * (docs/performance.md#process-memory has the A/B).
+ * (bench/README.md#process-memory has the A/B).
  *
  * NODE_OPTIONS does not accept this V8 flag, hence setting it from code. V8 reads it each time it
  * computes the next collection's limit, so setting it before the service has allocated anything

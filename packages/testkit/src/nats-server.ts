@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 // The launcher's own helpers: its lookup of the binary (PATH, then sbin, where Debian installs
 // it) and its check that a port accepts connections.
-import { answers, findNatsServer } from "../../../scripts/lib/local-infra.ts";
+import { answers, findNatsServer } from "./local-servers.ts";
 import { freePort } from "./ports.ts";
 
 /** A nats-server of a test's own: stop and start it at will, never the machine's shared one. */

@@ -3,7 +3,7 @@ import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { answers } from "../../../scripts/lib/local-infra.ts";
+import { answers } from "./local-servers.ts";
 import { freePort } from "./ports.ts";
 
 const run = promisify(execFile);

@@ -5,7 +5,7 @@ import type { SecretBox } from "@mkt/runtime/secret-box";
 import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import type { RegistryServiceClient } from "@mkt/proto/registry/v1/registry";
 import type { BillingConfig } from "./config.ts";
-import type { RecallLeases } from "./leases/recall-sender.ts";
+import type { RecallLeases } from "./leases/recall-types.ts";
 import type { BillingMetrics } from "./metrics/billing-metrics.ts";
 
 /** What billing's handlers share: the database, the config and a clock tests may set. */

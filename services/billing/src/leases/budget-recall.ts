@@ -2,7 +2,7 @@ import { performance } from "node:perf_hooks";
 import type { GrantLeaseRequest } from "@mkt/proto/billing/v1/leases";
 import type { BillingContext } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
-import type { FencedLease } from "./fence-leases.ts";
+import type { FencedLease } from "./recall-types.ts";
 import { GRANT_RECALL_WAIT_MS } from "./grant-recall.ts";
 import { windowsOf } from "./lease-windows.ts";
 

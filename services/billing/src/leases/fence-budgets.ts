@@ -1,5 +1,5 @@
 import type { Em } from "../context.ts";
-import type { FencedLease } from "./fence-leases.ts";
+import type { FencedLease } from "./recall-types.ts";
 
 /**
  * Fences every open budget of the subscription, inside the caller's transaction: the one that

@@ -1,9 +1,5 @@
 import type { Em } from "../context.ts";
-
-export interface FencedLease {
-  leaseId: string;
-  edgeId: string;
-}
+import type { FencedLease } from "./recall-types.ts";
 
 /**
  * Fences every open lease of the account, inside the caller's transaction (the one that cancels,

@@ -1,7 +1,7 @@
 import type { LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
 import type { BillingContext } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
-import type { FencedLease } from "./fence-leases.ts";
+import type { FencedLease } from "./recall-types.ts";
 import { applyReport, closeReported, loadLeases, lockWallets, returnBudgetRoom } from "./lease-store.ts";
 import { validateReports } from "./lease-validation.ts";
 

@@ -2,16 +2,8 @@ import { performance } from "node:perf_hooks";
 import type { NatsConnection } from "@mkt/runtime/nats";
 import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
 import type { BillingContext } from "../context.ts";
-import type { FencedLease } from "./fence-leases.ts";
+import type { FencedLease, RecallLeases } from "./recall-types.ts";
 import { applyRecallAck } from "./recall-ack.ts";
-
-/**
- * Sends one recall per fenced lease to its edge and applies each ack, resolving when every holder
- * has acked or `untilMs` (on `performance.now`) has come. Never rejects: a missing ack is covered
- * by the wait, because a fenced lease or budget is never extended again and the edge's own
- * validity for it ends within one TTL of the fence (docs/architecture.md#revocation-stops-at-once).
- */
-export type RecallLeases = (holders: FencedLease[], subscriptionId: string, untilMs: number) => Promise<void>;
 
 /** While an edge has no subscriber on its subject (reconnecting), how often to ask again. */
 const NO_RESPONDER_RETRY_MS = 100;

@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
-import type { SettleOutcome } from "../settlement/usage-without-charge.ts";
+import type { SettleOutcome } from "../settlement/settle-outcome.ts";
 
 /**
  * Billing's Prometheus metrics, in a registry of their own (not prom-client's global one), so

@@ -3,20 +3,9 @@ import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { answerOf } from "../usage/usage-records.ts";
 import type { SettlementWrites } from "./settlement-writes.ts";
+import type { Refusal, SettleOutcome } from "./settle-outcome.ts";
 
-/**
- * Why a lease event was refused, recorded at no cost (defence in depth behind NATS permissions,
- * docs/deploy.md "NATS users"): its lease is unknown, belongs to another account than the event
- * names, or never granted as much credit as the event's worst case.
- */
-export type Refusal = "unknown_lease" | "foreign_lease" | "over_lease_credit";
-
-/**
- * How an event's settlement ended: `late_settled` when its lease hold was already released (some
- * of it may be written off), `clamped` when charged no more than its lease still held for its
- * unsettled requests, `no_hold` when it named no lease (recorded at no cost), a refusal.
- */
-export type SettleOutcome = "settled" | "late_settled" | "clamped" | "duplicate" | "no_hold" | Refusal | "dropped";
+export type { Refusal, SettleOutcome };
 
 const REFUSALS: Record<Refusal, string> = {
   unknown_lease: "usage event names an unknown lease; recorded at no cost",

@@ -2,7 +2,7 @@ import type { ProductTerms } from "@mkt/proto/registry/v1/registry";
 import type { BillingContext } from "../context.ts";
 import { performance } from "node:perf_hooks";
 import { fenceBudgets } from "../leases/fence-budgets.ts";
-import type { FencedLease } from "../leases/fence-leases.ts";
+import type { FencedLease } from "../leases/recall-types.ts";
 import { fenceWaitMs } from "@mkt/runtime/fence-wait";
 import { lockWallet, openWallet } from "../wallets/ledger.ts";
 import { postFee } from "./activate-subscription.ts";
