@@ -197,4 +197,17 @@ describe("an upstream's own fields", () => {
     expect(deltas.map((d) => d.content ?? "").join("")).toBe("An answer with extras.");
     expect(chunks.at(-1)!.usage).toMatchObject({ prompt_tokens: expect.any(Number), cost: expect.any(Number) });
   });
+
+  it("arrive at the top of a non-streamed answer too, which the edge assembles from the chunks", async () => {
+    const { apiKey } = await signUp(system.url);
+    const res = await fetch(`${system.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "Hello" }] }),
+    });
+    expect(res.status).toBe(200);
+    const completion = (await res.json()) as Json & { choices: Array<{ message: Json }> };
+    expect(completion).toMatchObject({ ...EXTRA, object: "chat.completion" });
+    expect(completion.choices[0]!.message.content).toBe("An answer with extras.");
+  });
 });

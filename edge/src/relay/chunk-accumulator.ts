@@ -24,6 +24,8 @@ interface ChoiceState {
   functionCall: { name: string; arguments: string } | undefined;
   /** The text of an audio answer an upstream sent although audio is refused at the edge. */
   audioTranscript: string | undefined;
+  /** A reasoning model's own reasoning text (`reasoning_content` or `reasoning` deltas), as relayed. */
+  reasoning: { field: string; text: string } | undefined;
   finishReason: string | null;
   logprobs: unknown[] | undefined;
   /** Its text as relayed, counted against the runaway guard's limit. */
@@ -31,6 +33,12 @@ interface ChoiceState {
   /** The runaway guard cut it: it ended with `length` and nothing more of it is relayed. */
   cut: boolean;
 }
+
+/** The chunk fields OpenAI defines: any other top-level field is the upstream's own. */
+const CHUNK_FIELDS = new Set(["id", "object", "created", "model", "choices", "usage", "system_fingerprint", "error"]);
+
+/** Delta fields in which reasoning models (DeepSeek, vLLM, OpenRouter) stream their reasoning. */
+const REASONING_FIELDS = ["reasoning_content", "reasoning"] as const;
 
 const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Array.isArray(v);
 
@@ -54,6 +62,8 @@ export class ChunkAccumulator {
   readonly #ours: TopLevelStrings;
   #created: number | undefined;
   #systemFingerprint: string | undefined;
+  /** Top-level fields of the upstream's chunks beyond OpenAI's (a provider's own), for the completion. */
+  #extras: Json | undefined;
   readonly #choices = new Map<number, ChoiceState>();
   readonly #choiceLimit: number;
   /** Choices the runaway guard cut. */
@@ -152,6 +162,9 @@ export class ChunkAccumulator {
     }
     if (typeof chunk.created === "number" && this.#created === undefined) this.#created = chunk.created;
     if (typeof chunk.system_fingerprint === "string") this.#systemFingerprint = chunk.system_fingerprint;
+    for (const key in chunk) {
+      if (!CHUNK_FIELDS.has(key)) (this.#extras ??= {})[key] = chunk[key];
+    }
     if (isObject(chunk.usage)) {
       this.reportedUsage = { promptTokens: chunk.usage.prompt_tokens, completionTokens: chunk.usage.completion_tokens };
     }
@@ -186,6 +199,7 @@ export class ChunkAccumulator {
         toolCalls: new Map(),
         functionCall: undefined,
         audioTranscript: undefined,
+        reasoning: undefined,
         finishReason: null,
         logprobs: undefined,
         budget: new OutputBudget(this.#choiceLimit),
@@ -237,8 +251,10 @@ export class ChunkAccumulator {
       state.sawContent = true;
     }
     state.refusal += this.#take(state, delta, "refusal");
-    this.#take(state, delta, "reasoning_content");
-    this.#take(state, delta, "reasoning");
+    for (const field of REASONING_FIELDS) {
+      const text = this.#take(state, delta, field);
+      if (text !== "") (state.reasoning ??= { field, text: "" }).text += text;
+    }
     // Legacy function calling and audio transcripts are output the caller receives: billed like
     // text (the transcript is the only text of an audio answer; the audio itself has no price).
     if (isObject(delta.function_call)) {
@@ -305,6 +321,7 @@ export class ChunkAccumulator {
         if (toolCalls.length > 0) message.tool_calls = toolCalls;
         if (c.functionCall) message.function_call = { ...c.functionCall };
         if (c.audioTranscript !== undefined) message.audio = { transcript: c.audioTranscript };
+        if (c.reasoning) message[c.reasoning.field] = c.reasoning.text;
         return {
           index,
           message,
@@ -312,7 +329,10 @@ export class ChunkAccumulator {
           finish_reason: c.finishReason ?? "stop",
         };
       });
+    // A provider's own top-level fields reach a non-streamed caller as they reach a streamed one;
+    // ours (id, model, usage…) are written over them.
     const completion: Json = {
+      ...this.#extras,
       id: this.id,
       object: "chat.completion",
       created: this.created,

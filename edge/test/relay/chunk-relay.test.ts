@@ -102,3 +102,29 @@ describe("ChunkAccumulator.relayText", () => {
     expect(acc.firstChoiceAt).toBeGreaterThan(0);
   });
 });
+
+describe("ChunkAccumulator.completion, what an upstream adds", () => {
+  it("keeps a provider's own top-level fields and a reasoning model's reasoning text, under our id and model", () => {
+    const acc = accumulator();
+    acc.accept(chunk({ model: "up", provider: "acme", x_trace: { region: "eu" } }, { reasoning_content: "Think" }));
+    acc.accept(chunk({ model: "up", provider: "acme" }, { reasoning_content: "ing." }));
+    acc.accept(chunk({ model: "up" }, { content: "Hi" }, "stop"));
+    const completion = acc.completion({ inputTokens: 1n, outputTokens: 1n }, 0n);
+    expect(completion).toMatchObject({
+      id: OURS,
+      object: "chat.completion",
+      model: "m",
+      provider: "acme",
+      x_trace: { region: "eu" },
+      choices: [{ message: { role: "assistant", content: "Hi", reasoning_content: "Thinking." } }],
+    });
+  });
+
+  it("never lets an upstream's field stand in for ours", () => {
+    const acc = accumulator();
+    acc.accept(chunk({ model: "up", usage: { prompt_tokens: 1, completion_tokens: 1 } }, { content: "Hi" }, "stop"));
+    const completion = acc.completion({ inputTokens: 3n, outputTokens: 2n }, 0n);
+    expect(completion).toMatchObject({ id: OURS, model: "m", object: "chat.completion" });
+    expect((completion.usage as Record<string, unknown>).prompt_tokens).toBe(3);
+  });
+});
