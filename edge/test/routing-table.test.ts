@@ -137,6 +137,8 @@ describe("RoutingTable.resolve for a scoped key", () => {
       outputPricePer1mMicros: 0n,
       contextWindow: 32_768n,
       maxOutputTokensCap: 32_768n,
+      maxN: 1n,
+      kind: "chat",
     });
     expect(t.resolve("QWEN2.5-7B", scopeOf(ACME.toUpperCase())).modelId).toBe("qwen2.5-7b");
     expect(t.resolve("auto", scopeOf(ACME)).modelId).toBe("llama-3-8b.gguf");

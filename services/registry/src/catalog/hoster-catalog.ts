@@ -61,6 +61,8 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { f
       ownedBy: h.name,
       created,
       contextWindow: m.contextWindow,
+      // A hoster's registration names no kind yet: its models answer chat completions.
+      kind: "chat",
     }));
   }
 

@@ -47,6 +47,10 @@ export interface Route {
   outputPricePer1mMicros: bigint;
   contextWindow: bigint;
   maxOutputTokensCap: bigint;
+  /** The most choices (`n`) one request may ask for; 0 means 1. */
+  maxN: bigint;
+  /** chat (empty means chat) | embedding: which API the model answers. */
+  kind: string;
 }
 
 export interface WatchCatalogRequest {
@@ -110,6 +114,10 @@ export interface PlatformModel {
   maxOutputTokensCap: bigint;
   /** Every server serving it, in the order to try them. */
   upstreams: UpstreamServer[];
+  /** The most choices (`n`) one request may ask for; 0 means 1. */
+  maxN: bigint;
+  /** chat (empty means chat) | embedding: which API the model answers. */
+  kind: string;
 }
 
 /**
@@ -152,6 +160,8 @@ export interface ModelInfo {
   contextWindow: bigint;
   /** Unix seconds. */
   created: bigint;
+  /** chat | embedding. */
+  kind: string;
 }
 
 /** A model a hoster's server serves. */
@@ -462,6 +472,8 @@ function createBaseRoute(): Route {
     outputPricePer1mMicros: 0n,
     contextWindow: 0n,
     maxOutputTokensCap: 0n,
+    maxN: 0n,
+    kind: "",
   };
 }
 
@@ -502,6 +514,15 @@ export const Route: MessageFns<Route> = {
         throw new globalThis.Error("value provided for field message.maxOutputTokensCap of type int64 too large");
       }
       writer.uint32(64).int64(message.maxOutputTokensCap);
+    }
+    if (message.maxN !== 0n) {
+      if (BigInt.asIntN(64, message.maxN) !== message.maxN) {
+        throw new globalThis.Error("value provided for field message.maxN of type int64 too large");
+      }
+      writer.uint32(72).int64(message.maxN);
+    }
+    if (message.kind !== "") {
+      writer.uint32(82).string(message.kind);
     }
     return writer;
   },
@@ -583,6 +604,22 @@ export const Route: MessageFns<Route> = {
             message.maxOutputTokensCap = reader.int64() as bigint;
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.maxN = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -633,6 +670,8 @@ export const Route: MessageFns<Route> = {
         : isSet(object.max_output_tokens_cap)
         ? BigInt(object.max_output_tokens_cap)
         : 0n,
+      maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -662,6 +701,12 @@ export const Route: MessageFns<Route> = {
     if (message.maxOutputTokensCap !== 0n) {
       obj.maxOutputTokensCap = message.maxOutputTokensCap.toString();
     }
+    if (message.maxN !== 0n) {
+      obj.maxN = message.maxN.toString();
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -688,6 +733,8 @@ export const Route: MessageFns<Route> = {
     message.maxOutputTokensCap = (object.maxOutputTokensCap !== undefined && object.maxOutputTokensCap !== null)
       ? BigInt(object.maxOutputTokensCap)
       : 0n;
+    message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
@@ -1076,6 +1123,8 @@ function createBasePlatformModel(): PlatformModel {
     contextWindow: 0n,
     maxOutputTokensCap: 0n,
     upstreams: [],
+    maxN: 0n,
+    kind: "",
   };
 }
 
@@ -1125,6 +1174,15 @@ export const PlatformModel: MessageFns<PlatformModel> = {
     }
     for (const v of message.upstreams) {
       UpstreamServer.encode(v!, writer.uint32(82).fork()).join();
+    }
+    if (message.maxN !== 0n) {
+      if (BigInt.asIntN(64, message.maxN) !== message.maxN) {
+        throw new globalThis.Error("value provided for field message.maxN of type int64 too large");
+      }
+      writer.uint32(88).int64(message.maxN);
+    }
+    if (message.kind !== "") {
+      writer.uint32(98).string(message.kind);
     }
     return writer;
   },
@@ -1222,6 +1280,22 @@ export const PlatformModel: MessageFns<PlatformModel> = {
             message.upstreams.push(UpstreamServer.decode(reader, reader.uint32()));
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.maxN = reader.int64() as bigint;
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1276,6 +1350,8 @@ export const PlatformModel: MessageFns<PlatformModel> = {
       upstreams: globalThis.Array.isArray(object?.upstreams)
         ? object.upstreams.map((e: any) => UpstreamServer.fromJSON(e))
         : [],
+      maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -1311,6 +1387,12 @@ export const PlatformModel: MessageFns<PlatformModel> = {
     if (message.upstreams?.length) {
       obj.upstreams = message.upstreams.map((e) => UpstreamServer.toJSON(e));
     }
+    if (message.maxN !== 0n) {
+      obj.maxN = message.maxN.toString();
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -1339,6 +1421,8 @@ export const PlatformModel: MessageFns<PlatformModel> = {
       ? BigInt(object.maxOutputTokensCap)
       : 0n;
     message.upstreams = object.upstreams?.map((e) => UpstreamServer.fromPartial(e)) || [];
+    message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
@@ -1706,7 +1790,7 @@ export const ListModelsResponse: MessageFns<ListModelsResponse> = {
 };
 
 function createBaseModelInfo(): ModelInfo {
-  return { modelId: "", modelAlias: "", provider: "", ownedBy: "", contextWindow: 0n, created: 0n };
+  return { modelId: "", modelAlias: "", provider: "", ownedBy: "", contextWindow: 0n, created: 0n, kind: "" };
 }
 
 export const ModelInfo: MessageFns<ModelInfo> = {
@@ -1734,6 +1818,9 @@ export const ModelInfo: MessageFns<ModelInfo> = {
         throw new globalThis.Error("value provided for field message.created of type int64 too large");
       }
       writer.uint32(48).int64(message.created);
+    }
+    if (message.kind !== "") {
+      writer.uint32(58).string(message.kind);
     }
     return writer;
   },
@@ -1799,6 +1886,14 @@ export const ModelInfo: MessageFns<ModelInfo> = {
             message.created = reader.int64() as bigint;
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1835,6 +1930,7 @@ export const ModelInfo: MessageFns<ModelInfo> = {
         ? BigInt(object.context_window)
         : 0n,
       created: isSet(object.created) ? BigInt(object.created) : 0n,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -1858,6 +1954,9 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     if (message.created !== 0n) {
       obj.created = message.created.toString();
     }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -1874,6 +1973,7 @@ export const ModelInfo: MessageFns<ModelInfo> = {
       ? BigInt(object.contextWindow)
       : 0n;
     message.created = (object.created !== undefined && object.created !== null) ? BigInt(object.created) : 0n;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
