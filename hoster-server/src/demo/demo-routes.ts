@@ -6,6 +6,7 @@ import { randomToken } from "@mkt/runtime/ids";
 import { countPromptTokens, type ChatMessageLike } from "@mkt/runtime/tokens";
 import { parseChatRequest } from "../chat-request.ts";
 import type { ShutdownSignals } from "../shutdown-signals.ts";
+import { demoEmbeddings, parseEmbeddingRequest } from "./demo-embeddings.ts";
 import { demoReply, type DemoReply } from "./demo-reply.ts";
 
 export interface DemoOptions {
@@ -149,7 +150,11 @@ async function streamAnswer(
   }
 }
 
-/** GET /v1/models and POST /v1/chat/completions of the built-in deterministic demo model. */
+/**
+ * GET /v1/models, POST /v1/chat/completions and POST /v1/embeddings of the built-in deterministic
+ * demo model. Every model id answers both: which API a model is for is the gateway's catalog's
+ * business (its `kind`), not the demo's.
+ */
 export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
   const created = Math.floor(Date.now() / 1000);
   const models = new Set(options.models);
@@ -158,6 +163,14 @@ export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
     object: "list",
     data: options.models.map((id) => ({ id, object: "model", created, owned_by: "hoster-server" })),
   }));
+
+  app.post("/v1/embeddings", async (request) => {
+    const embedding = parseEmbeddingRequest(request.body);
+    if (!models.has(embedding.model)) {
+      throw new AppError("model_not_found", `The model '${embedding.model}' does not exist.`, { param: "model" });
+    }
+    return demoEmbeddings(embedding);
+  });
 
   app.post("/v1/chat/completions", async (request, reply) => {
     const chat = parseChatRequest(request.body);

@@ -35,6 +35,15 @@ const DEFAULT_LOCAL_MODELS = JSON.stringify([
     output_price_per_1m_usd: "1.50",
     max_n: 8,
   },
+  // Answers POST /v1/embeddings only (deterministic unit vectors), billed per input token.
+  {
+    model_id: "demo-embed",
+    model_alias: "Demo Embed",
+    kind: "embedding",
+    context_window: 8192,
+    input_price_per_1m_usd: "0.10",
+    output_price_per_1m_usd: "0",
+  },
 ]);
 
 const configuredModels = makeValidator<ConfiguredModel[]>((value) => parseConfiguredModels(value));

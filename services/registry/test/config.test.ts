@@ -27,6 +27,16 @@ describe("registry configuration", () => {
         kind: "chat",
         maxN: 8n,
       },
+      {
+        modelId: "demo-embed",
+        modelAlias: "Demo Embed",
+        contextWindow: 8192n,
+        inputPricePer1mMicros: 100_000n,
+        outputPricePer1mMicros: 0n,
+        upstreamModel: "demo-embed",
+        kind: "embedding",
+        maxN: 1n,
+      },
     ]);
     expect(config.GRPC_PORT).toBe(50053);
   });
