@@ -101,9 +101,8 @@ function hosterNamespace(h: RoutableHoster): Namespace {
           outputPricePer1mMicros: 0n,
           contextWindow: m.contextWindow,
           maxOutputTokensCap: m.contextWindow,
-          // A hoster's registration declares neither yet: one choice, chat.
-          maxN: 1n,
-          kind: "chat",
+          maxN: m.maxN,
+          kind: m.kind,
         }),
       upstreams:
         h.token === ""

@@ -61,8 +61,7 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { f
       ownedBy: h.name,
       created,
       contextWindow: m.contextWindow,
-      // A hoster's registration names no kind yet: its models answer chat completions.
-      kind: "chat",
+      kind: m.kind,
     }));
   }
 

@@ -172,6 +172,10 @@ export interface HosterModel {
   modelAlias: string;
   /** Tokens, 1 to 10,000,000. */
   contextWindow: bigint;
+  /** The most choices (`n`) one chat request may ask for, 1 to 128; 0 at registration means 1. */
+  maxN: bigint;
+  /** chat | embedding; empty at registration means chat. */
+  kind: string;
 }
 
 export interface RegisterHosterRequest {
@@ -1979,7 +1983,7 @@ export const ModelInfo: MessageFns<ModelInfo> = {
 };
 
 function createBaseHosterModel(): HosterModel {
-  return { modelId: "", modelAlias: "", contextWindow: 0n };
+  return { modelId: "", modelAlias: "", contextWindow: 0n, maxN: 0n, kind: "" };
 }
 
 export const HosterModel: MessageFns<HosterModel> = {
@@ -1995,6 +1999,15 @@ export const HosterModel: MessageFns<HosterModel> = {
         throw new globalThis.Error("value provided for field message.contextWindow of type int64 too large");
       }
       writer.uint32(24).int64(message.contextWindow);
+    }
+    if (message.maxN !== 0n) {
+      if (BigInt.asIntN(64, message.maxN) !== message.maxN) {
+        throw new globalThis.Error("value provided for field message.maxN of type int64 too large");
+      }
+      writer.uint32(32).int64(message.maxN);
+    }
+    if (message.kind !== "") {
+      writer.uint32(42).string(message.kind);
     }
     return writer;
   },
@@ -2036,6 +2049,22 @@ export const HosterModel: MessageFns<HosterModel> = {
             message.contextWindow = reader.int64() as bigint;
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.maxN = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2065,6 +2094,8 @@ export const HosterModel: MessageFns<HosterModel> = {
         : isSet(object.context_window)
         ? BigInt(object.context_window)
         : 0n,
+      maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -2079,6 +2110,12 @@ export const HosterModel: MessageFns<HosterModel> = {
     if (message.contextWindow !== 0n) {
       obj.contextWindow = message.contextWindow.toString();
     }
+    if (message.maxN !== 0n) {
+      obj.maxN = message.maxN.toString();
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -2092,6 +2129,8 @@ export const HosterModel: MessageFns<HosterModel> = {
     message.contextWindow = (object.contextWindow !== undefined && object.contextWindow !== null)
       ? BigInt(object.contextWindow)
       : 0n;
+    message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
