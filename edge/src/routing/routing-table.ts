@@ -101,8 +101,9 @@ function hosterNamespace(h: RoutableHoster): Namespace {
           outputPricePer1mMicros: 0n,
           contextWindow: m.contextWindow,
           maxOutputTokensCap: m.contextWindow,
-          maxN: m.maxN,
-          kind: m.kind,
+          // Tables from before hosters declared them: a chat model of one choice.
+          maxN: m.maxN > 0n ? m.maxN : 1n,
+          kind: m.kind || "chat",
         }),
       upstreams:
         h.token === ""
