@@ -25,6 +25,7 @@ import { installValidation } from "./plugins/validation.ts";
 import { accountRoutes } from "./routes/accounts.ts";
 import { adminRoutes } from "./routes/admin.ts";
 import { chatCompletionRoutes } from "./routes/chat-completions.ts";
+import { embeddingsRoutes } from "./routes/embeddings.ts";
 import { responsesRoutes } from "./routes/responses.ts";
 import { messagesRoutes } from "./routes/messages.ts";
 import { earningsRoutes } from "./routes/earnings.ts";
@@ -130,6 +131,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   generationRoutes(app, routeDeps);
   subscriptionRoutes(app, routeDeps);
   chatCompletionRoutes(app, routeDeps);
+  embeddingsRoutes(app, routeDeps);
   responsesRoutes(app, routeDeps);
   // A scope of its own: the Messages API answers errors in Anthropic's shape.
   await app.register(async (scope) => messagesRoutes(scope, routeDeps));

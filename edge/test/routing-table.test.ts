@@ -105,6 +105,21 @@ describe("RoutingTable.resolve for an account key", () => {
     });
   });
 
+  it("carries kind and max_n to the route, and `auto` is the first healthy model of the kind asked", () => {
+    const withEmbed = CatalogTable.fromPartial({
+      ...TABLE,
+      platformModels: [
+        { ...platform("embed-first", "local"), kind: "embedding" },
+        { ...platform("demo-small", "local"), maxN: 8n },
+      ],
+    });
+    const t = table([], withEmbed);
+    expect(t.resolve("auto", undefined)).toMatchObject({ modelId: "demo-small", kind: "", maxN: 8n });
+    expect(t.resolve("auto", undefined, "embedding")).toMatchObject({ modelId: "embed-first", kind: "embedding" });
+    // A name resolves whatever its kind: the API asking decides (candidateRoutes) what to answer.
+    expect(t.resolve("embed-first", undefined).kind).toBe("embedding");
+  });
+
   it("counts a model whose every server is ejected as unhealthy", () => {
     const err = refusal(() => table([`local ${LOCAL} demo-small`]).resolve("Demo Small", undefined));
     expect(err).toMatchObject({
@@ -137,6 +152,8 @@ describe("RoutingTable.resolve for a scoped key", () => {
       outputPricePer1mMicros: 0n,
       contextWindow: 32_768n,
       maxOutputTokensCap: 32_768n,
+      maxN: 1n,
+      kind: "chat",
     });
     expect(t.resolve("QWEN2.5-7B", scopeOf(ACME.toUpperCase())).modelId).toBe("qwen2.5-7b");
     expect(t.resolve("auto", scopeOf(ACME)).modelId).toBe("llama-3-8b.gguf");

@@ -9,6 +9,8 @@ export interface ChatRequest {
   maxTokens: number | undefined;
   stream: boolean;
   includeUsage: boolean;
+  /** The choices asked for (`n`, default 1). */
+  n: number;
   /** Function tools offered to the model (`tools`), in order. */
   tools: DemoTool[];
   /** `tools` as sent: its definitions are prompt text, counted like the gateway counts them. */
@@ -25,6 +27,9 @@ export interface DemoTool {
   /** JSON schema of its arguments (OpenAI's default when absent: an object with no properties). */
   parameters: unknown;
 }
+
+/** The most choices the demo answers: as many as OpenAI's API accepts. */
+const MAX_N = 128;
 
 function bad(param: string, message: string): AppError {
   return new AppError("invalid_request", message, { param });
@@ -74,12 +79,15 @@ export function parseChatRequest(body: unknown): ChatRequest {
   const toolChoice = parseToolChoice(body.tool_choice, tools);
   const maxTokens = optionalCap(body, "max_tokens");
   const maxCompletionTokens = optionalCap(body, "max_completion_tokens");
+  const n = optionalCap(body, "n") ?? 1;
+  if (n > MAX_N) throw bad("n", `n must be at most ${MAX_N}.`);
   return {
     model,
     messages: messages as ChatMessageLike[],
     maxTokens: maxCompletionTokens ?? maxTokens,
     stream: stream === true,
     includeUsage: includeUsage === true,
+    n,
     tools,
     toolDefinitions: body.tools,
     toolChoice,

@@ -34,7 +34,7 @@ export function loadHosterServerConfig(env: NodeJS.ProcessEnv = process.env) {
       PORT: listenPort({ default: 8090 }),
       // A secret: no default, never logged.
       HOSTER_SERVER_TOKEN: secret(),
-      DEMO_MODELS: modelList({ default: ["demo-small", "demo-agent"] }),
+      DEMO_MODELS: modelList({ default: ["demo-small", "demo-agent", "demo-embed"] }),
       DEMO_TOKENS_PER_SECOND: nonNegativeNumber({ default: 0 }),
       DEMO_COMPLETION_TOKENS: tokenCount({ default: 24 }),
       UPSTREAM_URL: url({ default: undefined }),

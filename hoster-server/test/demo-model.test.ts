@@ -265,3 +265,37 @@ describe("pacing and disconnects", () => {
     expect(countTextTokens(content)).toBe(400);
   });
 });
+
+describe("n choices", () => {
+  it("answers n distinct, deterministic choices; choice 0 is the answer without n; usage counts them all", async () => {
+    const single = await complete({});
+    const first = await complete({ n: 3 });
+    const again = await complete({ n: 3 });
+    expect(first.choices.map((c) => (c as { index?: number }).index)).toEqual([0, 1, 2]);
+    expect(first.choices.map((c) => c.message.content)).toEqual(again.choices.map((c) => c.message.content));
+    expect(first.choices[0]!.message.content).toBe(single.choices[0]!.message.content);
+    expect(new Set(first.choices.map((c) => c.message.content)).size).toBe(3);
+    const output = first.choices.reduce((sum, c) => sum + countTextTokens(c.message.content), 0);
+    expect(first.usage.completion_tokens).toBe(output);
+  });
+
+  it("streams every choice, each ending with its finish_reason, the same texts as unstreamed", async () => {
+    const whole = await complete({ n: 2 });
+    const { chunks } = await stream({ n: 2, stream_options: { include_usage: true } });
+    const text = ["", ""];
+    const finished: Array<string | null> = [null, null];
+    for (const chunk of chunks) {
+      for (const choice of chunk.choices as Array<{
+        index: number;
+        delta: { content?: string };
+        finish_reason: string | null;
+      }>) {
+        text[choice.index] += choice.delta.content ?? "";
+        if (choice.finish_reason) finished[choice.index] = choice.finish_reason;
+      }
+    }
+    expect(text).toEqual(whole.choices.map((c) => c.message.content));
+    expect(finished).toEqual(whole.choices.map((c) => c.finish_reason));
+    expect(chunks.at(-1)?.usage?.completion_tokens).toBe(whole.usage.completion_tokens);
+  });
+});

@@ -62,8 +62,8 @@ describe("a cloud model through the edge", () => {
     const models = await getJson<{ data: Array<Record<string, unknown>> }>("/v1/models", apiKey);
     // The models themselves, then the operator's aliases of them (listed with `alias_for`).
     const served = models.body.data.filter((m) => m.alias_for === undefined);
-    expect(served.map((m) => m.id)).toEqual(["demo-small", "demo-agent", "cloud-mini"]);
-    expect(served[2]).toMatchObject({
+    expect(served.map((m) => m.id)).toEqual(["demo-small", "demo-agent", "demo-embed", "cloud-mini"]);
+    expect(served[3]).toMatchObject({
       id: "cloud-mini",
       object: "model",
       owned_by: "platform",

@@ -85,7 +85,9 @@ describe("POST /hosters/register through the edge", () => {
     expect(listed).toMatchObject({ name: "Listed Hoster", status: "healthy" });
     // The hoster's own figure, not the public list's.
     expect(listed).not.toHaveProperty("usage_mismatches");
-    expect(listed!.models).toEqual([{ model_id: hoster.modelId, model_alias: "Llama 3 8B", context_window: 8192 }]);
+    expect(listed!.models).toEqual([
+      { model_id: hoster.modelId, model_alias: "Llama 3 8B", context_window: 8192, kind: "chat", max_n: 1 },
+    ]);
 
     expect((await fetch(`${system.url}/v1/hosters`)).status).toBe(401);
   });

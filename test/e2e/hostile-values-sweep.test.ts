@@ -157,6 +157,12 @@ const ROUTES = (): Route[] => [
   },
   {
     method: "POST",
+    path: "/v1/embeddings",
+    auth: "key",
+    body: { model: "demo-embed", input: "hi", encoding_format: "float" },
+  },
+  {
+    method: "POST",
     path: "/v1/messages",
     auth: "key",
     body: { model: "demo-agent", messages: [{ role: "user", content: "hi" }], max_tokens: 2, stream: false },

@@ -36,6 +36,8 @@ beforeAll(async () => {
           input_price_per_1m_usd: "0.50",
           output_price_per_1m_usd: "1.50",
           upstream_model: UPSTREAM_MODEL,
+          // The requests below ask for two choices.
+          max_n: 2,
         },
       ]),
     },

@@ -13,25 +13,51 @@ export const FIRST_TABLE_WAIT_MS = 5_000;
 /** The same model named twice (by id and by alias) is one candidate. */
 const identity = (route: Route) => `${route.provider}/${route.hosterId}/${route.modelId}`;
 
+/** Which API a model answers: chat completions (and the APIs translated onto them) or embeddings. */
+export type ModelKind = "chat" | "embedding";
+
+/** A route's kind (tables from before kinds existed carry none: chat). */
+export const kindOf = (route: Route): ModelKind => (route.kind === "embedding" ? "embedding" : "chat");
+
+/** The most choices a route answers (0, from tables before max_n existed, is 1). */
+const maxNOf = (route: Route) => (route.maxN > 0n ? route.maxN : 1n);
+
+export interface RouteNeeds {
+  /** The API asking: a model of another kind is not found for it. Default chat. */
+  kind?: ModelKind;
+  /** The choices asked for (`n`); default 1. */
+  n?: number;
+}
+
 /**
  * The routes of the models a request names, in its order, from the routing table registry
  * streams to the edge (no round trip). Every name must be one the caller may use: an unknown one
  * (or, for a scoped key, another hoster's) is 404 `model_not_found` naming it, even when another
  * would answer. A model the table finds unhealthy is passed over, as a fallback would pass it;
  * when none is left, the first one's `no_healthy_upstream` is the answer.
+ *
+ * A model of another kind than the API asking (an embedding model asked for a chat, a chat model
+ * asked for embeddings) is not found for it, a 404 like an unknown name: that API has no such
+ * model. A model whose `max_n` is below the `n` asked is passed over too, as answering fewer
+ * choices than asked would be a wrong answer; when that leaves none, the request is a 400 naming
+ * `n`.
  */
 export async function candidateRoutes(
   deps: Pick<RouteDeps, "routing">,
   scope: RouteScope | undefined,
   choices: readonly ModelChoice[],
+  needs: RouteNeeds = {},
 ): Promise<Route[]> {
   await deps.routing.ready(FIRST_TABLE_WAIT_MS);
+  const kind = needs.kind ?? "chat";
+  const n = BigInt(Math.max(1, needs.n ?? 1));
   const routes: Route[] = [];
   let unhealthy: AppError | undefined;
+  let tooManyChoices: AppError | undefined;
   for (const choice of choices) {
     let route: Route;
     try {
-      route = deps.routing.resolve(choice.name, scope);
+      route = deps.routing.resolve(choice.name, scope, kind);
     } catch (err) {
       if (err instanceof AppError && err.code === "model_not_found") {
         throw new AppError("model_not_found", err.message, { param: choice.param });
@@ -42,8 +68,27 @@ export async function candidateRoutes(
       }
       throw err;
     }
+    if (kindOf(route) !== kind) {
+      throw new AppError(
+        "model_not_found",
+        kind === "embedding"
+          ? `The model '${choice.name}' does not serve embeddings.`
+          : `The model '${choice.name}' is an embedding model; call /v1/embeddings.`,
+        { param: choice.param },
+      );
+    }
+    if (n > maxNOf(route)) {
+      tooManyChoices ??= new AppError(
+        "invalid_request",
+        `The model '${route.modelId}' answers at most ${maxNOf(route)} choice${maxNOf(route) === 1n ? "" : "s"} per request; n is ${n}.`,
+        { param: "n" },
+      );
+      continue;
+    }
     if (!routes.some((r) => identity(r) === identity(route))) routes.push(route);
   }
-  if (routes.length === 0) throw unhealthy ?? new AppError("no_healthy_upstream", "No model is available.");
+  if (routes.length === 0) {
+    throw tooManyChoices ?? unhealthy ?? new AppError("no_healthy_upstream", "No model is available.");
+  }
   return routes;
 }

@@ -55,7 +55,7 @@ export async function startChatCall(
   const principal = principalOf(request);
   const { body, bytes } = chat;
 
-  const candidates = await candidateRoutes(deps, principal.scope, modelChoices(body));
+  const candidates = await candidateRoutes(deps, principal.scope, modelChoices(body), { n: body.n ?? 1 });
 
   // The largest context among the models is the largest this prompt could be served with (a plan
   // only narrows it, at admission): past it, counting stops and the prompt is refused here.

@@ -20,20 +20,36 @@ interface RegisterBody {
   api_key: string;
   invite_code: string;
   password?: string;
-  models: Array<{ model_id: string; model_alias?: string; context_window: number }>;
+  models: Array<{
+    model_id: string;
+    model_alias?: string;
+    context_window: number;
+    kind?: "chat" | "embedding";
+    max_n?: number;
+  }>;
 }
 
 const renderModel = (m: HosterModel) => ({
   model_id: m.modelId,
   model_alias: m.modelAlias,
   context_window: Number(m.contextWindow),
+  kind: m.kind || "chat",
+  max_n: m.maxN > 0n ? Number(m.maxN) : 1,
 });
 
 const hosterProperties = {
   hoster_id: string(),
   name: string(),
   status: string(),
-  models: arrayOf(object({ model_id: string(), model_alias: string(), context_window: integer() })),
+  models: arrayOf(
+    object({
+      model_id: string(),
+      model_alias: string(),
+      context_window: integer(),
+      kind: string("`chat` or `embedding`"),
+      max_n: integer("The most choices (`n`) one chat request may ask for"),
+    }),
+  ),
 };
 
 /** The public view of a hoster (GET /v1/hosters): no endpoint, never a token. */
@@ -87,6 +103,18 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
                   model_id: { type: "string", minLength: 1, maxLength: 128 },
                   model_alias: { type: "string", maxLength: 200 },
                   context_window: { type: "integer", minimum: 1, maximum: 10_000_000 },
+                  kind: {
+                    type: "string",
+                    enum: ["chat", "embedding"],
+                    description:
+                      "`chat` (default): chat completions; `embedding`: POST /v1/embeddings, which the server must then answer",
+                  },
+                  max_n: {
+                    type: "integer",
+                    minimum: 1,
+                    maximum: 128,
+                    description: "The most choices (`n`) the server answers in one chat request (default 1)",
+                  },
                 },
               },
             },
@@ -109,6 +137,8 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
             modelId: m.model_id,
             modelAlias: m.model_alias ?? "",
             contextWindow: BigInt(m.context_window),
+            kind: m.kind ?? "chat",
+            maxN: BigInt(m.max_n ?? 1),
           })),
         }),
       );

@@ -14,6 +14,7 @@ const renderModel = (model: ModelInfo) => ({
   name: model.modelAlias,
   provider: model.provider,
   context_window: Number(model.contextWindow),
+  kind: model.kind || "chat",
 });
 
 const modelSchema = object({
@@ -24,6 +25,7 @@ const modelSchema = object({
   name: string("The model's alias"),
   provider: string(),
   context_window: integer(),
+  kind: string("`chat` (chat completions and the APIs translated onto them) or `embedding` (/v1/embeddings)"),
   alias_for: string("Only on an alias (MODEL_ALIASES): the model that serves it"),
 });
 

@@ -61,6 +61,8 @@ function platformCandidate(m: PlatformModel): Candidate {
     outputPricePer1mMicros: m.outputPricePer1mMicros,
     contextWindow: m.contextWindow,
     maxOutputTokensCap: m.maxOutputTokensCap,
+    maxN: m.maxN,
+    kind: m.kind,
   });
   return {
     modelId: m.modelId,
@@ -99,6 +101,9 @@ function hosterNamespace(h: RoutableHoster): Namespace {
           outputPricePer1mMicros: 0n,
           contextWindow: m.contextWindow,
           maxOutputTokensCap: m.contextWindow,
+          // Tables from before hosters declared them: a chat model of one choice.
+          maxN: m.maxN > 0n ? m.maxN : 1n,
+          kind: m.kind || "chat",
         }),
       upstreams:
         h.token === ""
@@ -193,17 +198,18 @@ export class RoutingTable implements UpstreamDirectory {
    * Throws model_not_found (param "model") for a name the caller may not use, whether or not it
    * exists elsewhere, and no_healthy_upstream for a match (or `auto`) with no usable server.
    */
-  resolve(model: string, scope: RouteScope | undefined): Route {
-    const route = this.#resolveName(model, scope);
+  resolve(model: string, scope: RouteScope | undefined, kind: "chat" | "embedding" = "chat"): Route {
+    const route = this.#resolveName(model, scope, kind);
     if (route) return route;
     // An alias is read only for a name no model has: it names a model, whose errors are its own.
     const target = this.aliases.targetOf(model);
-    const aliased = target === undefined ? undefined : this.#resolveName(target, scope);
+    const aliased = target === undefined ? undefined : this.#resolveName(target, scope, kind);
     if (aliased) return aliased;
     throw modelNotFound(model);
   }
 
-  #resolveName(model: string, scope: RouteScope | undefined): Route | undefined {
+  /** `auto` is the first healthy model of the kind asked (an embedding model answers no chat). */
+  #resolveName(model: string, scope: RouteScope | undefined, kind: "chat" | "embedding"): Route | undefined {
     const models = this.#namespaceFor(scope);
     const folded = model.toLowerCase();
     const match = models.byId.get(model) ?? models.byAlias.get(folded) ?? models.byFoldedId.get(folded);
@@ -212,7 +218,9 @@ export class RoutingTable implements UpstreamDirectory {
       return match.route(scope);
     }
     if (folded === "auto" && models.ordered.length > 0) {
-      const healthy = models.ordered.find((c) => this.#healthy(c));
+      const healthy = models.ordered.find(
+        (c) => (c.route(scope).kind === "embedding" ? "embedding" : "chat") === kind && this.#healthy(c),
+      );
       if (!healthy) throw noHealthyUpstream(model);
       return healthy.route(scope);
     }

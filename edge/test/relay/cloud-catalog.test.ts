@@ -108,6 +108,8 @@ describe("the cloud catalog", () => {
       outputPricePer1mMicros: 10_000_000n,
       contextWindow: 128_000n,
       maxOutputTokensCap: 4096n,
+      maxN: 1n,
+      kind: "chat",
     };
     for (const name of ["gpt-cloud", "cloud gpt", "GPT-CLOUD"]) {
       expect(await h.route(name), name).toEqual(expected);

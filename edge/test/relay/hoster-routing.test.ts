@@ -47,6 +47,8 @@ async function register(
       modelId: m.modelId,
       modelAlias: m.modelAlias ?? "",
       contextWindow: m.contextWindow ?? 8192n,
+      kind: "",
+      maxN: 0n,
     })),
   });
   return hoster!.hosterId;
@@ -117,6 +119,8 @@ describe("the edge's routing table, for a scoped key", () => {
       outputPricePer1mMicros: 0n,
       contextWindow: 32768n,
       maxOutputTokensCap: 32768n,
+      maxN: 1n,
+      kind: "chat",
     });
   });
 

@@ -24,6 +24,8 @@ describe("the edge's routing table, for an account key", () => {
       outputPricePer1mMicros: 1_500_000n,
       contextWindow: 8192n,
       maxOutputTokensCap: 4096n,
+      maxN: 1n,
+      kind: "chat",
     });
   });
 

@@ -6,6 +6,7 @@ import { randomToken } from "@mkt/runtime/ids";
 import { countPromptTokens, type ChatMessageLike } from "@mkt/runtime/tokens";
 import { parseChatRequest } from "../chat-request.ts";
 import type { ShutdownSignals } from "../shutdown-signals.ts";
+import { demoEmbeddings, parseEmbeddingRequest } from "./demo-embeddings.ts";
 import { demoReply, type DemoReply } from "./demo-reply.ts";
 
 export interface DemoOptions {
@@ -72,9 +73,30 @@ function clientGone(res: ServerResponse): AbortSignal {
   return gone.signal;
 }
 
+/** One piece of one choice, due once that choice has generated `tokensIn` tokens. */
+interface ScheduledPiece {
+  choice: number;
+  piece: string;
+  tokensIn: number;
+}
+
+/**
+ * The pieces of every choice in the order they are generated: the choices run side by side, each
+ * at the pace of one answer (as a server generates `n` choices in one batch), so a piece is due
+ * when its own choice reaches it.
+ */
+function schedule(demos: readonly DemoReply[]): ScheduledPiece[] {
+  const pieces = demos.flatMap(({ answer }, choice) => {
+    let tokensIn = 0;
+    return answer.pieces.map((piece, i) => ({ choice, piece, tokensIn: (tokensIn += answer.pieceTokens[i]!) }));
+  });
+  // Stable: at equal times, choices in index order.
+  return pieces.sort((a, b) => a.tokensIn - b.tokensIn);
+}
+
 async function streamAnswer(
   reply: FastifyReply,
-  demo: DemoReply,
+  demos: readonly DemoReply[],
   base: { id: string; object: string; created: number; model: string },
   usage: object | undefined,
   options: DemoOptions,
@@ -95,30 +117,31 @@ async function streamAnswer(
     write(chunk);
     await drained();
   };
-  const chunk = (delta: object, finishReason: string | null) => ({
+  const chunk = (index: number, delta: object, finishReason: string | null) => ({
     ...base,
-    choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    choices: [{ index, delta, logprobs: null, finish_reason: finishReason }],
   });
   const pacer = new Pacer(options.tokensPerSecond, waits);
-  const { answer } = demo;
+  const pieces = schedule(demos);
   try {
-    await send(chunk(demo.opening, null));
-    let tokens = 0;
-    for (let i = 0; i < answer.pieces.length;) {
-      await pacer.waitFor(tokens + answer.pieceTokens[i]!);
+    for (const [index, demo] of demos.entries()) write(chunk(index, demo.opening, null));
+    await drained();
+    for (let i = 0; i < pieces.length;) {
+      await pacer.waitFor(pieces[i]!.tokensIn);
       if (gone.aborted) return; // stop generating for a client that left
       // Every piece due by now is written at once, and Node sends what a response writes in one
       // tick in one system call: a server behind its schedule (a thousand streams on two cores)
       // catches up in one step instead of a write per token. (An explicit res.cork() would undo
       // that: the response then leaves its chunks one write each.)
       do {
-        tokens += answer.pieceTokens[i]!;
-        write(chunk(demo.pieceDelta(answer.pieces[i]!), null));
+        const { choice, piece } = pieces[i]!;
+        write(chunk(choice, demos[choice]!.pieceDelta(piece), null));
         i++;
-      } while (i < answer.pieces.length && pacer.dueIn(tokens + answer.pieceTokens[i]!) <= 0);
+      } while (i < pieces.length && pacer.dueIn(pieces[i]!.tokensIn) <= 0);
       await drained();
     }
-    await send(chunk({}, demo.finishReason));
+    for (const [index, demo] of demos.entries()) write(chunk(index, {}, demo.finishReason));
+    await drained();
     if (usage) await send({ ...base, choices: [], usage });
     res.end("data: [DONE]\n\n");
   } catch (err) {
@@ -127,7 +150,11 @@ async function streamAnswer(
   }
 }
 
-/** GET /v1/models and POST /v1/chat/completions of the built-in deterministic demo model. */
+/**
+ * GET /v1/models, POST /v1/chat/completions and POST /v1/embeddings of the built-in deterministic
+ * demo model. Every model id answers both: which API a model is for is the gateway's catalog's
+ * business (its `kind`), not the demo's.
+ */
 export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
   const created = Math.floor(Date.now() / 1000);
   const models = new Set(options.models);
@@ -137,14 +164,26 @@ export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
     data: options.models.map((id) => ({ id, object: "model", created, owned_by: "hoster-server" })),
   }));
 
+  app.post("/v1/embeddings", async (request) => {
+    const embedding = parseEmbeddingRequest(request.body);
+    if (!models.has(embedding.model)) {
+      throw new AppError("model_not_found", `The model '${embedding.model}' does not exist.`, { param: "model" });
+    }
+    return demoEmbeddings(embedding);
+  });
+
   app.post("/v1/chat/completions", async (request, reply) => {
     const chat = parseChatRequest(request.body);
     if (!models.has(chat.model)) {
       throw new AppError("model_not_found", `The model '${chat.model}' does not exist.`, { param: "model" });
     }
-    const demo = demoReply(chat, promptKey(chat.messages), options.completionTokens);
+    // Choice 0 is the answer a request without `n` gets; each further choice its own seed.
+    const key = promptKey(chat.messages);
+    const demos = Array.from({ length: chat.n }, (_, i) =>
+      demoReply(chat, i === 0 ? key : `${key}\n#${i}`, options.completionTokens),
+    );
     const promptTokens = countPromptTokens(chat.messages, { tools: chat.toolDefinitions });
-    const { completionTokens } = demo;
+    const completionTokens = demos.reduce((sum, d) => sum + d.completionTokens, 0);
     const usage = {
       prompt_tokens: promptTokens,
       completion_tokens: completionTokens,
@@ -155,14 +194,14 @@ export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
 
     if (chat.stream) {
       const base = { id, object: "chat.completion.chunk", created: now, model: chat.model };
-      await streamAnswer(reply, demo, base, chat.includeUsage ? usage : undefined, options);
+      await streamAnswer(reply, demos, base, chat.includeUsage ? usage : undefined, options);
       return reply;
     }
 
-    // A non-streaming answer takes as long as generating it would.
+    // A non-streaming answer takes as long as generating its longest choice would.
     const gone = clientGone(reply.raw);
     await new Pacer(options.tokensPerSecond, AbortSignal.any([gone, options.shutdown.closing])).waitFor(
-      completionTokens,
+      Math.max(...demos.map((d) => d.completionTokens)),
     );
     if (gone.aborted) {
       reply.hijack();
@@ -173,14 +212,12 @@ export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
       object: "chat.completion",
       created: now,
       model: chat.model,
-      choices: [
-        {
-          index: 0,
-          message: demo.message,
-          logprobs: null,
-          finish_reason: demo.finishReason,
-        },
-      ],
+      choices: demos.map((demo, index) => ({
+        index,
+        message: demo.message,
+        logprobs: null,
+        finish_reason: demo.finishReason,
+      })),
       usage,
     };
   });

@@ -29,7 +29,7 @@ function relay(reply: FastifyReply, upstream: Dispatcher.ResponseData): FastifyR
 }
 
 /**
- * Proxy mode: /v1/models and /v1/chat/completions are forwarded to an OpenAI-compatible backend
+ * Proxy mode: /v1/models, /v1/chat/completions and /v1/embeddings are forwarded to an OpenAI-compatible backend
  * (Ollama, llama.cpp server, vLLM). Response bytes, streamed or not, pass through untouched, except
  * the backend's 401/403 (it refused our UPSTREAM_API_KEY) and 5xx, which become 502 upstream_error.
  */
@@ -79,20 +79,24 @@ export function proxyRoutes(app: FastifyInstance, options: ProxyOptions): void {
     forward(reply, { method: "GET", path: `${prefix}/v1/models`, headers: { accept: "application/json", ...auth } }),
   );
 
-  app.post("/v1/chat/completions", async (request, reply) => {
-    const body = request.body;
-    if (typeof body !== "object" || body === null || Array.isArray(body)) {
-      throw new AppError("invalid_request", "The request body must be a JSON object.", { param: "body" });
-    }
-    return forward(reply, {
-      method: "POST",
-      path: `${prefix}/v1/chat/completions`,
-      headers: {
-        "content-type": "application/json",
-        accept: request.headers.accept ?? "application/json, text/event-stream",
-        ...auth,
-      },
-      body: JSON.stringify(body),
+  // Embeddings (optional in the hoster contract) are forwarded the same way: a backend without
+  // them answers its own 404, which reaches the gateway as it is.
+  for (const path of ["/v1/chat/completions", "/v1/embeddings"]) {
+    app.post(path, async (request, reply) => {
+      const body = request.body;
+      if (typeof body !== "object" || body === null || Array.isArray(body)) {
+        throw new AppError("invalid_request", "The request body must be a JSON object.", { param: "body" });
+      }
+      return forward(reply, {
+        method: "POST",
+        path: `${prefix}${path}`,
+        headers: {
+          "content-type": "application/json",
+          accept: request.headers.accept ?? "application/json, text/event-stream",
+          ...auth,
+        },
+        body: JSON.stringify(body),
+      });
     });
-  });
+  }
 }

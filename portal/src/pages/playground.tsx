@@ -11,6 +11,8 @@ interface Model {
   id: string;
   name: string;
   provider: string;
+  /** `chat` or `embedding`: the playground chats, so it offers chat models only. */
+  kind?: string;
 }
 
 /**
@@ -57,11 +59,13 @@ export function PlaygroundPage() {
           <label htmlFor="model">Model</label>
           <select id="model" name="model" defaultValue="auto">
             <option value="auto">auto (the default model)</option>
-            {(models.data?.data ?? []).map((m) => (
-              <option key={m.id} value={m.id}>
-                {m.name || m.id} ({m.provider})
-              </option>
-            ))}
+            {(models.data?.data ?? [])
+              .filter((m) => m.kind !== "embedding")
+              .map((m) => (
+                <option key={m.id} value={m.id}>
+                  {m.name || m.id} ({m.provider})
+                </option>
+              ))}
           </select>
         </div>
         <Field

@@ -4,6 +4,7 @@ import { Migration20261126000000Products } from "./Migration20261126000000Produc
 import { Migration20261127120000HosterUsageMismatches } from "./Migration20261127120000HosterUsageMismatches.ts";
 import { Migration20261220000000UsageOutbox } from "./Migration20261220000000UsageOutbox.ts";
 import { Migration20261228000000DropUsageOutbox } from "./Migration20261228000000DropUsageOutbox.ts";
+import { Migration20261229000000HosterModelKinds } from "./Migration20261229000000HosterModelKinds.ts";
 
 /** Registry's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -12,4 +13,5 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261127120000HosterUsageMismatches", class: Migration20261127120000HosterUsageMismatches },
   { name: "Migration20261220000000UsageOutbox", class: Migration20261220000000UsageOutbox },
   { name: "Migration20261228000000DropUsageOutbox", class: Migration20261228000000DropUsageOutbox },
+  { name: "Migration20261229000000HosterModelKinds", class: Migration20261229000000HosterModelKinds },
 ];

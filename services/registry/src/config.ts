@@ -22,6 +22,8 @@ const DEFAULT_LOCAL_MODELS = JSON.stringify([
     context_window: 8192,
     input_price_per_1m_usd: "0.50",
     output_price_per_1m_usd: "1.50",
+    // The demo model answers any number of choices; 8 keeps a demo request's hold small.
+    max_n: 8,
   },
   // Sized for coding agents, whose prompts run to tens of thousands of tokens and which expect a
   // context of 200,000: the edge's default MODEL_ALIASES send their model names here.
@@ -31,6 +33,16 @@ const DEFAULT_LOCAL_MODELS = JSON.stringify([
     context_window: 200_000,
     input_price_per_1m_usd: "0.50",
     output_price_per_1m_usd: "1.50",
+    max_n: 8,
+  },
+  // Answers POST /v1/embeddings only (deterministic unit vectors), billed per input token.
+  {
+    model_id: "demo-embed",
+    model_alias: "Demo Embed",
+    kind: "embedding",
+    context_window: 8192,
+    input_price_per_1m_usd: "0.10",
+    output_price_per_1m_usd: "0",
   },
 ]);
 

@@ -27,6 +27,7 @@ export function registryService(
             ownedBy: m.ownedBy,
             contextWindow: m.contextWindow,
             created: m.created,
+            kind: m.kind,
           }),
         ),
       });

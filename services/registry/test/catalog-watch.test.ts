@@ -113,7 +113,7 @@ it("a hoster registered, a plan created and a probe's verdict reach watchers of 
     inviteCode: h.accounts.invite(),
     password: "a long enough password",
     clientIp: "203.0.113.9",
-    models: [{ modelId: MODEL, modelAlias: "Llama", contextWindow: 8192n }],
+    models: [{ modelId: MODEL, modelAlias: "Llama", contextWindow: 8192n, kind: "", maxN: 0n }],
   });
   const hosterId = hoster!.hosterId;
   const hosterIn = (t: CatalogTable | undefined) => t?.hosters.find((x) => x.hosterId === hosterId);
@@ -125,7 +125,7 @@ it("a hoster registered, a plan created and a probe's verdict reach watchers of 
       endpointUrl: server.url,
       token: server.token,
       upstreamKey: `hoster ${hosterId}`,
-      models: [{ modelId: MODEL, modelAlias: "Llama", contextWindow: 8192n }],
+      models: [{ modelId: MODEL, modelAlias: "Llama", contextWindow: 8192n, kind: "chat", maxN: 1n }],
       plans: [],
     });
   }

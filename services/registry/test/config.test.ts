@@ -14,6 +14,8 @@ describe("registry configuration", () => {
         inputPricePer1mMicros: 500_000n,
         outputPricePer1mMicros: 1_500_000n,
         upstreamModel: "demo-small",
+        kind: "chat",
+        maxN: 8n,
       },
       {
         modelId: "demo-agent",
@@ -22,6 +24,18 @@ describe("registry configuration", () => {
         inputPricePer1mMicros: 500_000n,
         outputPricePer1mMicros: 1_500_000n,
         upstreamModel: "demo-agent",
+        kind: "chat",
+        maxN: 8n,
+      },
+      {
+        modelId: "demo-embed",
+        modelAlias: "Demo Embed",
+        contextWindow: 8192n,
+        inputPricePer1mMicros: 100_000n,
+        outputPricePer1mMicros: 0n,
+        upstreamModel: "demo-embed",
+        kind: "embedding",
+        maxN: 1n,
       },
     ]);
     expect(config.GRPC_PORT).toBe(50053);
@@ -80,6 +94,18 @@ describe("registry configuration", () => {
     });
   });
 
+  it("reads kind and max_n, defaulting to a chat model of one choice, and refuses bad ones", () => {
+    const entry = '"model_id":"m","context_window":4096,"input_price_per_1m_usd":1,"output_price_per_1m_usd":1';
+    const load = (extra: string) =>
+      loadRegistryConfig({ ...base, LOCAL_MODELS: `[{${entry}${extra}}]` }).LOCAL_MODELS[0];
+    expect(load("")).toMatchObject({ kind: "chat", maxN: 1n });
+    expect(load(',"kind":"embedding","max_n":4')).toMatchObject({ kind: "embedding", maxN: 4n });
+    expect(() => load(',"kind":"image"')).toThrow(/LOCAL_MODELS: entry 0: kind must be "chat" or "embedding"/);
+    for (const bad of ["0", "1.5", '"2"', "129"]) {
+      expect(() => load(`,"max_n":${bad}`)).toThrow(/LOCAL_MODELS: entry 0: max_n must be an integer from 1 to 128/);
+    }
+  });
+
   it("takes one local model server or several replicas, in order", () => {
     const config = loadRegistryConfig(base);
     expect(config.LOCAL_MODEL_URL).toEqual(["http://127.0.0.1:8090"]);
@@ -125,6 +151,8 @@ describe("the cloud API (CLOUD_BASE_URL, CLOUD_API_KEY, CLOUD_MODELS)", () => {
         inputPricePer1mMicros: 150_000n,
         outputPricePer1mMicros: 600_000n,
         upstreamModel: "gpt-4o-mini",
+        kind: "chat",
+        maxN: 1n,
       },
     ]);
     const groq = loadRegistryConfig({ ...base, ...cloud, CLOUD_BASE_URL: "https://api.groq.com/openai/v1/" });

@@ -31,7 +31,7 @@ function request(endpointUrl: string, apiKey: string, overrides: Partial<Registe
     inviteCode: h.accounts.invite(),
     password: "",
     clientIp: "203.0.113.7",
-    models: [{ modelId: MODEL, modelAlias: "Llama 3 8B", contextWindow: 8192n }],
+    models: [{ modelId: MODEL, modelAlias: "Llama 3 8B", contextWindow: 8192n, kind: "", maxN: 0n }],
     ...overrides,
   } satisfies RegisterHosterRequest;
 }
@@ -54,11 +54,14 @@ describe("RegisterHoster", () => {
     try {
       const req = request(`${server.url}/`, server.token, {
         models: [
-          { modelId: MODEL, modelAlias: "Llama 3 8B", contextWindow: 8192n },
-          { modelId: "qwen2.5-7b", modelAlias: "", contextWindow: 32768n },
+          { modelId: MODEL, modelAlias: "Llama 3 8B", contextWindow: 8192n, kind: "", maxN: 4n },
+          { modelId: "qwen2.5-7b", modelAlias: "", contextWindow: 32768n, kind: "embedding", maxN: 0n },
         ],
       });
       const { hoster, portalPassword } = await h.client.registerHoster(req);
+      // No kind is chat, no max_n one choice.
+      const declared = Object.fromEntries(hoster!.models.map((m) => [m.modelId, [m.kind, m.maxN]]));
+      expect(declared).toEqual({ [MODEL]: ["chat", 4n], "qwen2.5-7b": ["embedding", 1n] });
       expect(hoster).toMatchObject({
         name: "Acme GPUs",
         endpointUrl: server.url,
@@ -109,8 +112,8 @@ describe("RegisterHoster", () => {
       const err = await refusal(
         request(server.url, server.token, {
           models: [
-            { modelId: MODEL, modelAlias: "", contextWindow: 8192n },
-            { modelId: "mistral-7b", modelAlias: "", contextWindow: 8192n },
+            { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n },
+            { modelId: "mistral-7b", modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n },
           ],
         }),
       );
@@ -205,24 +208,50 @@ describe("RegisterHoster", () => {
     ["no models", { models: [] }, "models"],
     [
       "too many models",
-      { models: Array.from({ length: 51 }, (_, i) => ({ modelId: `m${i}`, modelAlias: "", contextWindow: 1n })) },
+      {
+        models: Array.from({ length: 51 }, (_, i) => ({
+          modelId: `m${i}`,
+          modelAlias: "",
+          contextWindow: 1n,
+          kind: "",
+          maxN: 0n,
+        })),
+      },
       "models",
     ],
-    ["bad model_id", { models: [{ modelId: "a b", modelAlias: "", contextWindow: 1n }] }, "models[0].model_id"],
+    [
+      "bad model_id",
+      { models: [{ modelId: "a b", modelAlias: "", contextWindow: 1n, kind: "", maxN: 0n }] },
+      "models[0].model_id",
+    ],
     [
       "duplicate model_id",
       {
         models: [
-          { modelId: "m", modelAlias: "", contextWindow: 1n },
-          { modelId: "m", modelAlias: "", contextWindow: 1n },
+          { modelId: "m", modelAlias: "", contextWindow: 1n, kind: "", maxN: 0n },
+          { modelId: "m", modelAlias: "", contextWindow: 1n, kind: "", maxN: 0n },
         ],
       },
       "models[1].model_id",
     ],
-    ["context_window 0", { models: [{ modelId: "m", modelAlias: "", contextWindow: 0n }] }, "models[0].context_window"],
+    [
+      "context_window 0",
+      { models: [{ modelId: "m", modelAlias: "", contextWindow: 0n, kind: "", maxN: 0n }] },
+      "models[0].context_window",
+    ],
+    [
+      "kind",
+      { models: [{ modelId: "m", modelAlias: "", contextWindow: 1n, kind: "image", maxN: 0n }] },
+      "models[0].kind",
+    ],
+    [
+      "max_n",
+      { models: [{ modelId: "m", modelAlias: "", contextWindow: 1n, kind: "", maxN: 129n }] },
+      "models[0].max_n",
+    ],
     [
       "context_window huge",
-      { models: [{ modelId: "m", modelAlias: "", contextWindow: 10_000_001n }] },
+      { models: [{ modelId: "m", modelAlias: "", contextWindow: 10_000_001n, kind: "", maxN: 0n }] },
       "models[0].context_window",
     ],
   ])("refuses a bad %s with param %s before calling anyone", async (_case, overrides, param) => {

@@ -26,7 +26,7 @@ async function registerHoster(name: string): Promise<string> {
     inviteCode: h.accounts.invite(),
     password: "",
     clientIp: "203.0.113.9",
-    models: [{ modelId: MODEL, modelAlias: "", contextWindow: 8192n }],
+    models: [{ modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n }],
   });
   return hoster!.hosterId;
 }

@@ -40,6 +40,8 @@ export function platformTableModels(offers: readonly PlatformOffer[], createdAt:
         outputPricePer1mMicros: m.outputPricePer1mMicros,
         contextWindow: m.contextWindow,
         maxOutputTokensCap: PLATFORM_MAX_OUTPUT_TOKENS,
+        maxN: m.maxN,
+        kind: m.kind,
         upstreams: servers.map((server) => platformUpstream(provider, server, m)),
       }),
     ),

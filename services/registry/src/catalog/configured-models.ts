@@ -9,6 +9,29 @@ export interface ConfiguredModel {
   outputPricePer1mMicros: bigint;
   /** The model name the upstream server knows it by (defaults to modelId). */
   upstreamModel: string;
+  /** Which API the model answers: chat completions (the default) or embeddings. */
+  kind: ModelKind;
+  /** The most choices (`n`) one chat request may ask for (default 1). */
+  maxN: bigint;
+}
+
+export type ModelKind = "chat" | "embedding";
+
+/** Above this, an `n` is refused by the edge's body schema anyway. */
+const MAX_N_LIMIT = 128;
+
+function kindOf(entry: Record<string, unknown>, where: string): ModelKind {
+  const value = entry.kind ?? "chat";
+  if (value !== "chat" && value !== "embedding") throw new Error(`${where}: kind must be "chat" or "embedding"`);
+  return value;
+}
+
+function maxNOf(entry: Record<string, unknown>, where: string): bigint {
+  const value = entry.max_n ?? 1;
+  if (!Number.isSafeInteger(value) || (value as number) < 1 || (value as number) > MAX_N_LIMIT) {
+    throw new Error(`${where}: max_n must be an integer from 1 to ${MAX_N_LIMIT}`);
+  }
+  return BigInt(value as number);
 }
 
 function price(entry: Record<string, unknown>, field: string, where: string): bigint {
@@ -68,6 +91,8 @@ export function parseConfiguredModels(text: string): ConfiguredModel[] {
       inputPricePer1mMicros: price(entry, "input_price_per_1m_usd", where),
       outputPricePer1mMicros: price(entry, "output_price_per_1m_usd", where),
       upstreamModel: optionalString(entry, "upstream_model", where) ?? modelId,
+      kind: kindOf(entry, where),
+      maxN: maxNOf(entry, where),
     };
     // Ids and aliases share one namespace when resolving, so any clash would make routing ambiguous.
     for (const name of [model.modelId, model.modelAlias].filter(Boolean)) {

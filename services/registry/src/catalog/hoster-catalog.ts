@@ -61,6 +61,7 @@ export function hosterCatalog(options: HosterCatalogOptions): ModelCatalog & { f
       ownedBy: h.name,
       created,
       contextWindow: m.contextWindow,
+      kind: m.kind,
     }));
   }
 

@@ -10,6 +10,8 @@ export interface CatalogModel {
   /** Unix seconds. */
   created: bigint;
   contextWindow: bigint;
+  /** chat | embedding */
+  kind: string;
 }
 
 /**

@@ -61,6 +61,7 @@ export function platformCatalog(
     ownedBy: "platform",
     created,
     contextWindow: m.contextWindow,
+    kind: m.kind,
   }));
   return {
     // Platform models are for normal keys; a scoped key only reaches its hoster's models.

@@ -9,5 +9,9 @@ export const HosterModel = defineEntity({
     modelId: p.text().primary(),
     modelAlias: p.text(),
     contextWindow: p.bigint("bigint"),
+    /** chat | embedding */
+    kind: p.text(),
+    /** The most choices (`n`) one chat request may ask for. */
+    maxN: p.integer(),
   },
 });

@@ -5,6 +5,10 @@ export interface StoredModel {
   modelId: string;
   modelAlias: string;
   contextWindow: bigint;
+  /** chat | embedding */
+  kind: string;
+  /** The most choices (`n`) one chat request may ask for. */
+  maxN: bigint;
 }
 
 /** A hoster row with its models; the sealed token stays out of what handlers see. */
@@ -59,7 +63,17 @@ interface ModelRow {
   model_id: string;
   model_alias: string;
   context_window: string | number | bigint;
+  kind: string;
+  max_n: number;
 }
+
+const storedModel = (row: Omit<ModelRow, "hoster_id">): StoredModel => ({
+  modelId: row.model_id,
+  modelAlias: row.model_alias,
+  contextWindow: BigInt(row.context_window),
+  kind: row.kind,
+  maxN: BigInt(row.max_n),
+});
 
 /**
  * The hosters and hoster_models tables. Reads name their columns explicitly so the sealed token
@@ -88,8 +102,9 @@ export class HosterStore {
       );
       for (const m of hoster.models) {
         await em.execute(
-          `insert into hoster_models (hoster_id, model_id, model_alias, context_window) values (?, ?, ?, ?)`,
-          [hoster.id, m.modelId, m.modelAlias, m.contextWindow.toString()],
+          `insert into hoster_models (hoster_id, model_id, model_alias, context_window, kind, max_n)
+           values (?, ?, ?, ?, ?, ?)`,
+          [hoster.id, m.modelId, m.modelAlias, m.contextWindow.toString(), m.kind, Number(m.maxN)],
         );
       }
     });
@@ -153,7 +168,8 @@ export class HosterStore {
     const rows = (await this.#orm.em.fork().execute(
       `select h.id, h.name, h.endpoint_url, h.api_key_sealed, h.status, h.created_at,
               coalesce(json_agg(json_build_object('model_id', m.model_id, 'model_alias', m.model_alias,
-                                                  'context_window', m.context_window::text)
+                                                  'context_window', m.context_window::text,
+                                                  'kind', m.kind, 'max_n', m.max_n)
                                 order by m.model_id) filter (where m.model_id is not null), '[]') as models
        from hosters h left join hoster_models m on m.hoster_id = h.id
        where h.status <> 'registering'
@@ -167,11 +183,7 @@ export class HosterStore {
       apiKeySealed: row.api_key_sealed,
       status: row.status,
       createdAt: new Date(row.created_at),
-      models: row.models.map((m) => ({
-        modelId: m.model_id,
-        modelAlias: m.model_alias,
-        contextWindow: BigInt(m.context_window),
-      })),
+      models: row.models.map(storedModel),
     }));
   }
 
@@ -253,7 +265,7 @@ export class HosterStore {
   /** The models of the hosters `where` (written on the hosters table) selects. */
   async #models(where: string, params: unknown[]): Promise<Map<string, StoredModel[]>> {
     const rows = (await this.#orm.em.fork().execute(
-      `select m.hoster_id, m.model_id, m.model_alias, m.context_window
+      `select m.hoster_id, m.model_id, m.model_alias, m.context_window, m.kind, m.max_n
        from hoster_models m join hosters on hosters.id = m.hoster_id ${where}
        order by m.hoster_id, m.model_id`,
       params,
@@ -261,7 +273,7 @@ export class HosterStore {
     const byHoster = new Map<string, StoredModel[]>();
     for (const row of rows) {
       const list = byHoster.get(row.hoster_id) ?? [];
-      list.push({ modelId: row.model_id, modelAlias: row.model_alias, contextWindow: BigInt(row.context_window) });
+      list.push(storedModel(row));
       byHoster.set(row.hoster_id, list);
     }
     return byHoster;

@@ -9,7 +9,13 @@ export function hosterView(hoster: StoredHoster): Hoster {
     endpointUrl: hoster.endpointUrl,
     status: hoster.status,
     models: hoster.models.map((m) =>
-      HosterModel.fromPartial({ modelId: m.modelId, modelAlias: m.modelAlias, contextWindow: m.contextWindow }),
+      HosterModel.fromPartial({
+        modelId: m.modelId,
+        modelAlias: m.modelAlias,
+        contextWindow: m.contextWindow,
+        kind: m.kind,
+        maxN: m.maxN,
+      }),
     ),
     lastCheckedAt: hoster.lastCheckedAt?.toISOString() ?? "",
     consecutiveFailures: hoster.consecutiveFailures,

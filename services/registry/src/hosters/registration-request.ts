@@ -20,8 +20,11 @@ export interface ValidRegistration {
   inviteCode: string;
   password: string;
   clientIp: string;
-  models: Array<{ modelId: string; modelAlias: string; contextWindow: bigint }>;
+  models: Array<{ modelId: string; modelAlias: string; contextWindow: bigint; kind: string; maxN: bigint }>;
 }
+
+/** As OpenAI bounds `n`. */
+const MAX_N = 128n;
 
 const invalid = (param: string, message: string) => new AppError("invalid_request", message, { param });
 
@@ -62,7 +65,13 @@ export function validateRegistration(req: RegisterHosterRequest): ValidRegistrat
     if (model.contextWindow < 1n || model.contextWindow > MAX_CONTEXT_WINDOW) {
       throw invalid(`models[${i}].context_window`, "context_window must be an integer from 1 to 10000000.");
     }
-    return { modelId, modelAlias, contextWindow: model.contextWindow };
+    const kind = model.kind === "" ? "chat" : model.kind;
+    if (kind !== "chat" && kind !== "embedding") {
+      throw invalid(`models[${i}].kind`, "kind must be chat or embedding.");
+    }
+    const maxN = model.maxN === 0n ? 1n : model.maxN;
+    if (maxN < 1n || maxN > MAX_N) throw invalid(`models[${i}].max_n`, `max_n must be an integer from 1 to ${MAX_N}.`);
+    return { modelId, modelAlias, contextWindow: model.contextWindow, kind, maxN };
   });
   return {
     name,

@@ -47,6 +47,10 @@ export interface Route {
   outputPricePer1mMicros: bigint;
   contextWindow: bigint;
   maxOutputTokensCap: bigint;
+  /** The most choices (`n`) one request may ask for; 0 means 1. */
+  maxN: bigint;
+  /** chat (empty means chat) | embedding: which API the model answers. */
+  kind: string;
 }
 
 export interface WatchCatalogRequest {
@@ -110,6 +114,10 @@ export interface PlatformModel {
   maxOutputTokensCap: bigint;
   /** Every server serving it, in the order to try them. */
   upstreams: UpstreamServer[];
+  /** The most choices (`n`) one request may ask for; 0 means 1. */
+  maxN: bigint;
+  /** chat (empty means chat) | embedding: which API the model answers. */
+  kind: string;
 }
 
 /**
@@ -152,6 +160,8 @@ export interface ModelInfo {
   contextWindow: bigint;
   /** Unix seconds. */
   created: bigint;
+  /** chat | embedding. */
+  kind: string;
 }
 
 /** A model a hoster's server serves. */
@@ -162,6 +172,10 @@ export interface HosterModel {
   modelAlias: string;
   /** Tokens, 1 to 10,000,000. */
   contextWindow: bigint;
+  /** The most choices (`n`) one chat request may ask for, 1 to 128; 0 at registration means 1. */
+  maxN: bigint;
+  /** chat | embedding; empty at registration means chat. */
+  kind: string;
 }
 
 export interface RegisterHosterRequest {
@@ -462,6 +476,8 @@ function createBaseRoute(): Route {
     outputPricePer1mMicros: 0n,
     contextWindow: 0n,
     maxOutputTokensCap: 0n,
+    maxN: 0n,
+    kind: "",
   };
 }
 
@@ -502,6 +518,15 @@ export const Route: MessageFns<Route> = {
         throw new globalThis.Error("value provided for field message.maxOutputTokensCap of type int64 too large");
       }
       writer.uint32(64).int64(message.maxOutputTokensCap);
+    }
+    if (message.maxN !== 0n) {
+      if (BigInt.asIntN(64, message.maxN) !== message.maxN) {
+        throw new globalThis.Error("value provided for field message.maxN of type int64 too large");
+      }
+      writer.uint32(72).int64(message.maxN);
+    }
+    if (message.kind !== "") {
+      writer.uint32(82).string(message.kind);
     }
     return writer;
   },
@@ -583,6 +608,22 @@ export const Route: MessageFns<Route> = {
             message.maxOutputTokensCap = reader.int64() as bigint;
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.maxN = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -633,6 +674,8 @@ export const Route: MessageFns<Route> = {
         : isSet(object.max_output_tokens_cap)
         ? BigInt(object.max_output_tokens_cap)
         : 0n,
+      maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -662,6 +705,12 @@ export const Route: MessageFns<Route> = {
     if (message.maxOutputTokensCap !== 0n) {
       obj.maxOutputTokensCap = message.maxOutputTokensCap.toString();
     }
+    if (message.maxN !== 0n) {
+      obj.maxN = message.maxN.toString();
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -688,6 +737,8 @@ export const Route: MessageFns<Route> = {
     message.maxOutputTokensCap = (object.maxOutputTokensCap !== undefined && object.maxOutputTokensCap !== null)
       ? BigInt(object.maxOutputTokensCap)
       : 0n;
+    message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
@@ -1076,6 +1127,8 @@ function createBasePlatformModel(): PlatformModel {
     contextWindow: 0n,
     maxOutputTokensCap: 0n,
     upstreams: [],
+    maxN: 0n,
+    kind: "",
   };
 }
 
@@ -1125,6 +1178,15 @@ export const PlatformModel: MessageFns<PlatformModel> = {
     }
     for (const v of message.upstreams) {
       UpstreamServer.encode(v!, writer.uint32(82).fork()).join();
+    }
+    if (message.maxN !== 0n) {
+      if (BigInt.asIntN(64, message.maxN) !== message.maxN) {
+        throw new globalThis.Error("value provided for field message.maxN of type int64 too large");
+      }
+      writer.uint32(88).int64(message.maxN);
+    }
+    if (message.kind !== "") {
+      writer.uint32(98).string(message.kind);
     }
     return writer;
   },
@@ -1222,6 +1284,22 @@ export const PlatformModel: MessageFns<PlatformModel> = {
             message.upstreams.push(UpstreamServer.decode(reader, reader.uint32()));
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.maxN = reader.int64() as bigint;
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1276,6 +1354,8 @@ export const PlatformModel: MessageFns<PlatformModel> = {
       upstreams: globalThis.Array.isArray(object?.upstreams)
         ? object.upstreams.map((e: any) => UpstreamServer.fromJSON(e))
         : [],
+      maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -1311,6 +1391,12 @@ export const PlatformModel: MessageFns<PlatformModel> = {
     if (message.upstreams?.length) {
       obj.upstreams = message.upstreams.map((e) => UpstreamServer.toJSON(e));
     }
+    if (message.maxN !== 0n) {
+      obj.maxN = message.maxN.toString();
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -1339,6 +1425,8 @@ export const PlatformModel: MessageFns<PlatformModel> = {
       ? BigInt(object.maxOutputTokensCap)
       : 0n;
     message.upstreams = object.upstreams?.map((e) => UpstreamServer.fromPartial(e)) || [];
+    message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
@@ -1706,7 +1794,7 @@ export const ListModelsResponse: MessageFns<ListModelsResponse> = {
 };
 
 function createBaseModelInfo(): ModelInfo {
-  return { modelId: "", modelAlias: "", provider: "", ownedBy: "", contextWindow: 0n, created: 0n };
+  return { modelId: "", modelAlias: "", provider: "", ownedBy: "", contextWindow: 0n, created: 0n, kind: "" };
 }
 
 export const ModelInfo: MessageFns<ModelInfo> = {
@@ -1734,6 +1822,9 @@ export const ModelInfo: MessageFns<ModelInfo> = {
         throw new globalThis.Error("value provided for field message.created of type int64 too large");
       }
       writer.uint32(48).int64(message.created);
+    }
+    if (message.kind !== "") {
+      writer.uint32(58).string(message.kind);
     }
     return writer;
   },
@@ -1799,6 +1890,14 @@ export const ModelInfo: MessageFns<ModelInfo> = {
             message.created = reader.int64() as bigint;
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1835,6 +1934,7 @@ export const ModelInfo: MessageFns<ModelInfo> = {
         ? BigInt(object.context_window)
         : 0n,
       created: isSet(object.created) ? BigInt(object.created) : 0n,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -1858,6 +1958,9 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     if (message.created !== 0n) {
       obj.created = message.created.toString();
     }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -1874,12 +1977,13 @@ export const ModelInfo: MessageFns<ModelInfo> = {
       ? BigInt(object.contextWindow)
       : 0n;
     message.created = (object.created !== undefined && object.created !== null) ? BigInt(object.created) : 0n;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
 
 function createBaseHosterModel(): HosterModel {
-  return { modelId: "", modelAlias: "", contextWindow: 0n };
+  return { modelId: "", modelAlias: "", contextWindow: 0n, maxN: 0n, kind: "" };
 }
 
 export const HosterModel: MessageFns<HosterModel> = {
@@ -1895,6 +1999,15 @@ export const HosterModel: MessageFns<HosterModel> = {
         throw new globalThis.Error("value provided for field message.contextWindow of type int64 too large");
       }
       writer.uint32(24).int64(message.contextWindow);
+    }
+    if (message.maxN !== 0n) {
+      if (BigInt.asIntN(64, message.maxN) !== message.maxN) {
+        throw new globalThis.Error("value provided for field message.maxN of type int64 too large");
+      }
+      writer.uint32(32).int64(message.maxN);
+    }
+    if (message.kind !== "") {
+      writer.uint32(42).string(message.kind);
     }
     return writer;
   },
@@ -1936,6 +2049,22 @@ export const HosterModel: MessageFns<HosterModel> = {
             message.contextWindow = reader.int64() as bigint;
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.maxN = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1965,6 +2094,8 @@ export const HosterModel: MessageFns<HosterModel> = {
         : isSet(object.context_window)
         ? BigInt(object.context_window)
         : 0n,
+      maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
     };
   },
 
@@ -1979,6 +2110,12 @@ export const HosterModel: MessageFns<HosterModel> = {
     if (message.contextWindow !== 0n) {
       obj.contextWindow = message.contextWindow.toString();
     }
+    if (message.maxN !== 0n) {
+      obj.maxN = message.maxN.toString();
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
     return obj;
   },
 
@@ -1992,6 +2129,8 @@ export const HosterModel: MessageFns<HosterModel> = {
     message.contextWindow = (object.contextWindow !== undefined && object.contextWindow !== null)
       ? BigInt(object.contextWindow)
       : 0n;
+    message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
+    message.kind = object.kind ?? "";
     return message;
   },
 };
