@@ -54,6 +54,9 @@
  *   BENCH_SETTLE_TIMEOUT_SECONDS   90      how long scenario 5 waits for billing to settle
  *   BENCH_RSS_SAMPLE_MS            100     RSS sampling interval
  *   BENCH_TOPUP_USD                1000    credit added to each bench account
+ *   BENCH_CPU_PROFILE              (none)  our processes to profile, e.g. edge,billing: each writes a V8
+ *                                          <name>.cpuprofile into <logs>/profiles when it stops (open it in
+ *                                          Chrome's DevTools; profiling slows the process)
  *   LOG_LEVEL                      warn    the services' log level
  *   DATABASE_URL, NATS_URL                 where the fresh database and stream are made
  */
@@ -126,6 +129,7 @@ const system = new System({
   eventsPrefix: prefix,
   model: config.model,
   logLevel: config.logLevel,
+  cpuProfiles: config.cpuProfiles,
   onCrash: (what, tail) => {
     crashed = true;
     console.error(`\n✖ ${what}. Last lines of its log:\n${tail}`);

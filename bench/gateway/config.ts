@@ -13,6 +13,21 @@ const flag = (name: string, fallback: boolean): boolean => {
   return raw === undefined || raw === "" ? fallback : !["0", "false", "no"].includes(raw.toLowerCase());
 };
 
+/** Our processes a run may profile (BENCH_CPU_PROFILE), by the names the bench starts them under. */
+const PROFILABLE = ["edge", "registry", "billing", "accounts"];
+
+function profiledProcesses(raw: string): string[] {
+  const names = raw
+    .split(",")
+    .map((name) => name.trim())
+    .filter(Boolean);
+  const unknown = names.filter((name) => !PROFILABLE.includes(name));
+  if (unknown.length > 0) {
+    throw new Error(`BENCH_CPU_PROFILE names ${unknown.join(", ")}; it takes ${PROFILABLE.join(", ")}`);
+  }
+  return names;
+}
+
 export const config = {
   accounts: num("BENCH_ACCOUNTS", 200),
   model: process.env.BENCH_MODEL ?? "demo-small",
@@ -37,6 +52,7 @@ export const config = {
   rssSampleMs: num("BENCH_RSS_SAMPLE_MS", 100),
   targets: (process.env.BENCH_TARGETS ?? "direct,ours,peer").split(",").map((t) => t.trim()),
   logLevel: process.env.LOG_LEVEL ?? "warn",
+  cpuProfiles: profiledProcesses(process.env.BENCH_CPU_PROFILE ?? ""),
 };
 
 export type BenchConfig = typeof config;

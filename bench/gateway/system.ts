@@ -10,6 +10,7 @@
  * keep their memory history) across all scenarios.
  */
 import { randomBytes } from "node:crypto";
+import { join } from "node:path";
 import { freePort } from "@mkt/testkit/ports";
 import { testCertificates } from "@mkt/testkit/test-certificates";
 import { startProcesses, waitForHttp, type ProcessSpec, type StartedProcesses } from "../../scripts/lib/processes.ts";
@@ -40,6 +41,8 @@ export interface SystemOptions {
   logLevel: string;
   /** Added to every process's environment (the tracing test points OTEL_* at its receiver). */
   env?: Record<string, string>;
+  /** Our processes (by name) that write a V8 CPU profile into `<logDir>/profiles` when they stop. */
+  cpuProfiles?: readonly string[];
   onCrash: (what: string, tail: string) => void;
 }
 
@@ -112,6 +115,17 @@ export class System {
       LOG_LEVEL: o.logLevel,
       ...o.env,
     };
+    const profileDir = join(o.logDir, "profiles");
+    const profiled = (spec: ProcessSpec): ProcessSpec =>
+      o.cpuProfiles?.includes(spec.name)
+        ? {
+            ...spec,
+            env: {
+              ...spec.env,
+              NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${profileDir} --cpu-prof-name=${spec.name}.cpuprofile`,
+            },
+          }
+        : spec;
     this.services = startProcesses(
       o.root,
       [
@@ -186,7 +200,7 @@ export class System {
             ALLOW_PRIVATE_UPSTREAMS: "true",
           },
         },
-      ],
+      ].map(profiled),
       o.onCrash,
       { logDir: o.logDir },
     );
