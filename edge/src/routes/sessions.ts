@@ -57,22 +57,22 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
     return { logged_out: true };
   }
 
+  /** A login's answer: who is now logged in (the session itself travels in the cookie). */
+  const loggedIn = object({
+    kind: string("`customer` or `hoster`"),
+    account_id: string("A customer's"),
+    hoster_id: string("A hoster's"),
+    email: string(),
+    expires_at: string(),
+  });
+
   app.post<{ Body: LoginBody }>(
     "/auth/login",
     {
       onRequest: noStore,
       schema: {
         summary: "Log in (customer by default, or `kind: hoster`); sets the mk_session cookie",
-        response: replies(
-          200,
-          object({
-            kind: string("`customer` or `hoster`"),
-            account_id: string("A customer's"),
-            hoster_id: string("A hoster's"),
-            email: string(),
-            expires_at: string(),
-          }),
-        ),
+        response: replies(200, loggedIn),
         tags: ["sessions"],
         body: {
           ...credentials,
@@ -88,16 +88,7 @@ export function sessionRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: noStore,
       schema: {
         summary: "Hoster login; sets the mk_session cookie",
-        response: replies(
-          200,
-          object({
-            kind: string("`customer` or `hoster`"),
-            account_id: string("A customer's"),
-            hoster_id: string("A hoster's"),
-            email: string(),
-            expires_at: string(),
-          }),
-        ),
+        response: replies(200, loggedIn),
         tags: ["hosters"],
         body: credentials,
       },
