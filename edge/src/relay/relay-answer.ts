@@ -11,6 +11,7 @@ import type { RelayMetrics } from "./relay-metrics.ts";
 import type { RelayRequest } from "./relay-request.ts";
 import { upstreamBody } from "./request-body.ts";
 import { streamChat, UpstreamFailure, type UpstreamLimits } from "./stream-chat.ts";
+import { upstreamAppError } from "./upstream-error.ts";
 import type { UpstreamPools } from "./upstream-pools.ts";
 import { isUpstreamFault, liveCandidates } from "./upstream-failover.ts";
 import { usageMismatch, type UsageMismatch } from "./usage-check.ts";
@@ -59,12 +60,6 @@ export interface RelayControl {
   /** False once the client's connection is closed (checked before an answer counts as delivered). */
   clientConnected: () => boolean;
 }
-
-/** What the caller is told; generic on purpose: never an upstream body, URL or token. */
-const UPSTREAM_MESSAGES = {
-  upstream_error: "The model server failed to answer the request.",
-  upstream_timeout: "The model server did not answer in time.",
-} as const;
 
 const SHUTTING_DOWN = "The server is shutting down; please retry the request.";
 
@@ -379,22 +374,17 @@ function endedEarly(answer: Answer, err: unknown): RelayEvent | undefined {
   const cancelled =
     !cut &&
     (answer.upstreamCancel.signal.aborted || (err instanceof UpstreamFailure && err.code === "client_cancelled"));
-  const appError = cut ? answer.cutError() : cancelled ? undefined : toAppError(err, answer.log);
+  const appError = cut
+    ? answer.cutError()
+    : cancelled
+      ? undefined
+      : upstreamAppError(err, answer.log, "chat completion");
   const errorCode = appError?.code ?? "client_cancelled";
   answer.log.info({ errorCode, written: answer.written }, "chat completion ended early");
   void answer.record(errorCode);
   if (!appError) return undefined;
   if (answer.written > 0) return { error: appError };
   throw appError;
-}
-
-function toAppError(err: unknown, log: Logger): AppError {
-  if (err instanceof AppError) return err;
-  if (err instanceof UpstreamFailure && err.code !== "client_cancelled") {
-    return new AppError(err.code, UPSTREAM_MESSAGES[err.code]);
-  }
-  log.error({ err }, "chat completion failed");
-  return new AppError("internal_error", "Internal error.");
 }
 
 /**

@@ -1,4 +1,3 @@
-import { AppError } from "@mkt/runtime/errors";
 import type { Logger } from "@mkt/runtime/logger";
 import { microsToUsd } from "@mkt/runtime/money";
 import type { UpstreamTarget } from "../routing/upstream-target.ts";
@@ -6,6 +5,7 @@ import { validCount } from "./billed-usage.ts";
 import type { RelayDeps } from "./relay-answer.ts";
 import type { RelayRequest } from "./relay-request.ts";
 import { UpstreamFailure, type UpstreamLimits } from "./stream-chat.ts";
+import { upstreamAppError } from "./upstream-error.ts";
 import type { UpstreamPools } from "./upstream-pools.ts";
 import { isUpstreamFault, liveCandidates } from "./upstream-failover.ts";
 import { usageCost } from "./usage-cost.ts";
@@ -19,12 +19,6 @@ export interface EmbeddingsExpected {
   inputs: number;
   encodingFormat: "float" | "base64";
 }
-
-/** What the caller is told; never an upstream body, URL or token. */
-const UPSTREAM_MESSAGES = {
-  upstream_error: "The model server failed to answer the request.",
-  upstream_timeout: "The model server did not answer in time.",
-} as const;
 
 const TIMEOUT_CODES = new Set(["UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
 
@@ -73,7 +67,7 @@ export async function relayEmbeddings(
     answer = await answerFrom(deps, request, expected, control.clientGone, log, (s) => (upstreamStatus = s));
   } catch (err) {
     const cancelled = control.clientGone.aborted;
-    const appError = cancelled ? undefined : toAppError(err, log);
+    const appError = cancelled ? undefined : upstreamAppError(err, log, "embeddings");
     await record(appError?.code ?? "client_cancelled", 0n);
     if (!appError) return undefined;
     throw appError;
@@ -229,13 +223,4 @@ function checkedAnswer(answer: unknown, expected: EmbeddingsExpected): Json {
     ordered[index] = { object: "embedding", index, embedding };
   }
   return { ...(answer as Json), data: ordered };
-}
-
-function toAppError(err: unknown, log: Logger): AppError {
-  if (err instanceof AppError) return err;
-  if (err instanceof UpstreamFailure && err.code !== "client_cancelled") {
-    return new AppError(err.code, UPSTREAM_MESSAGES[err.code]);
-  }
-  log.error({ err }, "embeddings failed");
-  return new AppError("internal_error", "Internal error.");
 }
