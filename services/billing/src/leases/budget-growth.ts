@@ -2,6 +2,7 @@ import { max0 } from "@mkt/runtime/bigint-math";
 import { hasIncludedTokens, stopsAtIncludedTokens } from "@mkt/runtime/pricing-models";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
+import { write } from "../write-batch.ts";
 import {
   concurrencyRefusal,
   includedTokensRefusal,
@@ -122,7 +123,8 @@ export async function growBudget(
     if (step.resource === "sub_requests_minute" || step.resource === "sub_tokens_minute") {
       const requests = step.resource === "sub_requests_minute" ? step.add : 0n;
       const tokens = step.add - requests;
-      await em.execute(
+      await write(
+        em,
         `insert into subscription_rate_counters (subscription_id, window_start, requests, tokens) values (?, ?, ?, ?)
          on conflict (subscription_id, window_start) do update set requests = subscription_rate_counters.requests
            + excluded.requests, tokens = subscription_rate_counters.tokens + excluded.tokens`,
@@ -142,7 +144,7 @@ export async function returnIdleSlots(em: Em, lease: LeaseRow, subscriptionId: s
   const slots = lease.allowances.find((a) => a.scope === subscriptionId && a.resource === "slots");
   if (!slots || slots.granted <= slots.admitted) return;
   slots.granted = slots.admitted;
-  await em.execute(`update lease_allowances set granted = admitted where id = ?`, [slots.id]);
+  await write(em, `update lease_allowances set granted = admitted where id = ?`, [slots.id]);
 }
 
 /** The subscription's current period as a window (its included tokens lapse with it). */

@@ -3,7 +3,8 @@ import type { BillingContext, Em } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { extendLiveSession, fenceLapsed, renewSession } from "./edge-session.ts";
 import { holdIncarnation, incarnationOf, type EdgeCaller } from "./edge-incarnation.ts";
-import { growLease } from "./lease-growth.ts";
+import { growLease, readSizing } from "./lease-growth.ts";
+import { batchWrites } from "../write-batch.ts";
 import { windowsOf } from "./lease-windows.ts";
 import { nextWindowAheadMs } from "@mkt/runtime/next-window";
 import { shrinkIdleCredit } from "./idle-credit.ts";
@@ -179,12 +180,14 @@ async function accountsOf(
  */
 async function heartbeatIn(
   ctx: BillingContext,
-  em: Em,
+  transaction: Em,
   req: HeartbeatRequest,
   caller: EdgeCaller,
   reports: Map<string, LeaseReport>,
   only: string[] | undefined,
 ): Promise<LeaseState[]> {
+  // Each applied lease makes a few small writes: they go together, in a round trip or two.
+  const { em, flush } = batchWrites(transaction);
   const now = ctx.clock();
   const ttlMs = ctx.config.LEASE_TTL_MS;
   // Subscriptions first (FOR SHARE), then wallets: a cancel, pause or past due that updates one
@@ -202,6 +205,8 @@ async function heartbeatIn(
     ...answered.params,
     ...(only ? [...only, null] : []),
   ]);
+  const growing = leases.filter((l) => l.status === "open" && reports.has(l.id)).map((l) => l.accountId);
+  const sizing = await readSizing(em, req.edgeId, [...new Set(growing)], now, ttlMs);
   for (const lease of leases) {
     const report = reports.get(lease.id);
     if (!report) continue;
@@ -221,11 +226,13 @@ async function heartbeatIn(
           inHand: NOTHING,
           demandPerSecond: amountsOf(report.demandPerSecond),
           nextWindowAheadMs: aheadFor(ctx, report),
+          sizing: sizing.get(lease.accountId),
         },
         now,
       );
       await growBudgets(ctx, em, lease, subscriptions, report, now);
     }
   }
+  await flush();
   return leases.map((lease) => leaseState(lease, now, ctx.config));
 }

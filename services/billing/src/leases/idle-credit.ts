@@ -1,4 +1,5 @@
 import type { Em } from "../context.ts";
+import { write } from "../write-batch.ts";
 import { creditOf, shiftHold, type LeaseRow, type WalletRow } from "./lease-store.ts";
 
 /**
@@ -20,6 +21,6 @@ export async function shrinkIdleCredit(em: Em, lease: LeaseRow, wallet: WalletRo
   const excess = credit.granted - target;
   const released = excess < lease.heldMicros ? excess : lease.heldMicros;
   credit.granted = target;
-  await em.execute(`update lease_allowances set granted = ? where id = ?`, [target, credit.id]);
+  await write(em, `update lease_allowances set granted = ? where id = ?`, [target, credit.id]);
   await shiftHold(em, lease, wallet, -released);
 }

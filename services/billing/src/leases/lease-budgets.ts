@@ -1,5 +1,6 @@
 import type { BudgetTerms } from "@mkt/proto/billing/v1/leases";
 import type { Em } from "../context.ts";
+import { write } from "../write-batch.ts";
 import { planTerms } from "../subscriptions/plan-limits.ts";
 import type { BudgetRow, LeaseRow } from "./lease-store.ts";
 
@@ -41,7 +42,8 @@ export async function budgetSubscriptions(em: Em, edgeId: string, accountIds?: s
  */
 export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<string, unknown>): Promise<BudgetRow> {
   const plan = planTerms(subscription);
-  await em.execute(
+  await write(
+    em,
     `insert into lease_budgets (lease_id, subscription_id, status, state, hoster_id, period_index, pricing_model,
        included_tokens, input_price_per_1m_micros, output_price_per_1m_micros, overage_price_per_1m_micros,
        max_context_tokens, max_output_tokens, rpm_limit)
@@ -92,7 +94,8 @@ export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<s
 export async function fenceBudget(em: Em, lease: LeaseRow, budget: BudgetRow, state: string, now: Date) {
   budget.status = "fenced";
   budget.state = state;
-  await em.execute(
+  await write(
+    em,
     `update lease_budgets set status = 'fenced', state = ?, fenced_at = ? where lease_id = ? and subscription_id = ?`,
     [state, now, lease.id, budget.subscriptionId],
   );

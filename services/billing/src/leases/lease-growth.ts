@@ -8,6 +8,8 @@ import { rateLimitRefusal, tierLimits } from "../rate-limits/rate-limiter.ts";
 import { formatUsd } from "../wallets/ledger.ts";
 import { growthFor } from "./lease-sizing.ts";
 import { REQUEST_WINDOWS, windowsOf, type WindowSpan } from "./lease-windows.ts";
+import { sqlArray } from "../batch-statement.ts";
+import { write } from "../write-batch.ts";
 import { shiftHold, type AllowanceRow, type LeaseRow, type WalletRow } from "./lease-store.ts";
 
 /** Account-level amounts in each resource's unit. */
@@ -30,6 +32,11 @@ export interface Growth {
    * report sent ahead for it (LeaseReport.next_window, nextWindowAheadMs).
    */
   nextWindowAheadMs?: number;
+  /**
+   * What the sizing rule reads, read ahead for many leases at once (readSizing); absent, growLease
+   * reads it for this lease alone.
+   */
+  sizing?: Sizing;
 }
 
 export interface Step {
@@ -77,16 +84,18 @@ export async function growLease(
     const { current, next } = windowsOf(window, now, growth.nextWindowAheadMs ?? ttlMs);
     return { window, current, next: wanted > 0n ? next : undefined };
   });
-  const { edges, counts } = await sizingReads(
-    em,
-    lease,
-    spans.flatMap(({ window, current, next }) => [
-      { counter: window.counter, start: current.start },
-      ...(next ? [{ counter: window.counter, start: next.start }] : []),
-    ]),
-    new Date(now.getTime() - 2 * ttlMs),
-  );
-  const countOf = (counter: string, start: Date) => counts.get(`${counter} ${start.getTime()}`) ?? 0n;
+  const { edges, counts } =
+    growth.sizing ??
+    (await sizingReads(
+      em,
+      lease,
+      spans.flatMap(({ window, current, next }) => [
+        { counter: window.counter, start: current.start },
+        ...(next ? [{ counter: window.counter, start: next.start }] : []),
+      ]),
+      new Date(now.getTime() - 2 * ttlMs),
+    ));
+  const countOf = (counter: string, start: Date) => counts.get(counterKey(counter, start)) ?? 0n;
   const size = (left: bigint, allowance: AllowanceRow | undefined, demand: bigint, inHand: bigint) =>
     growthFor({ left, edges, demandPerSecond: demand, inHand, ttlMs }, unspent(allowance));
   const steps: Step[] = [];
@@ -136,6 +145,9 @@ export async function growLease(
       await addRoom(em, lease, step);
       await shiftHold(em, lease, wallet, step.add);
     } else {
+      // Read ahead counts stay true for a later lease of the account in the same transaction.
+      const key = counterKey(step.counter!, step.span!.start);
+      counts.set(key, (counts.get(key) ?? 0n) + step.add);
       // The window's counter in the same statement as the room (one round trip, not two).
       await addRoom(em, lease, step, {
         sql: `insert into rate_counters (account_id, "window", window_start, count) values (?, ?, ?, ?)
@@ -151,6 +163,54 @@ export async function growLease(
  * this edge, since): the `n` of the sizing rule, read alone (edgesUsing) or with the counters.
  */
 const OTHER_EDGES_SQL = `select count(distinct edge_id) from leases where account_id = ? and edge_id <> ? and last_used_at >= ?`;
+
+/** What growLease sizes an account's rooms by: the `n` of the sizing rule and the window counters it reads. */
+export interface Sizing {
+  /** Edges that used the account in the last 2 TTL, the lease's own included. */
+  edges: number;
+  /** Requests counted per window (counterKey), absent: 0. */
+  counts: Map<string, bigint>;
+}
+
+const counterKey = (counter: string, start: Date) => `${counter} ${start.getTime()}`;
+
+/**
+ * Sizing for the leases of one edge on many accounts, in one statement (a heartbeat grows dozens):
+ * for each account, the other edges that used it since 2 TTL ago and its counters of every
+ * request window not yet ended (the current ones and any next one growLease may grant ahead).
+ */
+export async function readSizing(
+  em: Em,
+  edgeId: string,
+  accountIds: readonly string[],
+  now: Date,
+  ttlMs: number,
+): Promise<Map<string, Sizing>> {
+  const sizing = new Map<string, Sizing>(accountIds.map((id) => [id, { edges: 1, counts: new Map() }]));
+  if (accountIds.length === 0) return sizing;
+  const ids = sqlArray(accountIds);
+  const starts = REQUEST_WINDOWS.map((window) => windowsOf(window, now, ttlMs).current.start);
+  const rows = await em.execute(
+    `select account_id, null as "window", null::timestamptz as window_start, count(distinct edge_id) as n from leases
+     where account_id = any(?::uuid[]) and edge_id <> ? and last_used_at >= ? group by account_id
+     union all
+     select account_id, "window", window_start, count from rate_counters
+     where account_id = any(?::uuid[]) and (${REQUEST_WINDOWS.map(() => `("window" = ? and window_start >= ?)`).join(" or ")})`,
+    [
+      ids,
+      edgeId,
+      new Date(now.getTime() - 2 * ttlMs),
+      ids,
+      ...REQUEST_WINDOWS.flatMap((window, i) => [window.counter, starts[i]]),
+    ],
+  );
+  for (const row of rows) {
+    const account = sizing.get(row.account_id as string)!;
+    if (row.window === null) account.edges = Number(int8(row.n)) + 1;
+    else account.counts.set(counterKey(row.window as string, new Date(row.window_start as string)), int8(row.n));
+  }
+  return sizing;
+}
 
 /**
  * What growLease sizes by, in one statement: edges that used the account since `since` (this one
@@ -174,7 +234,7 @@ async function sizingReads(
   const counts = new Map<string, bigint>();
   for (const row of rows) {
     if (row.window === null) edges = Number(int8(row.n)) + 1;
-    else counts.set(`${row.window as string} ${new Date(row.window_start as string).getTime()}`, int8(row.n));
+    else counts.set(counterKey(row.window as string, new Date(row.window_start as string)), int8(row.n));
   }
   return { edges, counts };
 }
@@ -212,7 +272,7 @@ export async function addRoom(
   also?: { sql: string; params: unknown[] },
 ): Promise<void> {
   const run = (sql: string, params: unknown[]) =>
-    also ? em.execute(`with room as (${sql}) ${also.sql}`, [...params, ...also.params]) : em.execute(sql, params);
+    also ? write(em, `with room as (${sql}) ${also.sql}`, [...params, ...also.params]) : write(em, sql, params);
   const start = step.span?.start ?? null;
   const scope = step.scope ?? "";
   const existing = lease.allowances.find(

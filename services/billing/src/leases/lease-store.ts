@@ -4,6 +4,7 @@ import type { Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import type { LeaseReport } from "@mkt/proto/billing/v1/leases";
 import type { LimitReset } from "../key-limits/key-windows.ts";
+import { write } from "../write-batch.ts";
 
 /** A lease row as the lease transactions read it (after the account's wallet is locked). */
 export interface LeaseRow {
@@ -197,7 +198,8 @@ export async function shiftHold(em: Em, lease: LeaseRow, wallet: WalletRow, delt
   lease.heldMicros += delta;
   wallet.held += delta;
   // One round trip: the wallet's row is locked already by every caller (the lease's own is the only new lock).
-  await em.execute(
+  await write(
+    em,
     `with lease as (update leases set held_micros = held_micros + ? where id = ?)
      update wallets set held_micros = held_micros + ? where account_id = ?`,
     [delta, lease.id, delta, lease.accountId],
@@ -228,10 +230,11 @@ export async function applyReport(
     if (allowance.resource === "slots" ? next === allowance.admitted : next <= allowance.admitted) continue;
     allowance.admitted = next;
     used = true;
-    await em.execute(`update lease_allowances set admitted = ? where id = ?`, [next, allowance.id]);
+    await write(em, `update lease_allowances set admitted = ? where id = ?`, [next, allowance.id]);
   }
   lease.appliedSequence = sequence;
-  await em.execute(
+  await write(
+    em,
     `update leases set applied_sequence = ?, last_used_at = case when ? then ? else last_used_at end where id = ?`,
     [sequence, used, now, lease.id],
   );
@@ -272,7 +275,8 @@ export async function closeReported(
   const inUse = lease.allowances.some(
     (a) => (a.resource === "slots" && a.admitted > 0n) || (a.resource === "included_tokens" && a.admitted > a.settled),
   );
-  await em.execute(
+  await write(
+    em,
     `update leases set status = 'closed', deadline = coalesce(deadline, ?), closed_at = ?, release_at = ?,
        released_at = case when ? or (held_micros = 0 and not ?) then ?::timestamptz end
      where id = ?`,
@@ -294,20 +298,22 @@ export async function returnBudgetRoom(em: Em, lease: LeaseRow, subscriptionId: 
       await uncount(em, lease, a, a.granted - a.admitted);
     } else if (a.resource !== "slots" && a.resource !== "included_tokens") continue;
     a.granted = a.admitted;
-    await em.execute(`update lease_allowances set granted = admitted where id = ?`, [a.id]);
+    await write(em, `update lease_allowances set granted = admitted where id = ?`, [a.id]);
   }
 }
 
 /** Gives `n` unused units of a window's room back to the counter it was counted in at grant. */
 async function uncount(em: Em, lease: LeaseRow, a: AllowanceRow, n: bigint): Promise<void> {
   if (a.resource === "requests_minute" || a.resource === "requests_day") {
-    await em.execute(
+    await write(
+      em,
       `update rate_counters set count = count - ? where account_id = ? and "window" = ? and window_start = ?`,
       [n, lease.accountId, a.resource === "requests_day" ? "day" : "minute", a.windowStart],
     );
   } else if (a.resource === "sub_requests_minute" || a.resource === "sub_tokens_minute") {
     const column = a.resource === "sub_requests_minute" ? "requests" : "tokens";
-    await em.execute(
+    await write(
+      em,
       `update subscription_rate_counters set ${column} = ${column} - ? where subscription_id = ? and window_start = ?`,
       [n, a.scope, a.windowStart],
     );
