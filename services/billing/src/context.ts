@@ -1,3 +1,4 @@
+import type { LimitFunction } from "p-limit";
 import type { Logger } from "@mkt/runtime/logger";
 import type { Orm } from "@mkt/runtime/db";
 import type { PromiseClient } from "@mkt/runtime/grpc-client";
@@ -32,6 +33,11 @@ export interface BillingContext {
   recallLeases: RecallLeases;
   /** This process's Prometheus metrics (one registry per startBilling, served on METRICS_PORT). */
   metrics: BillingMetrics;
+  /**
+   * Runs a grant's database work with at most GRANTS_AT_ONCE others. Grants beyond it wait
+   * here rather than in the pool's queue, ahead of the heartbeats that keep every lease valid.
+   */
+  grantSlot: LimitFunction;
 }
 
 /** The entity manager of a transaction (or of a fork). */

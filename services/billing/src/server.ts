@@ -1,3 +1,4 @@
+import pLimit from "p-limit";
 import { openDatabase } from "@mkt/runtime/db";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { startGrpcServer } from "@mkt/runtime/grpc-server";
@@ -52,6 +53,14 @@ export interface BillingHandle {
 }
 
 /**
+ * Grants whose database work runs at once, of the pool's 10 connections. The rest are left to
+ * a heartbeat's transactions (3 at once, plus its session statement) and settlement: a burst of
+ * cold grants (1,000 accounts' first requests) queued ahead of them in the pool delayed
+ * heartbeats past the leases' validity, and each lapsed lease asked for a grant in turn.
+ */
+const GRANTS_AT_ONCE = 5;
+
+/**
  * Opens billing's dependencies, starts the gRPC server, the settlement consumer and the periodic
  * jobs (lease closer, counter pruning, subscription janitor, renewals).
  */
@@ -91,6 +100,7 @@ export async function startBilling(
     openWallets: new Set(),
     recallLeases: recallSender(() => ctx, nc, eventNames(config.EVENTS_PREFIX).leaseRecall),
     metrics: createBillingMetrics(),
+    grantSlot: pLimit(GRANTS_AT_ONCE),
   };
   const settler = await startSettlementConsumer(ctx, nc, eventNames(config.EVENTS_PREFIX)).catch(
     async (err: unknown) => {

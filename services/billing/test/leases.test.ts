@@ -150,6 +150,43 @@ describe("admission leases", () => {
     expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
   });
 
+  it("a grant on a live session reads its deadline, writes it only when it ends within TTL / 2, and promises no more", async () => {
+    const edgeId = edge();
+    const grant = (sequence: bigint) =>
+      t.client.grantLease({
+        edgeId,
+        incarnation: 0n,
+        bootId: "",
+        sequence,
+        accountId: randomUUID(),
+        tier: "free",
+        minCreditMicros: 0n,
+        request: need(1_000n),
+      });
+    const deadline = async () =>
+      (
+        await t.query<{ deadline: Date }>(`select deadline from edge_sessions where edge_id = $1`, [edgeId])
+      )[0]!.deadline.getTime();
+    const opened = await grant(1n);
+    const startedAt = BASE + offsetMs;
+    expect(opened.lease!.validForMs).toBe(BigInt(TTL));
+    expect(await deadline()).toBe(startedAt + TTL);
+
+    // 300 ms on, the session still has 1,700 ms: read, not written, and the lease gets those 1,700.
+    offsetMs += 300;
+    const read = await grant(2n);
+    expect(read.lease!.validForMs).toBe(BigInt(TTL - 300));
+    expect(read.lease!.credit!.validForMs).toBe(BigInt(TTL - 300));
+    expect(await deadline()).toBe(startedAt + TTL);
+
+    // 1,500 ms on, 500 ms are left, less than TTL / 2: the grant extends the session to now + TTL.
+    offsetMs += 1_200;
+    const extended = await grant(3n);
+    expect(extended.lease!.validForMs).toBe(BigInt(TTL));
+    expect(await deadline()).toBe(BASE + offsetMs + TTL);
+    expect(await conservation()).toEqual({ wallets: 0, leases: 0 });
+  });
+
   it("ignores a report whose sequence billing has passed, and a lost reply is corrected by the next", async () => {
     const accountId = randomUUID();
     const edgeId = edge();

@@ -37,10 +37,16 @@ export async function renewSession(
  * the others' whole transactions (1,000 streams starting on 200 accounts waited seconds for it).
  * Committing it first is safe: it only extends billing's deadline for the edge's open leases (the
  * edge extends a lease's validity only from a reply, sent after this), and a fence or the closer
- * reads a deadline that is the same or later. Returns false when the session is missing or has
- * lapsed, or belongs to another incarnation (a superseded process must not extend its
- * successor's leases): the caller then calls renewSession in its transaction, which fences what
- * lapsed, and holdIncarnation, which refuses an older incarnation.
+ * reads a deadline that is the same or later. Returns the session's deadline, or undefined when
+ * the session is missing or has lapsed, or belongs to another incarnation (a superseded process
+ * must not extend its successor's leases): the caller then calls renewSession in its
+ * transaction, which fences what lapsed, and holdIncarnation, which refuses an older incarnation.
+ *
+ * With `enoughMs`, a deadline at least that far ahead is returned as it is, read without a write:
+ * the caller's reply promises no more than the deadline (leaseState's validForMs). Grants pass
+ * TTL / 2, which the edge's heartbeats (every TTL / 2, each to now + TTL) keep true, so the one row
+ * every grant of an edge would otherwise update (and commit) in turn is written by heartbeats
+ * alone: 1,000 accounts' grants queued on that row for 12 ms each.
  */
 export async function extendLiveSession(
   em: Em,
@@ -48,13 +54,22 @@ export async function extendLiveSession(
   sequence: bigint,
   now: Date,
   ttlMs: number,
-): Promise<boolean> {
+  enoughMs?: number,
+): Promise<Date | undefined> {
+  if (enoughMs !== undefined) {
+    const [row] = await em.execute(
+      `select deadline from edge_sessions where edge_id = ? and incarnation = ? and boot_id = ?`,
+      [caller.edgeId, caller.incarnation, caller.bootId],
+    );
+    const deadline = row ? new Date(row.deadline as string) : undefined;
+    if (deadline && deadline.getTime() - now.getTime() >= enoughMs) return deadline;
+  }
   const rows = await em.execute(
     `update edge_sessions set sequence = greatest(sequence, ?), deadline = greatest(deadline, ?)
-     where edge_id = ? and deadline >= ? and incarnation = ? and boot_id = ? returning edge_id`,
+     where edge_id = ? and deadline >= ? and incarnation = ? and boot_id = ? returning deadline`,
     [sequence, new Date(now.getTime() + ttlMs), caller.edgeId, now, caller.incarnation, caller.bootId],
   );
-  return rows.length > 0;
+  return rows[0] ? new Date(rows[0].deadline as string) : undefined;
 }
 
 /** Accounts of the edge's open leases (whose wallets a lapsed session's fence must lock). */

@@ -3,6 +3,7 @@ import { isUuid, newId } from "@mkt/runtime/ids";
 import type { GrantLeaseRequest, GrantLeaseResponse } from "@mkt/proto/billing/v1/leases";
 import type { BillingContext, Em } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
+import { batchWrites, write } from "../write-batch.ts";
 import { openWallet } from "../wallets/ledger.ts";
 import { extendLiveSession, fenceLapsed, openLeaseAccounts, renewSession } from "./edge-session.ts";
 import { holdIncarnation, incarnationOf, type EdgeCaller } from "./edge-incarnation.ts";
@@ -57,16 +58,20 @@ async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promi
   }
   const caller = { edgeId: req.edgeId, incarnation: await incarnationOf(ctx, req), bootId: req.bootId };
   const grant = () =>
-    withDeadlockRetry(async () => {
-      const renewed = await extendLiveSession(
-        ctx.orm.em.fork(),
-        caller,
-        req.sequence,
-        ctx.clock(),
-        ctx.config.LEASE_TTL_MS,
-      );
-      return ctx.orm.em.fork().transactional((em) => grantIn(ctx, em, req, caller, renewed));
-    });
+    ctx.grantSlot(() =>
+      withDeadlockRetry(async () => {
+        const ttlMs = ctx.config.LEASE_TTL_MS;
+        const deadline = await extendLiveSession(
+          ctx.orm.em.fork(),
+          caller,
+          req.sequence,
+          ctx.clock(),
+          ttlMs,
+          ttlMs / 2,
+        );
+        return ctx.orm.em.fork().transactional((em) => grantIn(ctx, em, req, caller, deadline));
+      }),
+    );
   try {
     return await grant();
   } catch (err) {
@@ -86,12 +91,14 @@ async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promi
 
 async function grantIn(
   ctx: BillingContext,
-  em: Em,
+  transaction: Em,
   req: GrantLeaseRequest,
   caller: EdgeCaller,
-  /** The session was extended just before (extendLiveSession): it had not lapsed. */
-  renewed: boolean,
+  /** The deadline of the session found live just before (extendLiveSession), or undefined. */
+  sessionDeadline: Date | undefined,
 ): Promise<GrantLeaseResponse> {
+  // The lease's writes (its row, each room and counter, the hold) go together before each read.
+  const { em, flush } = batchWrites(transaction);
   const now = ctx.clock();
   const subscriptionId = req.request?.subscriptionId ?? "";
   // The subscription before any wallet (the order its cancel, pause and renewal lock in); its
@@ -100,7 +107,8 @@ async function grantIn(
   const subscription = subscriptions.get(subscriptionId);
   if (subscriptionId && subscription?.account_id !== req.accountId) refuseUnlessActive(undefined);
   if (subscription) refuseUnlessActive(subscription.status as string);
-  const lapsed = renewed ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ctx.config.LEASE_TTL_MS);
+  const ttlMs = ctx.config.LEASE_TTL_MS;
+  const lapsed = sessionDeadline ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ttlMs);
   await holdIncarnation(em, caller);
   const accounts = [req.accountId, ...(lapsed ? await openLeaseAccounts(em, req.edgeId) : [])];
   const wallets = await lockWallets(em, accounts);
@@ -155,7 +163,10 @@ async function grantIn(
       now,
     ));
   }
-  return { lease: leaseState(lease, now, ctx.config), includedCrossing, incarnation: caller.incarnation };
+  await flush();
+  // Valid no longer than the session billing holds the lease by (renewSession's is now + TTL).
+  const validForMs = sessionDeadline ? Math.min(ttlMs, sessionDeadline.getTime() - now.getTime()) : ttlMs;
+  return { lease: leaseState(lease, now, ctx.config, validForMs), includedCrossing, incarnation: caller.incarnation };
 }
 
 async function openLease(em: Em, req: GrantLeaseRequest, now: Date): Promise<LeaseRow> {
@@ -174,7 +185,8 @@ async function openLease(em: Em, req: GrantLeaseRequest, now: Date): Promise<Lea
     budgets: [],
     keyLimits: await accountKeyLimits(em, req.accountId),
   };
-  await em.execute(
+  await write(
+    em,
     `insert into leases (id, edge_id, account_id, tier, status, applied_sequence, last_used_at, created_at)
      values (?, ?, ?, ?, 'open', ?, ?, ?)`,
     [lease.id, lease.edgeId, lease.accountId, lease.tier, lease.appliedSequence, now, now],
