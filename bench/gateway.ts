@@ -400,6 +400,8 @@ async function sparseScenario(accounts: readonly Account[]): Promise<void> {
   const pool = openPool(target, 128);
   try {
     const before = await grantsCounted(system.billingMetricsUrl);
+    const steps = await watchSteps(system.metrics);
+    const usage = measureProcesses(processGroups("ours"));
     const started = performance.now();
     const records = await sparseAccounts(pool, target, {
       accounts: accounts.length,
@@ -408,7 +410,9 @@ async function sparseScenario(accounts: readonly Account[]): Promise<void> {
       body: chatBody(config.model, false),
       scenario: "sparse",
     });
+    const spent = usage.stop();
     const grants = (await grantsCounted(system.billingMetricsUrl)) - before;
+    const inServices = await steps.finish();
     oursSent.push(...records);
     const done = records.filter((r) => r.status === 200 && r.complete);
     // Each account sends one request per interval: an interval of traffic for each request.
@@ -426,7 +430,9 @@ async function sparseScenario(accounts: readonly Account[]): Promise<void> {
     step(
       `sparse ours   ${done.length}/${records.length} complete in ${((performance.now() - started) / 1000).toFixed(1)} s, ` +
         `latency p50 ${results.sparse.latency.p50.toFixed(2)} p99 ${results.sparse.latency.p99.toFixed(2)} ms; ` +
-        `${grants} GrantLease calls: ${results.sparse.grantsPerAccountPerMinute.toFixed(2)} per account per minute`,
+        `${grants} GrantLease calls: ${results.sparse.grantsPerAccountPerMinute.toFixed(2)} per account per minute` +
+        `\n           per request: ${costLine(perRequest(spent, records.length))}` +
+        `\n           in the services: ${stepsLine(inServices)}`,
     );
   } finally {
     await pool.close();
