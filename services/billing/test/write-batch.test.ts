@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, type Orm } from "@mkt/runtime/db";
 import { createLogger } from "@mkt/runtime/logger";
 import { dropDatabase, freshDatabaseUrl } from "@mkt/testkit/env";
-import { batchWrites, write } from "../src/write-batch.ts";
+import { batchWrites, write, writeRow, type RowShape } from "../src/write-batch.ts";
 
 // A heartbeat's writes go to PostgreSQL together: the transaction must still read its own writes,
 // in the order they were issued, and carry any value unchanged.
@@ -66,5 +66,45 @@ describe("batchWrites", () => {
     });
     await expect(failing).rejects.toThrow(/null value/);
     expect(await counters()).toEqual([{ id: "a", n: "16", note: 'it\'s; a "note" ?' }]);
+  });
+
+  it("applies a shape's rows in one statement, merged by key, after the statements issued with them", async () => {
+    const added: RowShape = {
+      columns: [
+        ["id", "text"],
+        ["delta", "int8"],
+      ],
+      keyColumns: 1,
+      merge: "sum",
+      sql: (v) => `update write_batch_test.counters c set n = c.n + v.delta from ${v} where c.id = v.id`,
+    };
+    const noted: RowShape = {
+      columns: [
+        ["id", "text"],
+        ["note", "text"],
+      ],
+      keyColumns: 1,
+      merge: "last",
+      sql: (v) => `update write_batch_test.counters c set note = v.note from ${v} where c.id = v.id`,
+    };
+    await orm.em.fork().transactional(async (transaction) => {
+      const { em, flush } = batchWrites(transaction);
+      // The row the shapes update is inserted by a statement issued after the first of them.
+      await writeRow(em, added, ["c", 5n]);
+      await write(em, `insert into write_batch_test.counters (id, n) values (?, ?)`, ["c", 100n]);
+      // Two rows of one key would update the row once in a single UPDATE … FROM: they are summed first.
+      await writeRow(em, added, ["c", -2n]);
+      await writeRow(em, added, ["a", 4n]);
+      await writeRow(em, noted, ["c", "first"]);
+      await writeRow(em, noted, ["c", 'la"st, {x}']);
+      await flush();
+    });
+    expect(await counters()).toEqual([
+      { id: "a", n: "20", note: 'it\'s; a "note" ?' },
+      { id: "c", n: "103", note: 'la"st, {x}' },
+    ]);
+    // On a plain entity manager a row is written at once.
+    await writeRow(orm.em.fork(), added, ["a", 1n]);
+    expect((await counters())[0]!.n).toBe("21");
   });
 });

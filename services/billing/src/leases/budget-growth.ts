@@ -13,7 +13,7 @@ import {
 } from "../subscriptions/plan-limits.ts";
 import { growthFor } from "./lease-sizing.ts";
 import { addRoom, sameTime, unspent, type Step } from "./lease-growth.ts";
-import type { AllowanceRow, LeaseRow } from "./lease-store.ts";
+import { setGranted, type AllowanceRow, type LeaseRow } from "./lease-store.ts";
 import { windowsOf } from "./lease-windows.ts";
 
 /** A budget's need in its own units: requests (and slots), worst-case tokens. */
@@ -143,8 +143,7 @@ export async function growBudget(
 export async function returnIdleSlots(em: Em, lease: LeaseRow, subscriptionId: string): Promise<void> {
   const slots = lease.allowances.find((a) => a.scope === subscriptionId && a.resource === "slots");
   if (!slots || slots.granted <= slots.admitted) return;
-  slots.granted = slots.admitted;
-  await write(em, `update lease_allowances set granted = admitted where id = ?`, [slots.id]);
+  await setGranted(em, slots, slots.admitted);
 }
 
 /** The subscription's current period as a window (its included tokens lapse with it). */

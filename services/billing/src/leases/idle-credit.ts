@@ -1,6 +1,5 @@
 import type { Em } from "../context.ts";
-import { write } from "../write-batch.ts";
-import { creditOf, shiftHold, type LeaseRow, type WalletRow } from "./lease-store.ts";
+import { creditOf, setGranted, shiftHold, type LeaseRow, type WalletRow } from "./lease-store.ts";
 
 /**
  * An idle lease gives back the credit room lent beyond `keep` spare (its report's
@@ -20,7 +19,6 @@ export async function shrinkIdleCredit(em: Em, lease: LeaseRow, wallet: WalletRo
   if (credit.granted <= target) return;
   const excess = credit.granted - target;
   const released = excess < lease.heldMicros ? excess : lease.heldMicros;
-  credit.granted = target;
-  await write(em, `update lease_allowances set granted = ? where id = ?`, [target, credit.id]);
+  await setGranted(em, credit, target);
   await shiftHold(em, lease, wallet, -released);
 }

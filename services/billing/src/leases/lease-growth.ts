@@ -9,8 +9,15 @@ import { formatUsd } from "../wallets/ledger.ts";
 import { growthFor } from "./lease-sizing.ts";
 import { REQUEST_WINDOWS, windowsOf, type WindowSpan } from "./lease-windows.ts";
 import { sqlArray } from "../batch-statement.ts";
-import { write } from "../write-batch.ts";
-import { shiftHold, type AllowanceRow, type LeaseRow, type WalletRow } from "./lease-store.ts";
+import { write, writeRow } from "../write-batch.ts";
+import {
+  LEASE_WRITES,
+  setGranted,
+  shiftHold,
+  type AllowanceRow,
+  type LeaseRow,
+  type WalletRow,
+} from "./lease-store.ts";
 
 /** Account-level amounts in each resource's unit. */
 export interface Amounts {
@@ -148,12 +155,8 @@ export async function growLease(
       // Read ahead counts stay true for a later lease of the account in the same transaction.
       const key = counterKey(step.counter!, step.span!.start);
       counts.set(key, (counts.get(key) ?? 0n) + step.add);
-      // The window's counter in the same statement as the room (one round trip, not two).
-      await addRoom(em, lease, step, {
-        sql: `insert into rate_counters (account_id, "window", window_start, count) values (?, ?, ?, ?)
-          on conflict (account_id, "window", window_start) do update set count = rate_counters.count + excluded.count`,
-        params: [lease.accountId, step.counter!, step.span!.start, step.add],
-      });
+      await addRoom(em, lease, step);
+      await writeRow(em, LEASE_WRITES.counted, [lease.accountId, step.counter!, step.span!.start, step.add]);
     }
   }
 }
@@ -261,18 +264,8 @@ export async function counted(em: Em, accountId: string, window: string, start: 
   return int8(row?.count);
 }
 
-/**
- * Adds room to the lease's allowance for the step's resource and window, creating it if new.
- * `also`: a statement run with it, in the same round trip (a data-modifying CTE).
- */
-export async function addRoom(
-  em: Em,
-  lease: LeaseRow,
-  step: Step,
-  also?: { sql: string; params: unknown[] },
-): Promise<void> {
-  const run = (sql: string, params: unknown[]) =>
-    also ? write(em, `with room as (${sql}) ${also.sql}`, [...params, ...also.params]) : write(em, sql, params);
+/** Adds room to the lease's allowance for the step's resource and window, creating it if new. */
+export async function addRoom(em: Em, lease: LeaseRow, step: Step): Promise<void> {
   const start = step.span?.start ?? null;
   const scope = step.scope ?? "";
   const existing = lease.allowances.find(
@@ -282,8 +275,7 @@ export async function addRoom(
       (start === null ? a.windowStart === null : sameTime(a.windowStart, start)),
   );
   if (existing) {
-    existing.granted += step.add;
-    await run(`update lease_allowances set granted = granted + ? where id = ?`, [step.add, existing.id]);
+    await setGranted(em, existing, existing.granted + step.add);
     return;
   }
   const allowance: AllowanceRow = {
@@ -297,7 +289,8 @@ export async function addRoom(
     settled: 0n,
   };
   lease.allowances.push(allowance);
-  await run(
+  await write(
+    em,
     `insert into lease_allowances (id, lease_id, scope, resource, window_start, window_end, granted, admitted)
      values (?, ?, ?, ?, ?, ?, ?, 0)`,
     [allowance.id, lease.id, scope, allowance.resource, allowance.windowStart, allowance.windowEnd, allowance.granted],

@@ -4,7 +4,7 @@ import type { Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import type { LeaseReport } from "@mkt/proto/billing/v1/leases";
 import type { LimitReset } from "../key-limits/key-windows.ts";
-import { write } from "../write-batch.ts";
+import { write, writeRow, type RowShape } from "../write-batch.ts";
 
 /** A lease row as the lease transactions read it (after the account's wallet is locked). */
 export interface LeaseRow {
@@ -192,18 +192,96 @@ export async function accountKeyLimits(em: Em, accountId: string): Promise<KeyLi
   return keyLimitRows(rows);
 }
 
-/** Moves `delta` into (positive) or out of (negative) the lease's and the wallet's holds together. */
+/**
+ * The rows a lease call changes, as shapes of writeRow: a batched call (a heartbeat's, a grant's)
+ * applies each shape's rows in one statement. Increments, or values only one write of a call sets.
+ */
+export const LEASE_WRITES = {
+  /** A report applied: the sequence, and when it admitted anything (null: unchanged). */
+  applied: {
+    columns: [
+      ["id", "uuid"],
+      ["seq", "int8"],
+      ["used_at", "timestamptz"],
+    ],
+    keyColumns: 1,
+    merge: "last",
+    sql: (v) => `update leases l set applied_sequence = v.seq, last_used_at = coalesce(v.used_at, l.last_used_at)
+      from ${v} where l.id = v.id`,
+  },
+  /** An allowance's admitted total as reported. */
+  admitted: {
+    columns: [
+      ["id", "uuid"],
+      ["admitted", "int8"],
+    ],
+    keyColumns: 1,
+    merge: "last",
+    sql: (v) => `update lease_allowances a set admitted = v.admitted from ${v} where a.id = v.id`,
+  },
+  /** Room added to (or, negative, taken back from) an allowance. */
+  granted: {
+    columns: [
+      ["id", "uuid"],
+      ["delta", "int8"],
+    ],
+    keyColumns: 1,
+    merge: "sum",
+    sql: (v) => `update lease_allowances a set granted = a.granted + v.delta from ${v} where a.id = v.id`,
+  },
+  leaseHeld: {
+    columns: [
+      ["id", "uuid"],
+      ["delta", "int8"],
+    ],
+    keyColumns: 1,
+    merge: "sum",
+    sql: (v) => `update leases l set held_micros = l.held_micros + v.delta from ${v} where l.id = v.id`,
+  },
+  walletHeld: {
+    columns: [
+      ["account_id", "uuid"],
+      ["delta", "int8"],
+    ],
+    keyColumns: 1,
+    merge: "sum",
+    sql: (v) =>
+      `update wallets w set held_micros = w.held_micros + v.delta from ${v} where w.account_id = v.account_id`,
+  },
+  /** Requests counted in an account's window (room granted counts at once). */
+  counted: {
+    columns: [
+      ["account_id", "uuid"],
+      ["win", "text"],
+      ["window_start", "timestamptz"],
+      ["delta", "int8"],
+    ],
+    keyColumns: 3,
+    merge: "sum",
+    sql: (v) => `insert into rate_counters (account_id, "window", window_start, count)
+      select account_id, win, window_start, delta from ${v}
+      on conflict (account_id, "window", window_start) do update set count = rate_counters.count + excluded.count`,
+  },
+} satisfies Record<string, RowShape>;
+
+/**
+ * Moves `delta` into (positive) or out of (negative) the lease's and the wallet's holds together
+ * (the wallet's row is locked already by every caller).
+ */
 export async function shiftHold(em: Em, lease: LeaseRow, wallet: WalletRow, delta: bigint): Promise<void> {
   if (delta === 0n) return;
   lease.heldMicros += delta;
   wallet.held += delta;
-  // One round trip: the wallet's row is locked already by every caller (the lease's own is the only new lock).
-  await write(
-    em,
-    `with lease as (update leases set held_micros = held_micros + ? where id = ?)
-     update wallets set held_micros = held_micros + ? where account_id = ?`,
-    [delta, lease.id, delta, lease.accountId],
-  );
+  await writeRow(em, LEASE_WRITES.leaseHeld, [lease.id, delta]);
+  await writeRow(em, LEASE_WRITES.walletHeld, [lease.accountId, delta]);
+}
+
+/** Sets an allowance's granted total to `granted` (from the value the lease call read and keeps). */
+export async function setGranted(em: Em, allowance: AllowanceRow, granted: bigint): Promise<void> {
+  if (granted === allowance.granted) return;
+  const delta = granted - allowance.granted;
+  allowance.granted = granted;
+  await writeRow(em, LEASE_WRITES.granted, [allowance.id, delta]);
 }
 
 /**
@@ -230,14 +308,10 @@ export async function applyReport(
     if (allowance.resource === "slots" ? next === allowance.admitted : next <= allowance.admitted) continue;
     allowance.admitted = next;
     used = true;
-    await write(em, `update lease_allowances set admitted = ? where id = ?`, [next, allowance.id]);
+    await writeRow(em, LEASE_WRITES.admitted, [allowance.id, next]);
   }
   lease.appliedSequence = sequence;
-  await write(
-    em,
-    `update leases set applied_sequence = ?, last_used_at = case when ? then ? else last_used_at end where id = ?`,
-    [sequence, used, now, lease.id],
-  );
+  await writeRow(em, LEASE_WRITES.applied, [lease.id, sequence, used ? now : null]);
   return true;
 }
 
@@ -275,12 +349,13 @@ export async function closeReported(
   const inUse = lease.allowances.some(
     (a) => (a.resource === "slots" && a.admitted > 0n) || (a.resource === "included_tokens" && a.admitted > a.settled),
   );
+  // lease.heldMicros is the row's (read under the wallet's lock, shifted above).
+  const release = ended || (lease.heldMicros === 0n && !inUse);
   await write(
     em,
     `update leases set status = 'closed', deadline = coalesce(deadline, ?), closed_at = ?, release_at = ?,
-       released_at = case when ? or (held_micros = 0 and not ?) then ?::timestamptz end
-     where id = ?`,
-    [now, now, releaseAt, ended, inUse, now, lease.id],
+       released_at = ? where id = ?`,
+    [now, now, releaseAt, release ? now : null, lease.id],
   );
 }
 
@@ -297,8 +372,7 @@ export async function returnBudgetRoom(em: Em, lease: LeaseRow, subscriptionId: 
       if (!a.windowEnd || a.windowEnd <= now) continue;
       await uncount(em, lease, a, a.granted - a.admitted);
     } else if (a.resource !== "slots" && a.resource !== "included_tokens") continue;
-    a.granted = a.admitted;
-    await write(em, `update lease_allowances set granted = admitted where id = ?`, [a.id]);
+    await setGranted(em, a, a.admitted);
   }
 }
 
