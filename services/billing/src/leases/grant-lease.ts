@@ -40,6 +40,8 @@ export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): P
 }
 
 async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promise<GrantLeaseResponse> {
+  // The lease's validity counts from here: the edge counts it from its send, which came before.
+  const receivedAt = ctx.clock();
   validateEdgeCall(req);
   if (!isUuid(req.accountId)) {
     throw new AppError("invalid_request", "account_id must be a UUID", { param: "account_id" });
@@ -69,7 +71,9 @@ async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promi
           ttlMs,
           ttlMs / 2,
         );
-        return ctx.orm.em.fork().transactional((em) => grantIn(ctx, em, req, caller, deadline));
+        return ctx.orm.em
+          .fork()
+          .transactional((em) => grantIn(ctx, em, req, caller, { receivedAt, sessionDeadline: deadline }));
       }),
     );
   try {
@@ -94,8 +98,12 @@ async function grantIn(
   transaction: Em,
   req: GrantLeaseRequest,
   caller: EdgeCaller,
-  /** The deadline of the session found live just before (extendLiveSession), or undefined. */
-  sessionDeadline: Date | undefined,
+  session: {
+    /** When billing received the call. */
+    receivedAt: Date;
+    /** The deadline of the session found live just before (extendLiveSession), or undefined. */
+    sessionDeadline: Date | undefined;
+  },
 ): Promise<GrantLeaseResponse> {
   // The lease's writes (its row, each room and counter, the hold) go together before each read.
   const { em, flush } = batchWrites(transaction);
@@ -108,6 +116,7 @@ async function grantIn(
   if (subscriptionId && subscription?.account_id !== req.accountId) refuseUnlessActive(undefined);
   if (subscription) refuseUnlessActive(subscription.status as string);
   const ttlMs = ctx.config.LEASE_TTL_MS;
+  const { receivedAt, sessionDeadline } = session;
   const lapsed = sessionDeadline ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ttlMs);
   await holdIncarnation(em, caller);
   const accounts = [req.accountId, ...(lapsed ? await openLeaseAccounts(em, req.edgeId) : [])];
@@ -164,8 +173,11 @@ async function grantIn(
     ));
   }
   await flush();
-  // Valid no longer than the session billing holds the lease by (renewSession's is now + TTL).
-  const validForMs = sessionDeadline ? Math.min(ttlMs, sessionDeadline.getTime() - now.getTime()) : ttlMs;
+  // Valid until the deadline of the session billing holds the lease by (renewSession's: now + TTL),
+  // counted from the call's arrival: the edge counts it from its send, earlier still, so a grant
+  // that waited here (behind others, for a lock) does not reach the edge valid for less.
+  const deadline = sessionDeadline ?? new Date(now.getTime() + ttlMs);
+  const validForMs = deadline.getTime() - receivedAt.getTime();
   return { lease: leaseState(lease, now, ctx.config, validForMs), includedCrossing, incarnation: caller.incarnation };
 }
 

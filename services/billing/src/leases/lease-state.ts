@@ -21,7 +21,7 @@ const STATUSES: Record<LeaseRow["status"], LeaseStatus> = {
 
 /**
  * The lease as the edge should now see it. Only durations: an open lease is valid for one TTL
- * from the call's send time (or `validForMs`, less, when the edge's session ends sooner); a
+ * from the call's send time (or `validForMs`: the session's deadline less the call's arrival); a
  * window's room until min(that, window end − now), and a next window's from `starts_in_ms`. Rooms
  * of windows already past are left out (they lapsed).
  */
@@ -31,7 +31,7 @@ export function leaseState(
   config: Pick<BillingConfig, "LEASE_TTL_MS" | "TIERS">,
   validForMs = config.LEASE_TTL_MS,
 ): LeaseState {
-  const ttlMs = Math.max(0, Math.min(config.LEASE_TTL_MS, Math.floor(validForMs)));
+  const ttlMs = Math.max(0, Math.floor(validForMs));
   const open = lease.status === "open";
   const room = (a: AllowanceRow): LeaseRoom => {
     // Included tokens are granted for the subscription's current period only, so they are usable
