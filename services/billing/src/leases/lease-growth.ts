@@ -82,7 +82,7 @@ export async function growLease(
   const ttlMs = ctx.config.LEASE_TTL_MS;
   const limits = tierLimits(ctx.config.TIERS, lease.tier);
   const demand = growth.demandPerSecond.requests;
-  // The windows read below: the current one of each, and the next one only with demand, the
+  // The windows grown below: the current one of each, and the next one only with demand, the
   // request in hand's included: one arriving within a margin of the boundary cannot use the
   // current window's room on the edge (its validity ends a margin early), so without the next
   // one's it would come back here until the boundary passed.
@@ -92,16 +92,7 @@ export async function growLease(
     return { window, current, next: wanted > 0n ? next : undefined };
   });
   const { edges, counts } =
-    growth.sizing ??
-    (await sizingReads(
-      em,
-      lease,
-      spans.flatMap(({ window, current, next }) => [
-        { counter: window.counter, start: current.start },
-        ...(next ? [{ counter: window.counter, start: next.start }] : []),
-      ]),
-      new Date(now.getTime() - 2 * ttlMs),
-    ));
+    growth.sizing ?? (await readSizing(em, lease.edgeId, [lease.accountId], now, ttlMs)).get(lease.accountId)!;
   const countOf = (counter: string, start: Date) => counts.get(counterKey(counter, start)) ?? 0n;
   const size = (left: bigint, allowance: AllowanceRow | undefined, demand: bigint, inHand: bigint) =>
     growthFor({ left, edges, demandPerSecond: demand, inHand, ttlMs }, unspent(allowance));
@@ -163,7 +154,7 @@ export async function growLease(
 
 /**
  * Edges other than the lease's that used the account's leases since a time (parameters: account,
- * this edge, since): the `n` of the sizing rule, read alone (edgesUsing) or with the counters.
+ * this edge, since): the `n` of the sizing rule, read alone (edgesUsing).
  */
 const OTHER_EDGES_SQL = `select count(distinct edge_id) from leases where account_id = ? and edge_id <> ? and last_used_at >= ?`;
 
@@ -213,33 +204,6 @@ export async function readSizing(
     else account.counts.set(counterKey(row.window as string, new Date(row.window_start as string)), int8(row.n));
   }
   return sizing;
-}
-
-/**
- * What growLease sizes by, in one statement: edges that used the account since `since` (this one
- * included, as edgesUsing) and the account's counters of the windows given (absent: 0).
- */
-async function sizingReads(
-  em: Em,
-  lease: LeaseRow,
-  windows: Array<{ counter: string; start: Date }>,
-  since: Date,
-): Promise<{ edges: number; counts: Map<string, bigint> }> {
-  const rows = await em.execute(
-    `select null as "window", null::timestamptz as window_start,
-       (${OTHER_EDGES_SQL}) as n
-     union all
-     select "window", window_start, count from rate_counters
-     where account_id = ? and ("window", window_start) in (${windows.map(() => "(?, ?::timestamptz)").join(", ")})`,
-    [lease.accountId, lease.edgeId, since, lease.accountId, ...windows.flatMap((w) => [w.counter, w.start])],
-  );
-  let edges = 1;
-  const counts = new Map<string, bigint>();
-  for (const row of rows) {
-    if (row.window === null) edges = Number(int8(row.n)) + 1;
-    else counts.set(counterKey(row.window as string, new Date(row.window_start as string)), int8(row.n));
-  }
-  return { edges, counts };
 }
 
 export const unspent = (a: AllowanceRow | undefined) => (a ? a.granted - a.admitted : 0n);
