@@ -10,7 +10,7 @@ import { createLogger } from "@mkt/runtime/logger";
 import { eventNames } from "@mkt/runtime/nats";
 import { TEST_NATS_URL } from "@mkt/testkit/env";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
-import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
+import { LeaseRecall, LeaseRecallAck, LeaseResource } from "@mkt/proto/billing/v1/leases";
 import { startTestBilling, type TestBilling } from "../../services/billing/test/billing-harness.ts";
 import { LeaseTable, type LeaseBilling } from "../src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../src/leases/lease-recall.ts";
@@ -630,6 +630,58 @@ describe("the edge's lease table against a real billing", () => {
       expect(grants() - subBefore).toBe(1);
     } finally {
       await gap.close();
+    }
+  });
+
+  it("asks for the next minute's room ahead of other reports when its minute ends within 2 TTL and a beat is full", async () => {
+    // Billing's clock 1.5 s before a minute's end: a grant brings the current minute's room only
+    // (the next one comes within one TTL of the boundary, or with a report sent ahead for it).
+    const boundary = Date.UTC(2030, 0, 7, 12, 1, 0);
+    const near = await startTestBilling(
+      { LEASE_TTL_MS: String(TTL), TIERS: JSON.stringify({ free: { limit_per_minute: 100, limit_per_day: 1e6 } }) },
+      { clock: () => new Date(boundary - 1_500) },
+    );
+    const counted = countedBilling(near.billing.port);
+    clients.push(counted.client);
+    const reported: string[][] = [];
+    let skew = 0;
+    const table = new LeaseTable({
+      edgeId: `edge-${randomUUID()}`,
+      billing: {
+        grantLease: (...args) => counted.billing.grantLease(...args),
+        returnLeases: (...args) => counted.billing.returnLeases(...args),
+        heartbeat: async (...args: Parameters<typeof counted.billing.heartbeat>) => {
+          reported.push(args[0].leases.map((l) => l.leaseId));
+          return counted.billing.heartbeat(...args);
+        },
+      },
+      ttlMs: TTL,
+      idleMs: 300,
+      log,
+      now: () => performance.now() + skew,
+      maxReportsPerBeat: 2,
+    });
+    try {
+      // One account with a request in flight (never idle), then two whose leases go idle: in the
+      // next beat those two are final reports, as urgent as a report gets.
+      const closing = randomUUID();
+      const inFlight = (await admitOne(table, closing, "free", 10n))!;
+      for (let i = 0; i < 2; i++) table.release((await admitOne(table, randomUUID(), "free", 10n))!);
+      const lease = table.leaseOf(closing)!;
+      const perMinute = () =>
+        lease.rooms.filter((r) => r.resource === LeaseResource.LEASE_RESOURCE_REQUESTS_PER_MINUTE);
+      expect(perMinute()).toHaveLength(1);
+      // 700 ms on: the closing account's minute ends within 2 TTL on the edge (its lease is still
+      // valid), the others are idle. Three reports are due and the beat carries two.
+      skew += 700;
+      expect(lease.usable(performance.now() + skew)).toBe(true);
+      await table.beat();
+      expect(reported.at(-1)).toHaveLength(2);
+      expect(reported.at(-1)).toContain(lease.leaseId);
+      expect(perMinute()).toHaveLength(2);
+      table.release(inFlight);
+    } finally {
+      await near.close();
     }
   });
 
