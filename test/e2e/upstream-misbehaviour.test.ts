@@ -150,6 +150,35 @@ describe("after the first byte: a final SSE error event", () => {
     expect(BigInt(record.cost_micros)).toBeLessThan(BigInt(record.worst_case_micros));
   });
 
+  it("an empty answer that ended in an error costs 0 and shows as such in /v1/generations/{id}", async () => {
+    const { apiKey } = await signUp(system.url);
+    const res = await postChat(system.url, apiKey, ask("error-event-first", { stream: true }));
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).not.toContain(UPSTREAM_SECRET);
+    const chunks = sseEvents(text).map((e) => JSON.parse(e) as { choices: Array<{ delta: { content?: string } }> });
+    expect(chunks.at(-1)).toMatchObject({ choices: [{ finish_reason: "error" }], error: { code: "upstream_error" } });
+    expect(chunks.map((c) => c.choices[0]?.delta.content ?? "").join("")).toBe("");
+    const requestId = res.headers.get("x-request-id")!;
+    // Its prompt was counted (the upstream answered 200 and read it), and still nothing is
+    // charged or posted.
+    const record = await settled(requestId);
+    expect(record).toMatchObject({
+      success: false,
+      error_code: "upstream_error",
+      output_tokens: "0",
+      cost_micros: "0",
+    });
+    expect(await db.query(`select 1 from journal_entries where reference = $1`, [requestId])).toEqual([]);
+    const generation = await fetch(`${system.url}/v1/generations/${requestId}`, {
+      headers: { authorization: `Bearer ${apiKey}` },
+    });
+    expect(generation.status).toBe(200);
+    const shown = (await generation.json()) as { input_tokens: number };
+    expect(shown).toMatchObject({ output_tokens: 0, cost_usd: 0, status: "failure", error_code: "upstream_error" });
+    expect(shown.input_tokens).toBeGreaterThan(0);
+  });
+
   it("the SDK yields the chunks, then raises the error event", async () => {
     const { apiKey } = await signUp(system.url);
     const stream = await sdk(apiKey).chat.completions.create({

@@ -94,7 +94,13 @@ describe("usage settlement", () => {
     );
     await settledOnce(ok.req.requestId);
     const record = await settledOnce(failed.req.requestId);
-    expect(record).toMatchObject({ success: false, error_code: "upstream_error", cost_micros: "50" });
+    // It gave no completion token and failed: nothing charged for nothing, its prompt recorded.
+    expect(record).toMatchObject({
+      success: false,
+      error_code: "upstream_error",
+      input_tokens: "100",
+      cost_micros: "0",
+    });
     const summary = await t.client.getUsageSummary({ accountId, tier: "free" });
     expect(summary.usage30d).toMatchObject({ totalRequests: 2n, avgLatencyMs: 750 });
   });

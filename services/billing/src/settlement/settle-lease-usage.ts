@@ -83,7 +83,9 @@ export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, 
   }
   // The included tokens it took at admission (never more than its worst case in tokens).
   const included = min(clampTokens(event.includedTokens), clampTokens(event.worstCaseTokens));
-  const priced = priceOf(batch.writes, event, budget, { inputTokens, outputTokens }, included, worstCase);
+  const priced = chargesNothing(event, outputTokens)
+    ? 0n
+    : priceOf(batch.writes, event, budget, { inputTokens, outputTokens }, included, worstCase);
   // Until it is released, the lease holds the worst case of every request admitted on it and not
   // yet settled: a genuine charge fits in that hold. (Once released, the write-off rule below
   // keeps the wallet from going below zero.)
@@ -154,6 +156,18 @@ export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, 
   });
   if (shortfall > 0n) return "late_settled";
   return clamped ? "clamped" : "settled";
+}
+
+/**
+ * Nothing is charged for nothing (docs/api-tour.md#what-a-request-costs): an answer that
+ * gave the caller no completion token and ended in an error, or with no finish reason (the stream
+ * broke, the caller left before the first token), costs 0 and earns its hoster nothing, whatever
+ * its prompt cost upstream. It is recorded with its tokens; a subscription's period does not count
+ * them. Any delivered token makes the answer billable as usual.
+ */
+function chargesNothing(event: UsageCompleted, outputTokens: bigint): boolean {
+  // A failed answer ended in an error or without a finish reason (the caller left: client_cancelled).
+  return outputTokens === 0n && !event.success;
 }
 
 /** A lease budget's pricing terms as settlement reads them (not the proto's `BudgetTerms`). */
