@@ -37,14 +37,30 @@ describe("POST /hosters/register through the edge", () => {
       endpoint_url: server.url,
       api_key: server.token,
       invite_code: await createInvite(system),
-      models: [{ model_id: "qwen-7b.gguf", model_alias: "Qwen 7B", context_window: 32768 }],
+      models: [
+        {
+          model_id: "qwen-7b.gguf",
+          model_alias: "Qwen 7B",
+          context_window: 32768,
+          canonical_id: "Qwen/Qwen2.5-7B-Instruct",
+          quantization: "Q4_K_M",
+        },
+      ],
     });
     expect(res.status).toBe(201);
     const body = (await res.json()) as Record<string, unknown>;
     expect(body).toMatchObject({
       name: "GPU Garage",
       status: "healthy",
-      models: [{ model_id: "qwen-7b.gguf", model_alias: "Qwen 7B", context_window: 32768 }],
+      models: [
+        {
+          model_id: "qwen-7b.gguf",
+          model_alias: "Qwen 7B",
+          context_window: 32768,
+          canonical_id: "Qwen/Qwen2.5-7B-Instruct",
+          quantization: "q4_k_m",
+        },
+      ],
     });
     expect(body.hoster_id).toEqual(expect.any(String));
     expect(body.portal_password).toEqual(expect.any(String));
@@ -86,7 +102,16 @@ describe("POST /hosters/register through the edge", () => {
     // The hoster's own figure, not the public list's.
     expect(listed).not.toHaveProperty("usage_mismatches");
     expect(listed!.models).toEqual([
-      { model_id: hoster.modelId, model_alias: "Llama 3 8B", context_window: 8192, kind: "chat", max_n: 1 },
+      {
+        model_id: hoster.modelId,
+        model_alias: "Llama 3 8B",
+        context_window: 8192,
+        kind: "chat",
+        max_n: 1,
+        // Registered without them: its public name is its model_id, its quantization unknown.
+        canonical_id: hoster.modelId,
+        quantization: "unknown",
+      },
     ]);
 
     expect((await fetch(`${system.url}/v1/hosters`)).status).toBe(401);
@@ -152,6 +177,8 @@ describe("POST /hosters/register through the edge", () => {
       [{ ...base, endpoint_url: "ftp://example.com" }, "endpoint_url"],
       [{ ...base, models: [] }, "models"],
       [{ ...base, models: [{ model_id: "m", context_window: 0 }] }, "models[0].context_window"],
+      [{ ...base, models: [{ model_id: "m", context_window: 1, canonical_id: "a/b/c" }] }, "models[0].canonical_id"],
+      [{ ...base, models: [{ model_id: "m", context_window: 1, quantization: "4 bit" }] }, "models[0].quantization"],
       [{ ...base, hoster_id: "h_1" }, "hoster_id"],
     ] as const) {
       const res = await post("/hosters/register", body);

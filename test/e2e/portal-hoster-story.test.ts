@@ -51,6 +51,8 @@ describe.each(Object.keys(VIEWPORTS) as ViewportName[])("the hoster story at %s 
       await page.getByLabel("Server address").fill(server.url);
       await page.getByLabel("Model file name").fill(modelId);
       await page.getByLabel("Model display name").fill("Llama 3 8B");
+      await page.getByLabel("Public model name").fill("meta-llama/Meta-Llama-3-8B-Instruct");
+      await page.getByLabel("Quantization").fill("Q4_K_M");
       // A wrong token first: the server's refusal comes back as the registration's own message.
       await page.getByLabel("Server token").fill("not-the-token");
       expectFailedLoad("/hosters/register", 400);
@@ -61,9 +63,20 @@ describe.each(Object.keys(VIEWPORTS) as ViewportName[])("the hoster story at %s 
       await page.getByRole("button", { name: "Register" }).click();
       await page.getByRole("heading", { name: "Your server" }).waitFor();
       await expect.poll(() => page.getByText(modelId).count()).toBeGreaterThan(0);
+      await page.getByText("meta-llama/Meta-Llama-3-8B-Instruct").waitFor();
+      await page.getByText("(q4_k_m)").waitFor();
       await shot("2-profile");
 
       await page.getByRole("link", { name: "Plans" }).click();
+      // An open pay-as-you-go plan first: the form says what open means, the list marks it.
+      await page.getByRole("button", { name: "New plan" }).click();
+      await page.getByLabel("Plan name").fill(`Open ${width}`);
+      await page.getByLabel("Pricing model").selectOption("payg");
+      await page.getByLabel("Input price per 1M tokens (USD)").fill("0.1");
+      await page.getByLabel("Open to every customer").check();
+      await page.getByRole("button", { name: "Create plan" }).click();
+      await page.getByRole("heading", { name: `Open ${width} active open` }).waitFor();
+
       await page.getByRole("button", { name: "New plan" }).click();
       await page.getByLabel("Plan name").fill(plan);
       await page.getByLabel("Pricing model").selectOption("subscription");

@@ -85,6 +85,7 @@ describe("hoster plans through the edge", () => {
       pricing_model: "free",
       ...NO_PRICES,
       ...DEFAULT_LIMITS,
+      open: false,
       status: "active",
       created_at: expect.any(String),
       updated_at: created[0]!.created_at,
@@ -148,6 +149,25 @@ describe("hoster plans through the edge", () => {
     expect(frozen.body).toMatchObject({ error: { code: "invalid_request", param: "product_id" } });
   });
 
+  it("opens a payg plan to every account key: open in the hoster's list and the public one, closed by a PATCH", async () => {
+    const res = await createPlan({
+      name: "Open PAYG",
+      pricing_model: "payg",
+      input_price_per_1m_usd: 0.1,
+      output_price_per_1m_usd: 0.3,
+      open: true,
+    });
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({ name: "Open PAYG", open: true });
+    const id = res.body.product_id as string;
+    expect((await listPlans()).find((p) => p.product_id === id)).toMatchObject({ open: true });
+    expect((await publicPlans(hosterA.hosterId)).find((p) => p.product_id === id)).toMatchObject({ open: true });
+
+    const closed = await call("PATCH", `/hosters/products/${id}`, { cookie: hosterA.cookie, body: { open: false } });
+    expect(closed.status).toBe(200);
+    expect(closed.body).toMatchObject({ open: false, input_price_per_1m_usd: 0.1 });
+  });
+
   it("refuses invalid terms with 400 naming the field", async () => {
     const before = (await listPlans()).length;
     const cases: Array<[unknown, string]> = [
@@ -166,6 +186,11 @@ describe("hoster plans through the edge", () => {
       [{ name: "Half", pricing_model: "free", max_concurrent: 1.5 }, "max_concurrent"],
       [{ name: "Text", pricing_model: "free", tpm_limit: "1000" }, "tpm_limit"],
       [{ name: 42, pricing_model: "free" }, "name"],
+      [
+        { name: "Open monthly", pricing_model: "subscription", monthly_price_usd: 5, included_tokens: 1, open: true },
+        "open",
+      ],
+      [{ name: "Open?", pricing_model: "free", open: "yes" }, "open"],
     ];
     for (const [body, param] of cases) {
       const res = await createPlan(body);

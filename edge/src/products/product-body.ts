@@ -17,6 +17,7 @@ export interface ProductBody {
   max_concurrent?: number;
   max_output_tokens?: number;
   max_context_tokens?: number;
+  open?: boolean;
 }
 
 const usd = { type: "number" } as const;
@@ -39,6 +40,11 @@ const editable = {
   max_concurrent: { ...count, example: 5 },
   max_output_tokens: { ...count, example: 4096 },
   max_context_tokens: { ...count, example: 8192 },
+  open: {
+    type: "boolean",
+    description:
+      "Callable with any customer's account key, without subscribing (payg and free plans only); default false.",
+  },
 } as const;
 
 // Unknown fields (hoster_id, status, product_id...) are refused, never ignored.
@@ -78,6 +84,7 @@ function fields(body: ProductBody) {
     maxConcurrent: int64(body.max_concurrent),
     maxOutputTokens: int64(body.max_output_tokens),
     maxContextTokens: int64(body.max_context_tokens),
+    open: body.open,
   };
 }
 

@@ -1,6 +1,6 @@
 import { microsToUsd } from "@mkt/runtime/money";
 import { ProductTerms, type Product } from "@mkt/proto/registry/v1/registry";
-import { integer, object, string, usd } from "../routes/response-schemas.ts";
+import { boolean, integer, object, string, usd } from "../routes/response-schemas.ts";
 
 /**
  * A hoster's plan as the API shows it (the hoster's own list and GET /v1/hosters alike): USD
@@ -23,6 +23,7 @@ export function renderProduct(product: Product) {
     max_concurrent: Number(t.maxConcurrent),
     max_output_tokens: Number(t.maxOutputTokens),
     max_context_tokens: Number(t.maxContextTokens),
+    open: t.open,
     status: product.status,
     created_at: product.createdAt,
     updated_at: product.updatedAt,
@@ -45,6 +46,7 @@ export const productSchema = object({
   max_concurrent: integer(),
   max_output_tokens: integer(),
   max_context_tokens: integer(),
+  open: boolean("callable with any account key, without subscribing (payg and free plans only)"),
   status: string("`active` or `archived`"),
   created_at: string(),
   updated_at: string(),

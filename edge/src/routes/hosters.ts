@@ -26,6 +26,8 @@ interface RegisterBody {
     context_window: number;
     kind?: "chat" | "embedding";
     max_n?: number;
+    canonical_id?: string;
+    quantization?: string;
   }>;
 }
 
@@ -35,6 +37,8 @@ const renderModel = (m: HosterModel) => ({
   context_window: Number(m.contextWindow),
   kind: m.kind || "chat",
   max_n: m.maxN > 0n ? Number(m.maxN) : 1,
+  canonical_id: m.canonicalId || m.modelId,
+  quantization: m.quantization || "unknown",
 });
 
 const hosterProperties = {
@@ -48,6 +52,8 @@ const hosterProperties = {
       context_window: integer(),
       kind: string("`chat` or `embedding`"),
       max_n: integer("The most choices (`n`) one chat request may ask for"),
+      canonical_id: string("The public model it serves, shared by every hoster serving it"),
+      quantization: string("How its weights are stored (`unknown` when the hoster did not say)"),
     }),
   ),
 };
@@ -115,6 +121,21 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
                     maximum: 128,
                     description: "The most choices (`n`) the server answers in one chat request (default 1)",
                   },
+                  canonical_id: {
+                    type: "string",
+                    maxLength: 128,
+                    example: "meta-llama/Llama-3.1-8B-Instruct",
+                    description:
+                      "The model's public name (a Hugging Face repository id, say), shared by every hoster serving it: " +
+                      "letters, digits and `. _ : -` with at most one `/` (default: `model_id`)",
+                  },
+                  quantization: {
+                    type: "string",
+                    maxLength: 32,
+                    example: "q4_k_m",
+                    description:
+                      "How its weights are stored: `bf16`, `fp16`, `fp8`, `int8`, `int4`, `q4_k_m`, ... (default `unknown`)",
+                  },
                 },
               },
             },
@@ -139,6 +160,8 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
             contextWindow: BigInt(m.context_window),
             kind: m.kind ?? "chat",
             maxN: BigInt(m.max_n ?? 1),
+            canonicalId: m.canonical_id ?? "",
+            quantization: m.quantization ?? "",
           })),
         }),
       );

@@ -49,6 +49,8 @@ async function register(
       contextWindow: m.contextWindow ?? 8192n,
       kind: "",
       maxN: 0n,
+      canonicalId: "",
+      quantization: "",
     })),
   });
   return hoster!.hosterId;
@@ -325,7 +327,7 @@ describe("without ALLOW_PRIVATE_UPSTREAMS", () => {
         [hosterId, "Rebound GPUs", scripted.url, sealed],
       );
       await db.query(
-        `insert into registry.hoster_models (hoster_id, model_id, model_alias, context_window) values ($1, 'tiny-1', '', 8192)`,
+        `insert into registry.hoster_models (hoster_id, model_id, model_alias, context_window, canonical_id) values ($1, 'tiny-1', '', 8192, 'tiny-1')`,
         [hosterId],
       );
       // Written behind registry's back: its nudge makes registry send the edges the new table.

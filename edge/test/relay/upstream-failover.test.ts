@@ -381,7 +381,9 @@ describe("outlier ejection of a hoster", () => {
       inviteCode: h.accounts.invite(),
       password: "a long enough password",
       clientIp: "203.0.113.9",
-      models: [{ modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n }],
+      models: [
+        { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
+      ],
     });
     const scope: RouteScope = { subscriptionId: randomUUID(), productId: randomUUID(), hosterId: registered!.hosterId };
     const scopedRequest = async () => {

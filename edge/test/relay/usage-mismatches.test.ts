@@ -68,7 +68,9 @@ beforeAll(async () => {
       inviteCode: h.accounts.invite(),
       password: "a long enough password",
       clientIp: "203.0.113.30",
-      models: [{ modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n }],
+      models: [
+        { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
+      ],
     });
     ids[name] = hoster!.hosterId;
   }

@@ -17,6 +17,8 @@ export interface Plan {
   max_concurrent: number;
   max_output_tokens: number;
   max_context_tokens: number;
+  /** Callable with any account key, without subscribing (payg and free plans). */
+  open?: boolean;
   status?: string;
 }
 

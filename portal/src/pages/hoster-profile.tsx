@@ -10,7 +10,13 @@ interface Me {
   last_checked_at: string | null;
   consecutive_failures: number;
   usage_mismatches: number;
-  models: Array<{ model_id: string; model_alias: string; context_window: number }>;
+  models: Array<{
+    model_id: string;
+    model_alias: string;
+    context_window: number;
+    canonical_id: string;
+    quantization: string;
+  }>;
 }
 
 /** GET /hosters/me: profile, endpoint, models and health. */
@@ -38,8 +44,8 @@ export function HosterProfilePage() {
       <ul>
         {data.models.map((m) => (
           <li key={m.model_id}>
-            <strong>{m.model_alias || m.model_id}</strong> · file <code>{m.model_id}</code> · {count(m.context_window)}{" "}
-            tokens of context
+            <strong>{m.model_alias || m.model_id}</strong> · file <code>{m.model_id}</code> · serves{" "}
+            <code>{m.canonical_id}</code> ({m.quantization}) · {count(m.context_window)} tokens of context
           </li>
         ))}
       </ul>

@@ -6,6 +6,9 @@ import { navigate } from "../lib/router.ts";
 import { useSession } from "../lib/session.ts";
 import { text, useSubmit } from "../lib/use-submit.ts";
 
+/** A text field sent only when filled (the server applies its default otherwise). */
+const optional = (form: FormData, name: string) => (text(form, name) ? { [name]: text(form, name) } : {});
+
 /**
  * POST /hosters/register. The server checks the hoster's endpoint (health, models, refusal
  * without a token) and its message, when a check fails, is shown as it is: it says what to fix.
@@ -29,6 +32,8 @@ export function HosterRegisterPage() {
             model_id: text(form, "model_id"),
             model_alias: text(form, "model_alias"),
             context_window: Number(text(form, "context_window")),
+            ...optional(form, "canonical_id"),
+            ...optional(form, "quantization"),
           },
         ],
       },
@@ -86,6 +91,18 @@ export function HosterRegisterPage() {
         <Field label="Model file name" name="model_id" required placeholder="llama-3-8b.Q4_K_M.gguf" />
         <Field label="Model display name" name="model_alias" placeholder="Llama 3 8B" />
         <Field label="Context window (tokens)" name="context_window" type="number" min={1} defaultValue={8192} />
+        <Field
+          label="Public model name"
+          name="canonical_id"
+          placeholder="meta-llama/Llama-3.1-8B-Instruct"
+          hint="The name every hoster of this model shares, such as its Hugging Face repository. Default: the file name."
+        />
+        <Field
+          label="Quantization"
+          name="quantization"
+          placeholder="q4_k_m"
+          hint="bf16, fp16, fp8, int8, int4, q4_k_m, … Default: unknown."
+        />
       </div>
       <ErrorNote message={error} />
       <button type="submit" disabled={busy}>

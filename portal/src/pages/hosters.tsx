@@ -62,7 +62,9 @@ export function HostersPage() {
             <ul className="plans">
               {hoster.plans.map((plan) => (
                 <li key={plan.product_id} className="plan">
-                  <h3>{plan.name}</h3>
+                  <h3>
+                    {plan.name} {plan.open && <span className="badge open">open to every key</span>}
+                  </h3>
                   <p>{priceLine(plan)}</p>
                   <p className="muted">{limitsLine(plan)}</p>
                   {error?.plan === plan.product_id && <ErrorNote message={error.message} />}

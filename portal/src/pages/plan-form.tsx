@@ -28,6 +28,10 @@ const NUMBER_FIELDS = [
 export const EDIT_REACH =
   "Existing subscribers keep the terms they bought. At each renewal they get, field by field, whichever of their terms and the current plan favours them: a lower price, more included tokens or a higher limit reaches them; a higher price, fewer tokens or a lower limit applies to new subscribers only.";
 
+/** What an open plan is, said where the hoster chooses it. */
+export const OPEN_HINT =
+  "Pay-as-you-go and free plans only. An open plan is meant for every customer's account key, without subscribing; until the marketplace routes account keys to open plans, customers reach it by subscribing, as any plan.";
+
 /** Create (POST /hosters/products) or edit (PATCH) a plan; the server checks every rule. */
 export function PlanForm({ plan, onSaved }: { plan?: Plan; onSaved: () => void }) {
   const { busy, error, onSubmit } = useSubmit(async (form) => {
@@ -37,6 +41,7 @@ export function PlanForm({ plan, onSaved }: { plan?: Plan; onSaved: () => void }
       const value = text(form, name);
       if (value !== "") body[name] = Number(value);
     }
+    body.open = form.get("open") === "on";
     await api(plan ? `/hosters/products/${plan.product_id}` : "/hosters/products", {
       method: plan ? "PATCH" : "POST",
       body,
@@ -73,6 +78,15 @@ export function PlanForm({ plan, onSaved }: { plan?: Plan; onSaved: () => void }
             defaultValue={plan ? String(plan[name]) : undefined}
           />
         ))}
+      </div>
+      <div className="field">
+        <label className="check">
+          <input type="checkbox" name="open" aria-describedby="open-hint" defaultChecked={plan?.open ?? false} />
+          Open to every customer
+        </label>
+        <small id="open-hint" className="hint">
+          {OPEN_HINT}
+        </small>
       </div>
       {plan && <p className="note">{EDIT_REACH}</p>}
       <ErrorNote message={error} />

@@ -42,6 +42,7 @@ export function PlansPage() {
           <li key={plan.product_id} className="plan">
             <h2>
               {plan.name} <span className={`badge ${plan.status}`}>{plan.status}</span>
+              {plan.open && <span className="badge open">open</span>}
             </h2>
             <p>{priceLine(plan)}</p>
             <p className="muted">{limitsLine(plan)}</p>

@@ -72,6 +72,7 @@ export async function startRegistryDouble(log: Logger) {
           maxConcurrent: 5n,
           maxOutputTokens: 4096n,
           maxContextTokens: 8192n,
+          open: false,
           ...terms,
         },
       };

@@ -5,6 +5,7 @@ import { Migration20261127120000HosterUsageMismatches } from "./Migration2026112
 import { Migration20261220000000UsageOutbox } from "./Migration20261220000000UsageOutbox.ts";
 import { Migration20261228000000DropUsageOutbox } from "./Migration20261228000000DropUsageOutbox.ts";
 import { Migration20261229000000HosterModelKinds } from "./Migration20261229000000HosterModelKinds.ts";
+import { Migration20261230000000OpenPlansAndEndpoints } from "./Migration20261230000000OpenPlansAndEndpoints.ts";
 
 /** Registry's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -14,4 +15,5 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261220000000UsageOutbox", class: Migration20261220000000UsageOutbox },
   { name: "Migration20261228000000DropUsageOutbox", class: Migration20261228000000DropUsageOutbox },
   { name: "Migration20261229000000HosterModelKinds", class: Migration20261229000000HosterModelKinds },
+  { name: "Migration20261230000000OpenPlansAndEndpoints", class: Migration20261230000000OpenPlansAndEndpoints },
 ];

@@ -113,7 +113,17 @@ it("a hoster registered, a plan created and a probe's verdict reach watchers of 
     inviteCode: h.accounts.invite(),
     password: "a long enough password",
     clientIp: "203.0.113.9",
-    models: [{ modelId: MODEL, modelAlias: "Llama", contextWindow: 8192n, kind: "", maxN: 0n }],
+    models: [
+      {
+        modelId: MODEL,
+        modelAlias: "Llama",
+        contextWindow: 8192n,
+        kind: "",
+        maxN: 0n,
+        canonicalId: "",
+        quantization: "",
+      },
+    ],
   });
   const hosterId = hoster!.hosterId;
   const hosterIn = (t: CatalogTable | undefined) => t?.hosters.find((x) => x.hosterId === hosterId);
@@ -125,7 +135,18 @@ it("a hoster registered, a plan created and a probe's verdict reach watchers of 
       endpointUrl: server.url,
       token: server.token,
       upstreamKey: `hoster ${hosterId}`,
-      models: [{ modelId: MODEL, modelAlias: "Llama", contextWindow: 8192n, kind: "chat", maxN: 1n }],
+      models: [
+        {
+          modelId: MODEL,
+          modelAlias: "Llama",
+          contextWindow: 8192n,
+          kind: "chat",
+          maxN: 1n,
+          // The defaults: the model's public name is its model_id, its quantization unknown.
+          canonicalId: MODEL,
+          quantization: "unknown",
+        },
+      ],
       plans: [],
     });
   }
@@ -148,6 +169,7 @@ it("a hoster registered, a plan created and a probe's verdict reach watchers of 
       maxConcurrent: 0n,
       maxOutputTokens: 0n,
       maxContextTokens: 0n,
+      open: false,
     },
   });
   for (const watcher of [onA, onB]) {

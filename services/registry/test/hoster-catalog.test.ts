@@ -34,7 +34,17 @@ function hoster(overrides: Partial<RoutableHoster> = {}): RoutableHoster {
     apiKeySealed: box.seal(TOKEN, `hoster:${id}:api_key`),
     status: "healthy",
     createdAt: new Date("2026-11-01T00:00:00Z"),
-    models: [{ modelId: "m-1", modelAlias: "Model One", contextWindow: 4096n, kind: "chat", maxN: 1n }],
+    models: [
+      {
+        modelId: "m-1",
+        modelAlias: "Model One",
+        contextWindow: 4096n,
+        kind: "chat",
+        maxN: 1n,
+        canonicalId: "",
+        quantization: "",
+      },
+    ],
     ...overrides,
   };
 }

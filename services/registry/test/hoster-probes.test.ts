@@ -22,7 +22,9 @@ it("probes flip a hoster unhealthy when its server stops and healthy when it com
     inviteCode: h.accounts.invite(),
     password: "a long enough password",
     clientIp: "203.0.113.9",
-    models: [{ modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n }],
+    models: [
+      { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
+    ],
   });
   const hosterId = hoster!.hosterId;
   const status = async () => (await h.client.getHoster({ hosterId })).hoster!;
@@ -79,7 +81,9 @@ it("a probe round with a wrong stored token marks the hoster failing, with the t
       inviteCode: h.accounts.invite(),
       password: "",
       clientIp: "203.0.113.9",
-      models: [{ modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n }],
+      models: [
+        { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
+      ],
     });
     await server.close();
     const other = await startRealHoster({ models: [MODEL], port: server.port });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ServiceError } from "@grpc/grpc-js";
 import { AppError } from "@mkt/runtime/errors";
 import { SecretBox, parseSecretsKey } from "@mkt/runtime/secret-box";
-import type { RegisterHosterRequest } from "@mkt/proto/registry/v1/registry";
+import { HosterModel, type RegisterHosterRequest } from "@mkt/proto/registry/v1/registry";
 import { startHarness, type Harness } from "./registry-harness.ts";
 import { jsonAnswer, modelList, startRealHoster, startScriptedHoster } from "./hoster-servers.ts";
 
@@ -22,6 +22,9 @@ afterAll(async () => {
 });
 
 let emails = 0;
+/** One model entry of a registration: `m`, 1 token of context, every other field left to its default. */
+const model = (m: Partial<HosterModel>) => HosterModel.fromPartial({ modelId: "m", contextWindow: 1n, ...m });
+
 function request(endpointUrl: string, apiKey: string, overrides: Partial<RegisterHosterRequest> = {}) {
   return {
     name: "Acme GPUs",
@@ -31,7 +34,7 @@ function request(endpointUrl: string, apiKey: string, overrides: Partial<Registe
     inviteCode: h.accounts.invite(),
     password: "",
     clientIp: "203.0.113.7",
-    models: [{ modelId: MODEL, modelAlias: "Llama 3 8B", contextWindow: 8192n, kind: "", maxN: 0n }],
+    models: [model({ modelId: MODEL, modelAlias: "Llama 3 8B", contextWindow: 8192n })],
     ...overrides,
   } satisfies RegisterHosterRequest;
 }
@@ -54,14 +57,26 @@ describe("RegisterHoster", () => {
     try {
       const req = request(`${server.url}/`, server.token, {
         models: [
-          { modelId: MODEL, modelAlias: "Llama 3 8B", contextWindow: 8192n, kind: "", maxN: 4n },
-          { modelId: "qwen2.5-7b", modelAlias: "", contextWindow: 32768n, kind: "embedding", maxN: 0n },
+          model({
+            modelId: MODEL,
+            modelAlias: "Llama 3 8B",
+            contextWindow: 8192n,
+            maxN: 4n,
+            canonicalId: " meta-llama/Meta-Llama-3-8B-Instruct ",
+            quantization: "Q4_K_M",
+          }),
+          model({ modelId: "qwen2.5-7b", contextWindow: 32768n, kind: "embedding" }),
         ],
       });
       const { hoster, portalPassword } = await h.client.registerHoster(req);
-      // No kind is chat, no max_n one choice.
-      const declared = Object.fromEntries(hoster!.models.map((m) => [m.modelId, [m.kind, m.maxN]]));
-      expect(declared).toEqual({ [MODEL]: ["chat", 4n], "qwen2.5-7b": ["embedding", 1n] });
+      // No kind is chat, no max_n one choice, no canonical_id the model_id, no quantization unknown.
+      const declared = Object.fromEntries(
+        hoster!.models.map((m) => [m.modelId, [m.kind, m.maxN, m.canonicalId, m.quantization]]),
+      );
+      expect(declared).toEqual({
+        [MODEL]: ["chat", 4n, "meta-llama/Meta-Llama-3-8B-Instruct", "q4_k_m"],
+        "qwen2.5-7b": ["embedding", 1n, "qwen2.5-7b", "unknown"],
+      });
       expect(hoster).toMatchObject({
         name: "Acme GPUs",
         endpointUrl: server.url,
@@ -112,8 +127,24 @@ describe("RegisterHoster", () => {
       const err = await refusal(
         request(server.url, server.token, {
           models: [
-            { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n },
-            { modelId: "mistral-7b", modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n },
+            {
+              modelId: MODEL,
+              modelAlias: "",
+              contextWindow: 8192n,
+              kind: "",
+              maxN: 0n,
+              canonicalId: "",
+              quantization: "",
+            },
+            {
+              modelId: "mistral-7b",
+              modelAlias: "",
+              contextWindow: 8192n,
+              kind: "",
+              maxN: 0n,
+              canonicalId: "",
+              quantization: "",
+            },
           ],
         }),
       );
@@ -206,54 +237,17 @@ describe("RegisterHoster", () => {
     ["api_key too short", { apiKey: "short" }, "api_key"],
     ["api_key with a newline", { apiKey: "token-123456\r\nx-evil: 1" }, "api_key"],
     ["no models", { models: [] }, "models"],
-    [
-      "too many models",
-      {
-        models: Array.from({ length: 51 }, (_, i) => ({
-          modelId: `m${i}`,
-          modelAlias: "",
-          contextWindow: 1n,
-          kind: "",
-          maxN: 0n,
-        })),
-      },
-      "models",
-    ],
-    [
-      "bad model_id",
-      { models: [{ modelId: "a b", modelAlias: "", contextWindow: 1n, kind: "", maxN: 0n }] },
-      "models[0].model_id",
-    ],
-    [
-      "duplicate model_id",
-      {
-        models: [
-          { modelId: "m", modelAlias: "", contextWindow: 1n, kind: "", maxN: 0n },
-          { modelId: "m", modelAlias: "", contextWindow: 1n, kind: "", maxN: 0n },
-        ],
-      },
-      "models[1].model_id",
-    ],
-    [
-      "context_window 0",
-      { models: [{ modelId: "m", modelAlias: "", contextWindow: 0n, kind: "", maxN: 0n }] },
-      "models[0].context_window",
-    ],
-    [
-      "kind",
-      { models: [{ modelId: "m", modelAlias: "", contextWindow: 1n, kind: "image", maxN: 0n }] },
-      "models[0].kind",
-    ],
-    [
-      "max_n",
-      { models: [{ modelId: "m", modelAlias: "", contextWindow: 1n, kind: "", maxN: 129n }] },
-      "models[0].max_n",
-    ],
-    [
-      "context_window huge",
-      { models: [{ modelId: "m", modelAlias: "", contextWindow: 10_000_001n, kind: "", maxN: 0n }] },
-      "models[0].context_window",
-    ],
+    ["too many models", { models: Array.from({ length: 51 }, (_, i) => model({ modelId: `m${i}` })) }, "models"],
+    ["bad model_id", { models: [model({ modelId: "a b" })] }, "models[0].model_id"],
+    ["duplicate model_id", { models: [model({}), model({})] }, "models[1].model_id"],
+    ["context_window 0", { models: [model({ contextWindow: 0n })] }, "models[0].context_window"],
+    ["kind", { models: [model({ kind: "image" })] }, "models[0].kind"],
+    ["max_n", { models: [model({ maxN: 129n })] }, "models[0].max_n"],
+    ["context_window huge", { models: [model({ contextWindow: 10_000_001n })] }, "models[0].context_window"],
+    ["canonical_id with two /", { models: [model({ canonicalId: "a/b/c" })] }, "models[0].canonical_id"],
+    ["canonical_id with an empty part", { models: [model({ canonicalId: "meta-llama/" })] }, "models[0].canonical_id"],
+    ["canonical_id too long", { models: [model({ canonicalId: "x".repeat(129) })] }, "models[0].canonical_id"],
+    ["quantization", { models: [model({ quantization: "4 bit" })] }, "models[0].quantization"],
   ])("refuses a bad %s with param %s before calling anyone", async (_case, overrides, param) => {
     const calls = h.accounts.calls.length;
     const err = await refusal(request("http://127.0.0.1:9", "hoster-token-123456", overrides));

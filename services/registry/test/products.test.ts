@@ -26,7 +26,9 @@ async function registerHoster(name: string): Promise<string> {
     inviteCode: h.accounts.invite(),
     password: "",
     clientIp: "203.0.113.9",
-    models: [{ modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n }],
+    models: [
+      { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
+    ],
   });
   return hoster!.hosterId;
 }
@@ -204,6 +206,36 @@ describe("CreateProduct", () => {
     expect(err.message).toContain("archive one first");
     await h.client.archiveProduct({ hosterId, productId: made[0]!.productId });
     await create(PLANS.free, hosterId);
+  });
+});
+
+describe("open plans", () => {
+  it("opens a payg or a free plan to every account key, and refuses to open one with a monthly fee", async () => {
+    for (const plan of [PLANS.payg, PLANS.free]) {
+      const product = await create({ ...plan, open: true });
+      expect(product.terms).toMatchObject({ pricingModel: plan.pricingModel, open: true });
+      expect((await h.client.getProduct({ productId: product.productId })).product!.terms!.open).toBe(true);
+    }
+    for (const plan of [PLANS.subscription, PLANS.subscription_overage]) {
+      const err = await refusal(create({ ...plan, open: true }));
+      expect(err).toMatchObject({ code: "invalid_request", param: "open" });
+      expect(err.message).toContain("Only payg and free plans can be open");
+    }
+    // Not open unless asked.
+    expect((await create(PLANS.payg)).terms!.open).toBe(false);
+  });
+
+  it("opens and closes a plan by a patch; a subscription plan stays closed", async () => {
+    const payg = await create(PLANS.payg);
+    const { product: opened } = await update(payg.productId, { open: true });
+    expect(opened!.terms).toEqual({ ...payg.terms, open: true });
+    const { product: closed } = await update(payg.productId, { open: false });
+    expect(closed!.terms!.open).toBe(false);
+
+    const monthly = await create(PLANS.subscription);
+    const err = await refusal(update(monthly.productId, { open: true }));
+    expect(err).toMatchObject({ code: "invalid_request", param: "open" });
+    expect((await h.client.getProduct({ productId: monthly.productId })).product).toEqual(monthly);
   });
 });
 

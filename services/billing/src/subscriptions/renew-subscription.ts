@@ -113,6 +113,8 @@ function snapshotPlan(row: SubscriptionRow): Plan {
     name: row.productName ?? "",
     description: "",
     pricingModel: row.pricingModel ?? "free",
+    // A bought subscription's own terms: what it snapshots is never an open plan's.
+    open: false,
   };
   return { productId: row.productId, hosterId: row.hosterId ?? "", hosterName: row.hosterName ?? "", terms };
 }

@@ -13,5 +13,9 @@ export const HosterModel = defineEntity({
     kind: p.text(),
     /** The most choices (`n`) one chat request may ask for. */
     maxN: p.integer(),
+    /** The model's public name, shared by every hoster serving it (model_id unless given). */
+    canonicalId: p.text(),
+    /** How its weights are stored (bf16, int4, q4_k_m, ...), `unknown` unless given. */
+    quantization: p.text(),
   },
 });

@@ -9,6 +9,10 @@ export interface StoredModel {
   kind: string;
   /** The most choices (`n`) one chat request may ask for. */
   maxN: bigint;
+  /** The public model it serves (its model_id unless the hoster named another). */
+  canonicalId: string;
+  /** How its weights are stored (`unknown` unless the hoster said). */
+  quantization: string;
 }
 
 /** A hoster row with its models; the sealed token stays out of what handlers see. */
@@ -65,6 +69,8 @@ interface ModelRow {
   context_window: string | number | bigint;
   kind: string;
   max_n: number;
+  canonical_id: string;
+  quantization: string;
 }
 
 const storedModel = (row: Omit<ModelRow, "hoster_id">): StoredModel => ({
@@ -73,6 +79,8 @@ const storedModel = (row: Omit<ModelRow, "hoster_id">): StoredModel => ({
   contextWindow: BigInt(row.context_window),
   kind: row.kind,
   maxN: BigInt(row.max_n),
+  canonicalId: row.canonical_id,
+  quantization: row.quantization,
 });
 
 /**
@@ -102,9 +110,19 @@ export class HosterStore {
       );
       for (const m of hoster.models) {
         await em.execute(
-          `insert into hoster_models (hoster_id, model_id, model_alias, context_window, kind, max_n)
-           values (?, ?, ?, ?, ?, ?)`,
-          [hoster.id, m.modelId, m.modelAlias, m.contextWindow.toString(), m.kind, Number(m.maxN)],
+          `insert into hoster_models (hoster_id, model_id, model_alias, context_window, kind, max_n, canonical_id,
+             quantization)
+           values (?, ?, ?, ?, ?, ?, ?, ?)`,
+          [
+            hoster.id,
+            m.modelId,
+            m.modelAlias,
+            m.contextWindow.toString(),
+            m.kind,
+            Number(m.maxN),
+            m.canonicalId,
+            m.quantization,
+          ],
         );
       }
     });
@@ -169,7 +187,9 @@ export class HosterStore {
       `select h.id, h.name, h.endpoint_url, h.api_key_sealed, h.status, h.created_at,
               coalesce(json_agg(json_build_object('model_id', m.model_id, 'model_alias', m.model_alias,
                                                   'context_window', m.context_window::text,
-                                                  'kind', m.kind, 'max_n', m.max_n)
+                                                  'kind', m.kind, 'max_n', m.max_n,
+                                                  'canonical_id', m.canonical_id,
+                                                  'quantization', m.quantization)
                                 order by m.model_id) filter (where m.model_id is not null), '[]') as models
        from hosters h left join hoster_models m on m.hoster_id = h.id
        where h.status <> 'registering'
@@ -265,7 +285,8 @@ export class HosterStore {
   /** The models of the hosters `where` (written on the hosters table) selects. */
   async #models(where: string, params: unknown[]): Promise<Map<string, StoredModel[]>> {
     const rows = (await this.#orm.em.fork().execute(
-      `select m.hoster_id, m.model_id, m.model_alias, m.context_window, m.kind, m.max_n
+      `select m.hoster_id, m.model_id, m.model_alias, m.context_window, m.kind, m.max_n, m.canonical_id,
+              m.quantization
        from hoster_models m join hosters on hosters.id = m.hoster_id ${where}
        order by m.hoster_id, m.model_id`,
       params,

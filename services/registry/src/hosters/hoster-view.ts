@@ -15,6 +15,8 @@ export function hosterView(hoster: StoredHoster): Hoster {
         contextWindow: m.contextWindow,
         kind: m.kind,
         maxN: m.maxN,
+        canonicalId: m.canonicalId,
+        quantization: m.quantization,
       }),
     ),
     lastCheckedAt: hoster.lastCheckedAt?.toISOString() ?? "",

@@ -7,6 +7,11 @@ export const MAX_MODELS = 50;
 export const MAX_ALIAS_CHARS = 100;
 export const MAX_CONTEXT_WINDOW = 10_000_000n;
 const MODEL_ID_RE = /^[A-Za-z0-9._:/-]{1,128}$/;
+// A public model name: OpenRouter's `author/slug` form (one "/" at most, neither part empty), so
+// that GET /v1/models/{canonical_id}/endpoints takes it as two path segments.
+const CANONICAL_ID_RE = /^[A-Za-z0-9._:-]+(\/[A-Za-z0-9._:-]+)?$/;
+const MAX_CANONICAL_ID_CHARS = 128;
+const QUANTIZATION_RE = /^[a-z0-9_]{1,32}$/;
 // Printable ASCII without spaces: the token goes into an HTTP header as it is.
 const API_KEY_RE = /^[\x21-\x7e]{8,512}$/;
 const MAX_EMAIL_CHARS = 254;
@@ -20,7 +25,15 @@ export interface ValidRegistration {
   inviteCode: string;
   password: string;
   clientIp: string;
-  models: Array<{ modelId: string; modelAlias: string; contextWindow: bigint; kind: string; maxN: bigint }>;
+  models: Array<{
+    modelId: string;
+    modelAlias: string;
+    contextWindow: bigint;
+    kind: string;
+    maxN: bigint;
+    canonicalId: string;
+    quantization: string;
+  }>;
 }
 
 /** As OpenAI bounds `n`. */
@@ -71,7 +84,21 @@ export function validateRegistration(req: RegisterHosterRequest): ValidRegistrat
     }
     const maxN = model.maxN === 0n ? 1n : model.maxN;
     if (maxN < 1n || maxN > MAX_N) throw invalid(`models[${i}].max_n`, `max_n must be an integer from 1 to ${MAX_N}.`);
-    return { modelId, modelAlias, contextWindow: model.contextWindow, kind, maxN };
+    const canonicalId = model.canonicalId.trim() || modelId;
+    if (canonicalId.length > MAX_CANONICAL_ID_CHARS || !CANONICAL_ID_RE.test(canonicalId)) {
+      throw invalid(
+        `models[${i}].canonical_id`,
+        `canonical_id must be 1 to ${MAX_CANONICAL_ID_CHARS} characters: letters, digits and . _ : - with at most one / (author/slug).`,
+      );
+    }
+    const quantization = model.quantization.trim().toLowerCase() || "unknown";
+    if (!QUANTIZATION_RE.test(quantization)) {
+      throw invalid(
+        `models[${i}].quantization`,
+        "quantization must be 1 to 32 characters: letters, digits and _ (bf16, fp8, int4, q4_k_m, ...).",
+      );
+    }
+    return { modelId, modelAlias, contextWindow: model.contextWindow, kind, maxN, canonicalId, quantization };
   });
   return {
     name,

@@ -39,6 +39,7 @@ interface ProductRow {
   max_concurrent: Bigintish;
   max_output_tokens: Bigintish;
   max_context_tokens: Bigintish;
+  open: boolean;
   status: ProductStatus;
   created_at: Date;
   updated_at: Date;
@@ -46,7 +47,7 @@ interface ProductRow {
 
 const COLUMNS = `p.id, p.hoster_id, p.name, p.description, p.pricing_model, p.monthly_price_micros, p.included_tokens,
   p.input_price_per_1m_micros, p.output_price_per_1m_micros, p.overage_price_per_1m_micros, p.rpm_limit,
-  p.tpm_limit, p.max_concurrent, p.max_output_tokens, p.max_context_tokens, p.status, p.created_at, p.updated_at`;
+  p.tpm_limit, p.max_concurrent, p.max_output_tokens, p.max_context_tokens, p.open, p.status, p.created_at, p.updated_at`;
 
 /** The terms columns in insert / update order, with the value each takes from ProductTerms. */
 const TERM_COLUMNS: Array<[string, (t: ProductTerms) => string]> = [
@@ -63,6 +64,7 @@ const TERM_COLUMNS: Array<[string, (t: ProductTerms) => string]> = [
   ["max_concurrent", (t) => t.maxConcurrent.toString()],
   ["max_output_tokens", (t) => t.maxOutputTokens.toString()],
   ["max_context_tokens", (t) => t.maxContextTokens.toString()],
+  ["open", (t) => String(t.open)],
 ];
 
 function fromRow(r: ProductRow): StoredProduct {
@@ -83,6 +85,7 @@ function fromRow(r: ProductRow): StoredProduct {
       maxConcurrent: BigInt(r.max_concurrent),
       maxOutputTokens: BigInt(r.max_output_tokens),
       maxContextTokens: BigInt(r.max_context_tokens),
+      open: r.open,
     }),
     status: r.status,
     createdAt: new Date(r.created_at),

@@ -6,7 +6,13 @@ import { chargesPerToken, isPricingModel, PRICING_MODELS, type PricingModel } fr
 export const MAX_PRODUCT_NAME_CHARS = 100;
 export const MAX_PRODUCT_DESCRIPTION_CHARS = 1000;
 
-type NumericField = Exclude<keyof ProductTerms, "name" | "description" | "pricingModel">;
+type NumericField = Exclude<keyof ProductTerms, "name" | "description" | "pricingModel" | "open">;
+
+/**
+ * The pricing models a plan may be open with: an open plan is used without subscribing, so it
+ * has no fee to charge and nothing to snapshot.
+ */
+const OPENABLE: readonly PricingModel[] = ["payg", "free"];
 
 interface FieldRule {
   /** The JSON field the edge maps it from, named in `param`. */
@@ -116,6 +122,10 @@ export function validateTerms(terms: ProductTerms): ProductTerms {
       const { param } = FIELD_RULES[field];
       if (terms[field] === 0n) throw invalid(param, `A ${pricingModel} plan needs ${param} above 0.`);
     }
+  }
+
+  if (terms.open && !OPENABLE.includes(pricingModel)) {
+    throw invalid("open", `Only payg and free plans can be open; a ${pricingModel} plan is sold by subscription.`);
   }
 
   const limits: Record<LimitField, bigint> = { ...DEFAULT_LIMITS };

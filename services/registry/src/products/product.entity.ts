@@ -27,6 +27,8 @@ export const Product = defineEntity({
     maxConcurrent: p.bigint("bigint"),
     maxOutputTokens: p.bigint("bigint"),
     maxContextTokens: p.bigint("bigint"),
+    /** Callable with any account key, without subscribing (payg and free plans only). */
+    open: p.boolean().default(false),
     status: p.text().$type<ProductStatus>(),
     createdAt: p.datetime(),
     updatedAt: p.datetime(),

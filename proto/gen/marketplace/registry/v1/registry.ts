@@ -176,6 +176,17 @@ export interface HosterModel {
   maxN: bigint;
   /** chat | embedding; empty at registration means chat. */
   kind: string;
+  /**
+   * The model's public name, shared by every hoster serving it (a Hugging Face repository id, say):
+   * 1 to 128 of A-Z a-z 0-9 . _ - : with at most one "/" (author/slug); empty at registration means
+   * model_id.
+   */
+  canonicalId: string;
+  /**
+   * How its weights are stored: bf16, fp16, fp8, int8, int4, q4_k_m, ... (1 to 32 of a-z 0-9 _);
+   * empty at registration means unknown.
+   */
+  quantization: string;
 }
 
 export interface RegisterHosterRequest {
@@ -274,6 +285,11 @@ export interface ProductTerms {
   /** Limits per request. */
   maxOutputTokens: bigint;
   maxContextTokens: bigint;
+  /**
+   * Callable with any customer's account key, without subscribing (payg and free plans only: a
+   * plan with a monthly fee cannot be open).
+   */
+  open: boolean;
 }
 
 /** Fields a hoster may change; an absent field keeps its value. */
@@ -290,6 +306,7 @@ export interface ProductPatch {
   maxConcurrent?: bigint | undefined;
   maxOutputTokens?: bigint | undefined;
   maxContextTokens?: bigint | undefined;
+  open?: boolean | undefined;
 }
 
 export interface Product {
@@ -1983,7 +2000,7 @@ export const ModelInfo: MessageFns<ModelInfo> = {
 };
 
 function createBaseHosterModel(): HosterModel {
-  return { modelId: "", modelAlias: "", contextWindow: 0n, maxN: 0n, kind: "" };
+  return { modelId: "", modelAlias: "", contextWindow: 0n, maxN: 0n, kind: "", canonicalId: "", quantization: "" };
 }
 
 export const HosterModel: MessageFns<HosterModel> = {
@@ -2008,6 +2025,12 @@ export const HosterModel: MessageFns<HosterModel> = {
     }
     if (message.kind !== "") {
       writer.uint32(42).string(message.kind);
+    }
+    if (message.canonicalId !== "") {
+      writer.uint32(50).string(message.canonicalId);
+    }
+    if (message.quantization !== "") {
+      writer.uint32(58).string(message.quantization);
     }
     return writer;
   },
@@ -2065,6 +2088,22 @@ export const HosterModel: MessageFns<HosterModel> = {
             message.kind = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.canonicalId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.quantization = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2096,6 +2135,12 @@ export const HosterModel: MessageFns<HosterModel> = {
         : 0n,
       maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
       kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      canonicalId: isSet(object.canonicalId)
+        ? globalThis.String(object.canonicalId)
+        : isSet(object.canonical_id)
+        ? globalThis.String(object.canonical_id)
+        : "",
+      quantization: isSet(object.quantization) ? globalThis.String(object.quantization) : "",
     };
   },
 
@@ -2116,6 +2161,12 @@ export const HosterModel: MessageFns<HosterModel> = {
     if (message.kind !== "") {
       obj.kind = message.kind;
     }
+    if (message.canonicalId !== "") {
+      obj.canonicalId = message.canonicalId;
+    }
+    if (message.quantization !== "") {
+      obj.quantization = message.quantization;
+    }
     return obj;
   },
 
@@ -2131,6 +2182,8 @@ export const HosterModel: MessageFns<HosterModel> = {
       : 0n;
     message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
     message.kind = object.kind ?? "";
+    message.canonicalId = object.canonicalId ?? "";
+    message.quantization = object.quantization ?? "";
     return message;
   },
 };
@@ -2958,6 +3011,7 @@ function createBaseProductTerms(): ProductTerms {
     maxConcurrent: 0n,
     maxOutputTokens: 0n,
     maxContextTokens: 0n,
+    open: false,
   };
 }
 
@@ -3031,6 +3085,9 @@ export const ProductTerms: MessageFns<ProductTerms> = {
         throw new globalThis.Error("value provided for field message.maxContextTokens of type int64 too large");
       }
       writer.uint32(104).int64(message.maxContextTokens);
+    }
+    if (message.open !== false) {
+      writer.uint32(112).bool(message.open);
     }
     return writer;
   },
@@ -3152,6 +3209,14 @@ export const ProductTerms: MessageFns<ProductTerms> = {
             message.maxContextTokens = reader.int64() as bigint;
             continue;
           }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.open = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3223,6 +3288,7 @@ export const ProductTerms: MessageFns<ProductTerms> = {
         : isSet(object.max_context_tokens)
         ? BigInt(object.max_context_tokens)
         : 0n,
+      open: isSet(object.open) ? globalThis.Boolean(object.open) : false,
     };
   },
 
@@ -3267,6 +3333,9 @@ export const ProductTerms: MessageFns<ProductTerms> = {
     if (message.maxContextTokens !== 0n) {
       obj.maxContextTokens = message.maxContextTokens.toString();
     }
+    if (message.open !== false) {
+      obj.open = message.open;
+    }
     return obj;
   },
 
@@ -3307,6 +3376,7 @@ export const ProductTerms: MessageFns<ProductTerms> = {
     message.maxContextTokens = (object.maxContextTokens !== undefined && object.maxContextTokens !== null)
       ? BigInt(object.maxContextTokens)
       : 0n;
+    message.open = object.open ?? false;
     return message;
   },
 };
@@ -3325,6 +3395,7 @@ function createBaseProductPatch(): ProductPatch {
     maxConcurrent: undefined,
     maxOutputTokens: undefined,
     maxContextTokens: undefined,
+    open: undefined,
   };
 }
 
@@ -3395,6 +3466,9 @@ export const ProductPatch: MessageFns<ProductPatch> = {
         throw new globalThis.Error("value provided for field message.maxContextTokens of type int64 too large");
       }
       writer.uint32(96).int64(message.maxContextTokens);
+    }
+    if (message.open !== undefined) {
+      writer.uint32(104).bool(message.open);
     }
     return writer;
   },
@@ -3508,6 +3582,14 @@ export const ProductPatch: MessageFns<ProductPatch> = {
             message.maxContextTokens = reader.int64() as bigint;
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.open = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3574,6 +3656,7 @@ export const ProductPatch: MessageFns<ProductPatch> = {
         : isSet(object.max_context_tokens)
         ? BigInt(object.max_context_tokens)
         : undefined,
+      open: isSet(object.open) ? globalThis.Boolean(object.open) : undefined,
     };
   },
 
@@ -3614,6 +3697,9 @@ export const ProductPatch: MessageFns<ProductPatch> = {
     }
     if (message.maxContextTokens !== undefined) {
       obj.maxContextTokens = message.maxContextTokens.toString();
+    }
+    if (message.open !== undefined) {
+      obj.open = message.open;
     }
     return obj;
   },
@@ -3658,6 +3744,7 @@ export const ProductPatch: MessageFns<ProductPatch> = {
     message.maxContextTokens = (object.maxContextTokens !== undefined && object.maxContextTokens !== null)
       ? BigInt(object.maxContextTokens)
       : undefined;
+    message.open = object.open ?? undefined;
     return message;
   },
 };
