@@ -39,7 +39,8 @@ export interface RegisteredHoster {
  * Registers a real hoster-server (started here, on loopback) through POST /hosters/register, as a
  * hoster would: invite from the admin API, then registration, which logs the hoster in.
  * `serverEnv` configures the hoster-server (DEMO_TOKENS_PER_SECOND: a slow, streaming model);
- * `startServer` starts another server serving `modelId` instead (a test upstream).
+ * `startServer` starts another server serving `modelId` instead (a test upstream); `model` adds
+ * fields to the registered model's entry (canonical_id, quantization, ...).
  */
 export async function registerHoster(
   system: RunningSystem,
@@ -48,6 +49,7 @@ export async function registerHoster(
     name?: string;
     serverEnv?: Record<string, string>;
     startServer?: (modelId: string) => Promise<HosterServer>;
+    model?: Record<string, unknown>;
   } = {},
 ): Promise<RegisteredHoster> {
   const modelId = options.modelId ?? `llama-${randomToken(4)}.gguf`;
@@ -66,7 +68,7 @@ export async function registerHoster(
       api_key: server.token,
       invite_code: await createInvite(system),
       password,
-      models: [{ model_id: modelId, model_alias: "Llama 3 8B", context_window: 8192 }],
+      models: [{ model_id: modelId, model_alias: "Llama 3 8B", context_window: 8192, ...options.model }],
     }),
   });
   if (res.status !== 201) {

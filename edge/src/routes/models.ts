@@ -1,9 +1,15 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { ListModelsRequest, type ModelInfo } from "@mkt/proto/registry/v1/registry";
+import {
+  ListEndpointsRequest,
+  ListModelsRequest,
+  type ModelEndpoint,
+  type ModelInfo,
+} from "@mkt/proto/registry/v1/registry";
 import { AppError } from "@mkt/runtime/errors";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
-import { integer, listOf, object, replies, string } from "./response-schemas.ts";
+import { productSchema, renderProduct } from "../products/render-product.ts";
+import { arrayOf, integer, listOf, object, replies, string, usd } from "./response-schemas.ts";
 
 /** One model in OpenAI's shape, plus our alias, provider and context window. */
 const renderModel = (model: ModelInfo) => ({
@@ -27,6 +33,48 @@ const modelSchema = object({
   context_window: integer(),
   kind: string("`chat` (chat completions and the APIs translated onto them) or `embedding` (/v1/embeddings)"),
   alias_for: string("Only on an alias (MODEL_ALIASES): the model that serves it"),
+});
+
+/**
+ * One endpoint of a public model: the hoster, its model as registered, and the open plan whose
+ * prices and limits apply (a request's context is the smaller of the model's and the plan's).
+ */
+const renderEndpoint = (e: ModelEndpoint) => {
+  const plan = renderProduct(e.plan!);
+  const contextWindow = Number(e.model?.contextWindow ?? 0n);
+  return {
+    hoster_id: e.hosterId,
+    hoster_name: e.hosterName,
+    status: e.hosterStatus,
+    model_id: e.model?.modelId ?? "",
+    quantization: e.model?.quantization || "unknown",
+    context_window: Math.min(contextWindow, plan.max_context_tokens),
+    max_output_tokens: plan.max_output_tokens,
+    input_price_per_1m_usd: plan.input_price_per_1m_usd,
+    output_price_per_1m_usd: plan.output_price_per_1m_usd,
+    plan,
+  };
+};
+
+const endpointsSchema = object({
+  data: object({
+    id: string("The model's public name (canonical_id)"),
+    endpoints: arrayOf(
+      object({
+        hoster_id: string(),
+        hoster_name: string(),
+        status: string("The hoster's health: `healthy` or `unhealthy`"),
+        model_id: string("The hoster's own name for the model"),
+        quantization: string("`bf16`, `fp8`, `int4`, `q4_k_m`, ... or `unknown`"),
+        context_window: integer("Tokens: the smaller of the model's context and the plan's max_context_tokens"),
+        max_output_tokens: integer(),
+        input_price_per_1m_usd: usd("The plan's, 0 on a free plan"),
+        output_price_per_1m_usd: usd("The plan's, 0 on a free plan"),
+        plan: productSchema,
+      }),
+      "Cheapest first (input plus output price), then by hoster name",
+    ),
+  }),
 });
 
 /**
@@ -66,6 +114,47 @@ export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
       const models = await modelsOf(request);
       return { object: "list", data: [...models.map(renderModel), ...aliasEntries(deps, models)] };
     },
+  );
+
+  // OpenRouter's endpoints list: an `author/slug` id is two path segments, a plain id one.
+  const endpointsOf = async (id: string) => {
+    const { endpoints } = await deps.backends.registry.listEndpoints(
+      ListEndpointsRequest.fromPartial({ canonicalId: id }),
+    );
+    return { data: { id: endpoints[0]?.model?.canonicalId ?? id, endpoints: endpoints.map(renderEndpoint) } };
+  };
+  const endpointsRoute = {
+    onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
+    schema: {
+      summary: "The endpoints of an open model: each hoster serving it on an open plan, with prices and limits",
+      description:
+        "`canonical_id` is the model's public name, shared by every hoster serving it (a Hugging Face repository " +
+        "id such as `meta-llama/Llama-3.1-8B-Instruct`, whose `/` makes it two path segments). Each endpoint is a " +
+        "hoster's model on one of its open plans; a model no open plan serves is 404 `model_not_found`.",
+      response: replies(200, endpointsSchema),
+      tags: ["chat"],
+      security: [{ apiKey: [] }],
+    },
+  };
+  const segment = { type: "string", minLength: 1, maxLength: 128 } as const;
+  app.get<{ Params: { id: string } }>(
+    "/v1/models/:id/endpoints",
+    {
+      ...endpointsRoute,
+      schema: { ...endpointsRoute.schema, params: { type: "object", properties: { id: segment } } },
+    },
+    async (request) => endpointsOf(request.params.id),
+  );
+  app.get<{ Params: { author: string; slug: string } }>(
+    "/v1/models/:author/:slug/endpoints",
+    {
+      ...endpointsRoute,
+      schema: {
+        ...endpointsRoute.schema,
+        params: { type: "object", properties: { author: segment, slug: segment } },
+      },
+    },
+    async (request) => endpointsOf(`${request.params.author}/${request.params.slug}`),
   );
 
   // The openai SDK's `models.retrieve(id)`. Only ids the key may call are found (as in the list,

@@ -13,6 +13,7 @@ export const REGISTRY_CALLERS = {
   registerHoster: ["edge"],
   getHoster: ["edge"],
   listHosters: ["edge"],
+  listEndpoints: ["edge"],
   createProduct: ["edge"],
   listProducts: ["edge", "billing"],
   getProduct: ["billing"],

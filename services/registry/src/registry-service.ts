@@ -4,6 +4,7 @@ import { ListModelsResponse, ModelInfo, type RegistryServiceServer } from "@mkt/
 import type { CatalogFeed } from "./catalog/catalog-feed.ts";
 import type { ModelCatalog } from "./catalog/model-catalog.ts";
 import { getHoster, listHosters } from "./hosters/hoster-handlers.ts";
+import { listEndpoints } from "./hosters/list-endpoints.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { registerHoster } from "./hosters/register-hoster.ts";
 import { archiveProduct, createProduct, getProduct, listProducts, updateProduct } from "./products/product-handlers.ts";
@@ -36,6 +37,7 @@ export function registryService(
     registerHoster: unary(log, "RegisterHoster", (request) => registerHoster(hosters, request)),
     getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
     listHosters: unary(log, "ListHosters", () => listHosters(hosters)),
+    listEndpoints: unary(log, "ListEndpoints", (request) => listEndpoints(hosters, request)),
     createProduct: unary(log, "CreateProduct", (request) => createProduct(hosters, request)),
     listProducts: unary(log, "ListProducts", (request) => listProducts(hosters.products, request)),
     getProduct: unary(log, "GetProduct", (request) => getProduct(hosters.products, request)),

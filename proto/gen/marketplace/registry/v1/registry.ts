@@ -243,6 +243,28 @@ export interface Hoster {
   usageMismatches: bigint;
 }
 
+export interface ListEndpointsRequest {
+  canonicalId: string;
+}
+
+export interface ListEndpointsResponse {
+  endpoints: ModelEndpoint[];
+}
+
+/** A hoster's model on one of its open plans: what a customer compares before calling the model. */
+export interface ModelEndpoint {
+  hosterId: string;
+  hosterName: string;
+  /** healthy | unhealthy */
+  hosterStatus: string;
+  /** The model as the hoster registered it (its model_id, canonical_id, quantization, context). */
+  model?:
+    | HosterModel
+    | undefined;
+  /** The open plan it is sold on: its prices and per-request limits apply. */
+  plan?: Product | undefined;
+}
+
 export interface GetHosterRequest {
   hosterId: string;
 }
@@ -2733,6 +2755,297 @@ export const Hoster: MessageFns<Hoster> = {
   },
 };
 
+function createBaseListEndpointsRequest(): ListEndpointsRequest {
+  return { canonicalId: "" };
+}
+
+export const ListEndpointsRequest: MessageFns<ListEndpointsRequest> = {
+  encode(message: ListEndpointsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.canonicalId !== "") {
+      writer.uint32(10).string(message.canonicalId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListEndpointsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListEndpointsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.canonicalId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListEndpointsRequest {
+    return {
+      canonicalId: isSet(object.canonicalId)
+        ? globalThis.String(object.canonicalId)
+        : isSet(object.canonical_id)
+        ? globalThis.String(object.canonical_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ListEndpointsRequest): unknown {
+    const obj: any = {};
+    if (message.canonicalId !== "") {
+      obj.canonicalId = message.canonicalId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListEndpointsRequest>, I>>(base?: I): ListEndpointsRequest {
+    return ListEndpointsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListEndpointsRequest>, I>>(object: I): ListEndpointsRequest {
+    const message = createBaseListEndpointsRequest();
+    message.canonicalId = object.canonicalId ?? "";
+    return message;
+  },
+};
+
+function createBaseListEndpointsResponse(): ListEndpointsResponse {
+  return { endpoints: [] };
+}
+
+export const ListEndpointsResponse: MessageFns<ListEndpointsResponse> = {
+  encode(message: ListEndpointsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.endpoints) {
+      ModelEndpoint.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListEndpointsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListEndpointsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.endpoints.push(ModelEndpoint.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListEndpointsResponse {
+    return {
+      endpoints: globalThis.Array.isArray(object?.endpoints)
+        ? object.endpoints.map((e: any) => ModelEndpoint.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListEndpointsResponse): unknown {
+    const obj: any = {};
+    if (message.endpoints?.length) {
+      obj.endpoints = message.endpoints.map((e) => ModelEndpoint.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListEndpointsResponse>, I>>(base?: I): ListEndpointsResponse {
+    return ListEndpointsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListEndpointsResponse>, I>>(object: I): ListEndpointsResponse {
+    const message = createBaseListEndpointsResponse();
+    message.endpoints = object.endpoints?.map((e) => ModelEndpoint.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseModelEndpoint(): ModelEndpoint {
+  return { hosterId: "", hosterName: "", hosterStatus: "", model: undefined, plan: undefined };
+}
+
+export const ModelEndpoint: MessageFns<ModelEndpoint> = {
+  encode(message: ModelEndpoint, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.hosterName !== "") {
+      writer.uint32(18).string(message.hosterName);
+    }
+    if (message.hosterStatus !== "") {
+      writer.uint32(26).string(message.hosterStatus);
+    }
+    if (message.model !== undefined) {
+      HosterModel.encode(message.model, writer.uint32(34).fork()).join();
+    }
+    if (message.plan !== undefined) {
+      Product.encode(message.plan, writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ModelEndpoint {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseModelEndpoint();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hosterName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.hosterStatus = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.model = HosterModel.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.plan = Product.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ModelEndpoint {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      hosterName: isSet(object.hosterName)
+        ? globalThis.String(object.hosterName)
+        : isSet(object.hoster_name)
+        ? globalThis.String(object.hoster_name)
+        : "",
+      hosterStatus: isSet(object.hosterStatus)
+        ? globalThis.String(object.hosterStatus)
+        : isSet(object.hoster_status)
+        ? globalThis.String(object.hoster_status)
+        : "",
+      model: isSet(object.model) ? HosterModel.fromJSON(object.model) : undefined,
+      plan: isSet(object.plan) ? Product.fromJSON(object.plan) : undefined,
+    };
+  },
+
+  toJSON(message: ModelEndpoint): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.hosterName !== "") {
+      obj.hosterName = message.hosterName;
+    }
+    if (message.hosterStatus !== "") {
+      obj.hosterStatus = message.hosterStatus;
+    }
+    if (message.model !== undefined) {
+      obj.model = HosterModel.toJSON(message.model);
+    }
+    if (message.plan !== undefined) {
+      obj.plan = Product.toJSON(message.plan);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ModelEndpoint>, I>>(base?: I): ModelEndpoint {
+    return ModelEndpoint.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ModelEndpoint>, I>>(object: I): ModelEndpoint {
+    const message = createBaseModelEndpoint();
+    message.hosterId = object.hosterId ?? "";
+    message.hosterName = object.hosterName ?? "";
+    message.hosterStatus = object.hosterStatus ?? "";
+    message.model = (object.model !== undefined && object.model !== null)
+      ? HosterModel.fromPartial(object.model)
+      : undefined;
+    message.plan = (object.plan !== undefined && object.plan !== null) ? Product.fromPartial(object.plan) : undefined;
+    return message;
+  },
+};
+
 function createBaseGetHosterRequest(): GetHosterRequest {
   return { hosterId: "" };
 }
@@ -4819,6 +5132,21 @@ export const RegistryServiceService = {
     responseDeserialize: (value: Buffer): ListHostersResponse => ListHostersResponse.decode(value),
   },
   /**
+   * The endpoints of one public model (GET /v1/models/{canonical_id}/endpoints): each registered
+   * hoster's model of that canonical_id (matched without regard to case) on each of the hoster's
+   * active open plans, cheapest first. Never carries a hoster's address or token.
+   */
+  listEndpoints: {
+    path: "/marketplace.registry.v1.RegistryService/ListEndpoints" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListEndpointsRequest): Buffer => Buffer.from(ListEndpointsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListEndpointsRequest => ListEndpointsRequest.decode(value),
+    responseSerialize: (value: ListEndpointsResponse): Buffer =>
+      Buffer.from(ListEndpointsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListEndpointsResponse => ListEndpointsResponse.decode(value),
+  },
+  /**
    * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
    * follow registry's product-terms.ts. Error: invalid_request (param names the field).
    */
@@ -4916,6 +5244,12 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
   getHoster: handleUnaryCall<GetHosterRequest, GetHosterResponse>;
   /** Every registered hoster, healthy or not (GET /v1/hosters), oldest first. */
   listHosters: handleUnaryCall<ListHostersRequest, ListHostersResponse>;
+  /**
+   * The endpoints of one public model (GET /v1/models/{canonical_id}/endpoints): each registered
+   * hoster's model of that canonical_id (matched without regard to case) on each of the hoster's
+   * active open plans, cheapest first. Never carries a hoster's address or token.
+   */
+  listEndpoints: handleUnaryCall<ListEndpointsRequest, ListEndpointsResponse>;
   /**
    * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
    * follow registry's product-terms.ts. Error: invalid_request (param names the field).
@@ -5032,6 +5366,26 @@ export interface RegistryServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListHostersResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The endpoints of one public model (GET /v1/models/{canonical_id}/endpoints): each registered
+   * hoster's model of that canonical_id (matched without regard to case) on each of the hoster's
+   * active open plans, cheapest first. Never carries a hoster's address or token.
+   */
+  listEndpoints(
+    request: ListEndpointsRequest,
+    callback: (error: ServiceError | null, response: ListEndpointsResponse) => void,
+  ): ClientUnaryCall;
+  listEndpoints(
+    request: ListEndpointsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListEndpointsResponse) => void,
+  ): ClientUnaryCall;
+  listEndpoints(
+    request: ListEndpointsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListEndpointsResponse) => void,
   ): ClientUnaryCall;
   /**
    * Creates a plan for the calling hoster (POST /hosters/products). Required fields and defaults
