@@ -111,6 +111,11 @@ describe("POST /hosters/register through the edge", () => {
         // Registered without them: its public name is its model_id, its quantization unknown.
         canonical_id: hoster.modelId,
         quantization: "unknown",
+        // No answers yet: zero counts, no uptime or percentiles.
+        stats: {
+          last_30m: expect.objectContaining({ requests: 0, uptime: null, latency_p50_ms: null }),
+          last_1d: expect.objectContaining({ requests: 0, uptime: null }),
+        },
       },
     ]);
 

@@ -2,6 +2,15 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 import { apiCall } from "./api-call.ts";
+import { postChat } from "./billing-db.ts";
+import { waitFor } from "../../services/registry/test/registry-harness.ts";
+
+interface Figures {
+  requests: number;
+  uptime: number | null;
+  latency_p50_ms: number | null;
+}
+type Stats = { last_30m: Figures; last_1d: Figures };
 
 // GET /v1/models/{canonical_id}/endpoints: the hosters serving one public model on open plans,
 // with OpenRouter's `author/slug` id taken as two path segments.
@@ -92,6 +101,43 @@ describe("GET /v1/models/{canonical_id}/endpoints", () => {
     // The id matches without regard to case.
     const folded = await endpoints(LLAMA.toLowerCase());
     expect(((await folded.json()) as typeof body).data.endpoints).toHaveLength(2);
+  });
+
+  it("shows each endpoint's live figures from the answers it gave: the list, GET /v1/hosters and /hosters/me", async () => {
+    const hoster = await hosterWithPlans("Busy GPUs", { canonical_id: "busy/model-1" }, [payg("Busy open", 0.1, 0.1)]);
+    const listed = async () => {
+      const res = await endpoints("busy/model-1");
+      return ((await res.json()) as { data: { endpoints: Array<{ stats: Stats; plan: { product_id: string } }> } }).data
+        .endpoints[0]!;
+    };
+    const before = await listed();
+    expect(before.stats.last_30m).toMatchObject({ requests: 0, uptime: null, latency_p50_ms: null });
+    // Until account keys are routed to open plans, a subscription's scoped key reaches it.
+    const sub = await fetch(`${system.url}/v1/subscriptions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ product_id: before.plan.product_id }),
+    });
+    expect(sub.status).toBe(201);
+    const scopedKey = ((await sub.json()) as { api_key: string }).api_key;
+    for (let i = 0; i < 3; i++) {
+      const chat = await postChat(system.url, scopedKey, {
+        model: hoster.modelId,
+        messages: [{ role: "user", content: `hello ${i}` }],
+        max_tokens: 16,
+      });
+      expect(chat.status).toBe(200);
+      await chat.text();
+    }
+    const after = await waitFor(listed, (e) => e.stats.last_30m.requests === 3);
+    expect(after.stats.last_30m).toMatchObject({ requests: 3, successes: 3, faults: 0, upstream_429s: 0, uptime: 1 });
+    expect(after.stats.last_30m.latency_p50_ms).toEqual(expect.any(Number));
+    expect(after.stats.last_1d).toEqual(after.stats.last_30m);
+    const all = await fetch(`${system.url}/v1/hosters`, { headers: { authorization: `Bearer ${apiKey}` } });
+    const { data } = (await all.json()) as { data: Array<{ hoster_id: string; models: Array<{ stats: Stats }> }> };
+    expect(data.find((h) => h.hoster_id === hoster.hosterId)!.models[0]!.stats).toEqual(after.stats);
+    const me = await apiCall(system.url, "GET", "/hosters/me", { cookie: hoster.cookie });
+    expect((me.body.models as Array<{ stats: Stats }>)[0]!.stats).toEqual(after.stats);
   });
 
   it("answers 404 model_not_found for a model no open plan serves, and 401 without a key", async () => {

@@ -191,7 +191,11 @@ describe("NATS users", () => {
     const consumer = await startHosterUsageConsumer(
       as.registry,
       names,
-      { addUsageMismatches: async (counts) => void written.push(counts) },
+      {
+        store: { addUsageMismatches: async (counts) => void written.push(counts) },
+        minutes: { add: async () => undefined, prune: async () => undefined },
+        clock: () => new Date(),
+      },
       createRegistryMetrics().usageMismatches,
       log,
     );

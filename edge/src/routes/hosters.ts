@@ -9,6 +9,7 @@ import {
 } from "@mkt/proto/registry/v1/registry";
 import { principalSession, setSessionCookie } from "../plugins/session-auth.ts";
 import { productSchema, renderProduct } from "../products/render-product.ts";
+import { renderStats, statsSchema } from "./endpoint-stats.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
 import { arrayOf, integer, listOf, nullableString, object, replies, string } from "./response-schemas.ts";
@@ -39,6 +40,7 @@ const renderModel = (m: HosterModel) => ({
   max_n: m.maxN > 0n ? Number(m.maxN) : 1,
   canonical_id: m.canonicalId || m.modelId,
   quantization: m.quantization || "unknown",
+  stats: renderStats(m.stats),
 });
 
 const hosterProperties = {
@@ -54,6 +56,7 @@ const hosterProperties = {
       max_n: integer("The most choices (`n`) one chat request may ask for"),
       canonical_id: string("The public model it serves, shared by every hoster serving it"),
       quantization: string("How its weights are stored (`unknown` when the hoster did not say)"),
+      stats: statsSchema,
     }),
   ),
 };

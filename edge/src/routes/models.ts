@@ -9,6 +9,7 @@ import { AppError } from "@mkt/runtime/errors";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { productSchema, renderProduct } from "../products/render-product.ts";
+import { renderStats, statsSchema } from "./endpoint-stats.ts";
 import { arrayOf, integer, listOf, object, replies, string, usd } from "./response-schemas.ts";
 
 /** One model in OpenAI's shape, plus our alias, provider and context window. */
@@ -52,6 +53,7 @@ const renderEndpoint = (e: ModelEndpoint) => {
     max_output_tokens: plan.max_output_tokens,
     input_price_per_1m_usd: plan.input_price_per_1m_usd,
     output_price_per_1m_usd: plan.output_price_per_1m_usd,
+    stats: renderStats(e.model?.stats),
     plan,
   };
 };
@@ -70,6 +72,7 @@ const endpointsSchema = object({
         max_output_tokens: integer(),
         input_price_per_1m_usd: usd("The plan's, 0 on a free plan"),
         output_price_per_1m_usd: usd("The plan's, 0 on a free plan"),
+        stats: statsSchema,
         plan: productSchema,
       }),
       "Cheapest first (input plus output price), then by hoster name",

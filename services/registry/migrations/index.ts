@@ -6,6 +6,7 @@ import { Migration20261220000000UsageOutbox } from "./Migration20261220000000Usa
 import { Migration20261228000000DropUsageOutbox } from "./Migration20261228000000DropUsageOutbox.ts";
 import { Migration20261229000000HosterModelKinds } from "./Migration20261229000000HosterModelKinds.ts";
 import { Migration20261230000000OpenPlansAndEndpoints } from "./Migration20261230000000OpenPlansAndEndpoints.ts";
+import { Migration20261231000000EndpointMinutes } from "./Migration20261231000000EndpointMinutes.ts";
 
 /** Registry's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -16,4 +17,5 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261228000000DropUsageOutbox", class: Migration20261228000000DropUsageOutbox },
   { name: "Migration20261229000000HosterModelKinds", class: Migration20261229000000HosterModelKinds },
   { name: "Migration20261230000000OpenPlansAndEndpoints", class: Migration20261230000000OpenPlansAndEndpoints },
+  { name: "Migration20261231000000EndpointMinutes", class: Migration20261231000000EndpointMinutes },
 ];

@@ -23,6 +23,7 @@ import { startHealthProber } from "./hosters/health-prober.ts";
 import { HosterStore } from "./hosters/hoster-store.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { startHosterUsageConsumer, type HosterUsageConsumer } from "./hosters/hoster-usage-consumer.ts";
+import { EndpointMinutesStore } from "./hosters/endpoint-minutes-store.ts";
 import { createRegistryMetrics } from "./metrics/registry-metrics.ts";
 import { ProductStore } from "./products/product-store.ts";
 import { registryService } from "./registry-service.ts";
@@ -86,6 +87,7 @@ export async function startRegistry(
   const hosters: HostersContext = {
     store: new HosterStore(orm),
     products: new ProductStore(orm),
+    minutes: new EndpointMinutesStore(orm),
     box: new SecretBox(parseSecretsKey(config.SECRETS_KEY)),
     accounts: promiseClient(accountsClient),
     checks: { agent, timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS },
@@ -167,7 +169,7 @@ export async function startRegistry(
     await orm.close();
   };
   try {
-    usageFigures = await startHosterUsageConsumer(nc, names, hosters.store, metrics.usageMismatches, log);
+    usageFigures = await startHosterUsageConsumer(nc, names, hosters, metrics.usageMismatches, log);
   } catch (err) {
     await cleanup();
     throw err;

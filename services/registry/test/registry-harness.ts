@@ -162,9 +162,13 @@ export const TEST_MODELS = [
 /**
  * Everything a registry test file needs: fake upstream, accounts double, registry, NATS reader
  * (the edge's relay harness, edge/test/relay/relay-harness.ts, adds the relay on top).
- * `natsUrl` points registry and the reader at another NATS (a test's private nats-server).
+ * `natsUrl` points registry and the reader at another NATS (a test's private nats-server); `clock`
+ * is registry's hosters' clock (checks and live figures' windows).
  */
-export async function startHarness(env: Record<string, string> = {}, { natsUrl = TEST_NATS_URL } = {}) {
+export async function startHarness(
+  env: Record<string, string> = {},
+  { natsUrl = TEST_NATS_URL, clock }: { natsUrl?: string; clock?: () => Date } = {},
+) {
   const logLines: string[] = [];
   const sink = new Writable({
     write(line, _enc, done) {
@@ -199,7 +203,7 @@ export async function startHarness(env: Record<string, string> = {}, { natsUrl =
     UPSTREAM_IDLE_TIMEOUT_MS: "1500",
     ...env,
   });
-  const registry = await startRegistry(config, log);
+  const registry = await startRegistry(config, log, { clock });
   // The routing table is streamed to edges only, so this client holds the edge's certificate.
   const grpcClient = createClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, certs.tls("edge"));
   const callers = allowedCallerClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, REGISTRY_CALLERS, certs);

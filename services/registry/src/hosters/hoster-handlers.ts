@@ -7,21 +7,25 @@ import type { HostersContext } from "./hosters-context.ts";
 
 const hosterNotFound = () => new AppError("not_found", "No such hoster.", { param: "hoster_id" });
 
-/** GET /hosters/me: one registered hoster, never its token. */
+/** GET /hosters/me: one registered hoster with its models' live figures, never its token. */
 export async function getHoster(ctx: HostersContext, req: GetHosterRequest): Promise<GetHosterResponse> {
   // Ids arrive from other services as strings; a malformed one must never reach a uuid column.
   if (!isUuid(req.hosterId)) throw hosterNotFound();
-  const hoster = await ctx.store.get(req.hosterId);
+  const [hoster, stats] = await Promise.all([ctx.store.get(req.hosterId), ctx.minutes.stats(ctx.clock())]);
   if (!hoster) throw hosterNotFound();
-  return { hoster: hosterView(hoster) };
+  return { hoster: hosterView(hoster, stats) };
 }
 
-/** GET /v1/hosters: every registered hoster with its status, models and active plans. */
+/** GET /v1/hosters: every registered hoster with its status, models (and their live figures) and active plans. */
 export async function listHosters(ctx: HostersContext): Promise<ListHostersResponse> {
-  const [hosters, plans] = await Promise.all([ctx.store.list(), ctx.products.activeByHoster()]);
+  const [hosters, plans, stats] = await Promise.all([
+    ctx.store.list(),
+    ctx.products.activeByHoster(),
+    ctx.minutes.stats(ctx.clock()),
+  ]);
   return {
     hosters: hosters.map((hoster) => ({
-      ...hosterView(hoster),
+      ...hosterView(hoster, stats),
       plans: (plans.get(hoster.id) ?? []).map(productView),
     })),
   };

@@ -1,8 +1,11 @@
-import { Hoster, HosterModel } from "@mkt/proto/registry/v1/registry";
+import { EndpointFigures, Hoster, HosterModel, type EndpointStats } from "@mkt/proto/registry/v1/registry";
 import type { StoredHoster } from "./hoster-store.ts";
 
+/** A model with no usage in the last day: zero counts, no uptime or percentiles. */
+const NO_FIGURES: EndpointStats = { last30m: EndpointFigures.fromPartial({}), last1d: EndpointFigures.fromPartial({}) };
+
 /** A stored hoster as the API shows it (the token is not part of StoredHoster at all). */
-export function hosterView(hoster: StoredHoster): Hoster {
+export function hosterView(hoster: StoredHoster, stats?: ReadonlyMap<string, EndpointStats>): Hoster {
   return Hoster.fromPartial({
     hosterId: hoster.id,
     name: hoster.name,
@@ -17,6 +20,7 @@ export function hosterView(hoster: StoredHoster): Hoster {
         maxN: m.maxN,
         canonicalId: m.canonicalId,
         quantization: m.quantization,
+        stats: stats?.get(`${hoster.id}/${m.modelId}`) ?? NO_FIGURES,
       }),
     ),
     lastCheckedAt: hoster.lastCheckedAt?.toISOString() ?? "",

@@ -4,6 +4,7 @@ import type { SecretBox } from "@mkt/runtime/secret-box";
 import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import type { ServerCheckSettings } from "@mkt/runtime/server-checks";
 import type { HosterStore } from "./hoster-store.ts";
+import type { EndpointMinutesStore } from "./endpoint-minutes-store.ts";
 import type { ProductStore } from "../products/product-store.ts";
 import type { AnnounceCatalogChange } from "../catalog/catalog-announcer.ts";
 
@@ -12,6 +13,8 @@ export interface HostersContext {
   store: HosterStore;
   /** Hosters' plans (the public hoster list shows the active ones). */
   products: ProductStore;
+  /** Each hoster model's live figures by the minute. */
+  minutes: EndpointMinutesStore;
   /** Seals and opens hosters' tokens (SECRETS_KEY). */
   box: SecretBox;
   accounts: PromiseClient<AccountsServiceClient>;

@@ -187,6 +187,40 @@ export interface HosterModel {
    * empty at registration means unknown.
    */
   quantization: string;
+  /** Its live figures (registry fills them in the hoster views; ignored at registration). */
+  stats?: EndpointStats | undefined;
+}
+
+/** A hoster's model's live figures over the last 30 minutes and the last day. */
+export interface EndpointStats {
+  last30m?: EndpointFigures | undefined;
+  last1d?: EndpointFigures | undefined;
+}
+
+/** Live figures of one endpoint (a hoster's model) over a window, from the edges' usage events. */
+export interface EndpointFigures {
+  requests: bigint;
+  successes: bigint;
+  /**
+   * Failures that are the hoster's: a 5xx, a timeout, a broken stream. A client's 4xx or cancel is
+   * not one.
+   */
+  faults: bigint;
+  /** The upstream's own 429s, counted apart: neither a success nor a fault. */
+  upstream429s: bigint;
+  /** successes / (successes + faults); absent with neither. */
+  uptime?:
+    | number
+    | undefined;
+  /** Milliseconds, each given as its histogram bucket's upper bound; absent with no sample. */
+  latencyP50Ms?: bigint | undefined;
+  latencyP90Ms?: bigint | undefined;
+  ttftP50Ms?: bigint | undefined;
+  ttftP90Ms?:
+    | bigint
+    | undefined;
+  /** Output tokens per second after the first token, its bucket's upper bound. */
+  tokensPerSecondP50?: bigint | undefined;
 }
 
 export interface RegisterHosterRequest {
@@ -2022,7 +2056,16 @@ export const ModelInfo: MessageFns<ModelInfo> = {
 };
 
 function createBaseHosterModel(): HosterModel {
-  return { modelId: "", modelAlias: "", contextWindow: 0n, maxN: 0n, kind: "", canonicalId: "", quantization: "" };
+  return {
+    modelId: "",
+    modelAlias: "",
+    contextWindow: 0n,
+    maxN: 0n,
+    kind: "",
+    canonicalId: "",
+    quantization: "",
+    stats: undefined,
+  };
 }
 
 export const HosterModel: MessageFns<HosterModel> = {
@@ -2053,6 +2096,9 @@ export const HosterModel: MessageFns<HosterModel> = {
     }
     if (message.quantization !== "") {
       writer.uint32(58).string(message.quantization);
+    }
+    if (message.stats !== undefined) {
+      EndpointStats.encode(message.stats, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -2126,6 +2172,14 @@ export const HosterModel: MessageFns<HosterModel> = {
             message.quantization = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.stats = EndpointStats.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2163,6 +2217,7 @@ export const HosterModel: MessageFns<HosterModel> = {
         ? globalThis.String(object.canonical_id)
         : "",
       quantization: isSet(object.quantization) ? globalThis.String(object.quantization) : "",
+      stats: isSet(object.stats) ? EndpointStats.fromJSON(object.stats) : undefined,
     };
   },
 
@@ -2189,6 +2244,9 @@ export const HosterModel: MessageFns<HosterModel> = {
     if (message.quantization !== "") {
       obj.quantization = message.quantization;
     }
+    if (message.stats !== undefined) {
+      obj.stats = EndpointStats.toJSON(message.stats);
+    }
     return obj;
   },
 
@@ -2206,6 +2264,393 @@ export const HosterModel: MessageFns<HosterModel> = {
     message.kind = object.kind ?? "";
     message.canonicalId = object.canonicalId ?? "";
     message.quantization = object.quantization ?? "";
+    message.stats = (object.stats !== undefined && object.stats !== null)
+      ? EndpointStats.fromPartial(object.stats)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseEndpointStats(): EndpointStats {
+  return { last30m: undefined, last1d: undefined };
+}
+
+export const EndpointStats: MessageFns<EndpointStats> = {
+  encode(message: EndpointStats, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.last30m !== undefined) {
+      EndpointFigures.encode(message.last30m, writer.uint32(10).fork()).join();
+    }
+    if (message.last1d !== undefined) {
+      EndpointFigures.encode(message.last1d, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EndpointStats {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEndpointStats();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.last30m = EndpointFigures.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.last1d = EndpointFigures.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EndpointStats {
+    return {
+      last30m: isSet(object.last30m)
+        ? EndpointFigures.fromJSON(object.last30m)
+        : isSet(object.last_30m)
+        ? EndpointFigures.fromJSON(object.last_30m)
+        : undefined,
+      last1d: isSet(object.last1d)
+        ? EndpointFigures.fromJSON(object.last1d)
+        : isSet(object.last_1d)
+        ? EndpointFigures.fromJSON(object.last_1d)
+        : undefined,
+    };
+  },
+
+  toJSON(message: EndpointStats): unknown {
+    const obj: any = {};
+    if (message.last30m !== undefined) {
+      obj.last30m = EndpointFigures.toJSON(message.last30m);
+    }
+    if (message.last1d !== undefined) {
+      obj.last1d = EndpointFigures.toJSON(message.last1d);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<EndpointStats>, I>>(base?: I): EndpointStats {
+    return EndpointStats.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<EndpointStats>, I>>(object: I): EndpointStats {
+    const message = createBaseEndpointStats();
+    message.last30m = (object.last30m !== undefined && object.last30m !== null)
+      ? EndpointFigures.fromPartial(object.last30m)
+      : undefined;
+    message.last1d = (object.last1d !== undefined && object.last1d !== null)
+      ? EndpointFigures.fromPartial(object.last1d)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseEndpointFigures(): EndpointFigures {
+  return {
+    requests: 0n,
+    successes: 0n,
+    faults: 0n,
+    upstream429s: 0n,
+    uptime: undefined,
+    latencyP50Ms: undefined,
+    latencyP90Ms: undefined,
+    ttftP50Ms: undefined,
+    ttftP90Ms: undefined,
+    tokensPerSecondP50: undefined,
+  };
+}
+
+export const EndpointFigures: MessageFns<EndpointFigures> = {
+  encode(message: EndpointFigures, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requests !== 0n) {
+      if (BigInt.asIntN(64, message.requests) !== message.requests) {
+        throw new globalThis.Error("value provided for field message.requests of type int64 too large");
+      }
+      writer.uint32(8).int64(message.requests);
+    }
+    if (message.successes !== 0n) {
+      if (BigInt.asIntN(64, message.successes) !== message.successes) {
+        throw new globalThis.Error("value provided for field message.successes of type int64 too large");
+      }
+      writer.uint32(16).int64(message.successes);
+    }
+    if (message.faults !== 0n) {
+      if (BigInt.asIntN(64, message.faults) !== message.faults) {
+        throw new globalThis.Error("value provided for field message.faults of type int64 too large");
+      }
+      writer.uint32(24).int64(message.faults);
+    }
+    if (message.upstream429s !== 0n) {
+      if (BigInt.asIntN(64, message.upstream429s) !== message.upstream429s) {
+        throw new globalThis.Error("value provided for field message.upstream429s of type int64 too large");
+      }
+      writer.uint32(32).int64(message.upstream429s);
+    }
+    if (message.uptime !== undefined) {
+      writer.uint32(41).double(message.uptime);
+    }
+    if (message.latencyP50Ms !== undefined) {
+      if (BigInt.asIntN(64, message.latencyP50Ms) !== message.latencyP50Ms) {
+        throw new globalThis.Error("value provided for field message.latencyP50Ms of type int64 too large");
+      }
+      writer.uint32(48).int64(message.latencyP50Ms);
+    }
+    if (message.latencyP90Ms !== undefined) {
+      if (BigInt.asIntN(64, message.latencyP90Ms) !== message.latencyP90Ms) {
+        throw new globalThis.Error("value provided for field message.latencyP90Ms of type int64 too large");
+      }
+      writer.uint32(56).int64(message.latencyP90Ms);
+    }
+    if (message.ttftP50Ms !== undefined) {
+      if (BigInt.asIntN(64, message.ttftP50Ms) !== message.ttftP50Ms) {
+        throw new globalThis.Error("value provided for field message.ttftP50Ms of type int64 too large");
+      }
+      writer.uint32(64).int64(message.ttftP50Ms);
+    }
+    if (message.ttftP90Ms !== undefined) {
+      if (BigInt.asIntN(64, message.ttftP90Ms) !== message.ttftP90Ms) {
+        throw new globalThis.Error("value provided for field message.ttftP90Ms of type int64 too large");
+      }
+      writer.uint32(72).int64(message.ttftP90Ms);
+    }
+    if (message.tokensPerSecondP50 !== undefined) {
+      if (BigInt.asIntN(64, message.tokensPerSecondP50) !== message.tokensPerSecondP50) {
+        throw new globalThis.Error("value provided for field message.tokensPerSecondP50 of type int64 too large");
+      }
+      writer.uint32(80).int64(message.tokensPerSecondP50);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EndpointFigures {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEndpointFigures();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.requests = reader.int64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.successes = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.faults = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.upstream429s = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.uptime = reader.double();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.latencyP50Ms = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.latencyP90Ms = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.ttftP50Ms = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.ttftP90Ms = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.tokensPerSecondP50 = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EndpointFigures {
+    return {
+      requests: isSet(object.requests) ? BigInt(object.requests) : 0n,
+      successes: isSet(object.successes) ? BigInt(object.successes) : 0n,
+      faults: isSet(object.faults) ? BigInt(object.faults) : 0n,
+      upstream429s: isSet(object.upstream429s)
+        ? BigInt(object.upstream429s)
+        : isSet(object.upstream_429s)
+        ? BigInt(object.upstream_429s)
+        : 0n,
+      uptime: isSet(object.uptime) ? globalThis.Number(object.uptime) : undefined,
+      latencyP50Ms: isSet(object.latencyP50Ms)
+        ? BigInt(object.latencyP50Ms)
+        : isSet(object.latency_p50_ms)
+        ? BigInt(object.latency_p50_ms)
+        : undefined,
+      latencyP90Ms: isSet(object.latencyP90Ms)
+        ? BigInt(object.latencyP90Ms)
+        : isSet(object.latency_p90_ms)
+        ? BigInt(object.latency_p90_ms)
+        : undefined,
+      ttftP50Ms: isSet(object.ttftP50Ms)
+        ? BigInt(object.ttftP50Ms)
+        : isSet(object.ttft_p50_ms)
+        ? BigInt(object.ttft_p50_ms)
+        : undefined,
+      ttftP90Ms: isSet(object.ttftP90Ms)
+        ? BigInt(object.ttftP90Ms)
+        : isSet(object.ttft_p90_ms)
+        ? BigInt(object.ttft_p90_ms)
+        : undefined,
+      tokensPerSecondP50: isSet(object.tokensPerSecondP50)
+        ? BigInt(object.tokensPerSecondP50)
+        : isSet(object.tokens_per_second_p50)
+        ? BigInt(object.tokens_per_second_p50)
+        : undefined,
+    };
+  },
+
+  toJSON(message: EndpointFigures): unknown {
+    const obj: any = {};
+    if (message.requests !== 0n) {
+      obj.requests = message.requests.toString();
+    }
+    if (message.successes !== 0n) {
+      obj.successes = message.successes.toString();
+    }
+    if (message.faults !== 0n) {
+      obj.faults = message.faults.toString();
+    }
+    if (message.upstream429s !== 0n) {
+      obj.upstream429s = message.upstream429s.toString();
+    }
+    if (message.uptime !== undefined) {
+      obj.uptime = floatToJson(message.uptime);
+    }
+    if (message.latencyP50Ms !== undefined) {
+      obj.latencyP50Ms = message.latencyP50Ms.toString();
+    }
+    if (message.latencyP90Ms !== undefined) {
+      obj.latencyP90Ms = message.latencyP90Ms.toString();
+    }
+    if (message.ttftP50Ms !== undefined) {
+      obj.ttftP50Ms = message.ttftP50Ms.toString();
+    }
+    if (message.ttftP90Ms !== undefined) {
+      obj.ttftP90Ms = message.ttftP90Ms.toString();
+    }
+    if (message.tokensPerSecondP50 !== undefined) {
+      obj.tokensPerSecondP50 = message.tokensPerSecondP50.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<EndpointFigures>, I>>(base?: I): EndpointFigures {
+    return EndpointFigures.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<EndpointFigures>, I>>(object: I): EndpointFigures {
+    const message = createBaseEndpointFigures();
+    message.requests = (object.requests !== undefined && object.requests !== null) ? BigInt(object.requests) : 0n;
+    message.successes = (object.successes !== undefined && object.successes !== null) ? BigInt(object.successes) : 0n;
+    message.faults = (object.faults !== undefined && object.faults !== null) ? BigInt(object.faults) : 0n;
+    message.upstream429s = (object.upstream429s !== undefined && object.upstream429s !== null)
+      ? BigInt(object.upstream429s)
+      : 0n;
+    message.uptime = object.uptime ?? undefined;
+    message.latencyP50Ms = (object.latencyP50Ms !== undefined && object.latencyP50Ms !== null)
+      ? BigInt(object.latencyP50Ms)
+      : undefined;
+    message.latencyP90Ms = (object.latencyP90Ms !== undefined && object.latencyP90Ms !== null)
+      ? BigInt(object.latencyP90Ms)
+      : undefined;
+    message.ttftP50Ms = (object.ttftP50Ms !== undefined && object.ttftP50Ms !== null)
+      ? BigInt(object.ttftP50Ms)
+      : undefined;
+    message.ttftP90Ms = (object.ttftP90Ms !== undefined && object.ttftP90Ms !== null)
+      ? BigInt(object.ttftP90Ms)
+      : undefined;
+    message.tokensPerSecondP50 = (object.tokensPerSecondP50 !== undefined && object.tokensPerSecondP50 !== null)
+      ? BigInt(object.tokensPerSecondP50)
+      : undefined;
     return message;
   },
 };
@@ -5492,6 +5937,10 @@ export const RegistryServiceClient = makeGenericClientConstructor(
   service: typeof RegistryServiceService;
   serviceName: string;
 };
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | bigint | undefined;
 
