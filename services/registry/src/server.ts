@@ -102,7 +102,7 @@ export async function startRegistry(
     log,
     clock: options.clock ?? (() => new Date()),
   };
-  const metrics = createRegistryMetrics();
+  const metrics = createRegistryMetrics(() => hosters.minutes.stats(hosters.clock()));
   const startedAt = new Date();
   // Local models first, then cloud: normal keys see them in this order, so `auto` picks a local one.
   const offers: PlatformOffer[] = [

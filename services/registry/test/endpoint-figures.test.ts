@@ -153,6 +153,17 @@ describe("live figures through registry (usage.completed â†’ endpoint_minutes â†
     const listed = (await h.client.listHosters({})).hosters.find((x) => x.hosterId === hosterId)!;
     expect(listed.models[0]!.stats).toEqual(stats);
 
+    // And Prometheus, the last 30 minutes.
+    const scraped = await (await fetch(`http://127.0.0.1:${h.registry.metricsPort}/metrics`)).text();
+    const labels = `{hoster_id="${hosterId}",model_id="fig-model"}`;
+    expect(scraped).toContain(`mkt_endpoint_requests_30m${labels} 10`);
+    expect(scraped).toContain(`mkt_endpoint_faults_30m${labels} 2`);
+    expect(scraped).toContain(`mkt_endpoint_upstream_429s_30m${labels} 1`);
+    expect(scraped).toContain(`mkt_endpoint_latency_p50_seconds${labels} 0.5`);
+    expect(scraped).toMatch(
+      new RegExp(`mkt_endpoint_uptime_ratio\\{hoster_id="${hosterId}",model_id="fig-model"\\} 0\\.77`),
+    );
+
     // 31 minutes on, the day still counts them; a day on, nothing does.
     now = new Date(startedAt.getTime() + 31 * 60_000 + 1_000);
     const later = await statsOf();
