@@ -1,20 +1,11 @@
+import { aboveTolerance } from "@mkt/runtime/usage-tolerance";
 import { validCount, type ReportedUsage } from "./billed-usage.ts";
-
-/** The larger of these is the room an honest server's count gets above the edge's. */
-export const MISMATCH_MIN_TOKENS = 5n;
-export const MISMATCH_PERCENT = 10n;
 
 /** Why a usage report disagrees with the edge's count. */
 export type UsageMismatch = "invalid_report" | "input" | "output";
 
 /** A report past this is not a count at all (no context window comes near it). */
 const MAX_PLAUSIBLE_TOKENS = 100_000_000n;
-
-/** Is `reported` above `counted` by more than max(5 tokens, 10% of `counted`)? */
-function aboveTolerance(reported: bigint, counted: bigint): boolean {
-  const percent = (counted * MISMATCH_PERCENT) / 100n;
-  return reported - counted > (percent > MISMATCH_MIN_TOKENS ? percent : MISMATCH_MIN_TOKENS);
-}
 
 /**
  * Does an upstream's usage report claim more than the edge can account for?

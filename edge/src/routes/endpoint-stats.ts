@@ -1,5 +1,5 @@
-import { EndpointFigures, type EndpointStats } from "@mkt/proto/registry/v1/registry";
-import { integer, nullableNumber, object } from "./response-schemas.ts";
+import { EndpointFigures, type EndpointStats, type Verification } from "@mkt/proto/registry/v1/registry";
+import { arrayOf, boolean, integer, nullableNumber, nullableString, object, string } from "./response-schemas.ts";
 
 const orNull = (value: bigint | undefined) => (value === undefined ? null : Number(value));
 
@@ -41,4 +41,29 @@ const figuresSchema = object({
 export const statsSchema = object(
   { last_30m: figuresSchema, last_1d: figuresSchema },
   "Live figures from the answers the gateway relayed (docs/api-tour.md#hosters-plans-and-subscriptions)",
+);
+
+/** What verification found of a hoster model (docs/verification.md). */
+export const renderVerification = (v: Verification | undefined) => ({
+  status: v?.status || "unverified",
+  last_run_at: v?.lastRunAt || null,
+  checks: (v?.checks ?? []).map((c) => ({ check: c.check, passed: c.passed, held: c.held, detail: c.detail })),
+});
+
+export const verificationSchema = object(
+  {
+    status: string(
+      "`unverified`, `verified` (its last run passed) or `degraded` (its last two failed: a fallback only)",
+    ),
+    last_run_at: nullableString(),
+    checks: arrayOf(
+      object({
+        check: string("`model_listed`, `token_honesty`, `output_cap`, `tool_calls` or `streaming_usage`"),
+        passed: boolean(),
+        held: boolean("Whether its failure fails the run (`streaming_usage` is shown only)"),
+        detail: string(),
+      }),
+    ),
+  },
+  "Registry's verification probes of the model (docs/verification.md)",
 );

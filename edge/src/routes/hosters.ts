@@ -9,7 +9,7 @@ import {
 } from "@mkt/proto/registry/v1/registry";
 import { principalSession, setSessionCookie } from "../plugins/session-auth.ts";
 import { productSchema, renderProduct } from "../products/render-product.ts";
-import { renderStats, statsSchema } from "./endpoint-stats.ts";
+import { renderStats, renderVerification, statsSchema, verificationSchema } from "./endpoint-stats.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { noStore } from "../plugins/security-headers.ts";
 import { arrayOf, integer, listOf, nullableString, object, replies, string } from "./response-schemas.ts";
@@ -41,6 +41,7 @@ const renderModel = (m: HosterModel) => ({
   canonical_id: m.canonicalId || m.modelId,
   quantization: m.quantization || "unknown",
   stats: renderStats(m.stats),
+  verification: renderVerification(m.verification),
 });
 
 const hosterProperties = {
@@ -57,6 +58,7 @@ const hosterProperties = {
       canonical_id: string("The public model it serves, shared by every hoster serving it"),
       quantization: string("How its weights are stored (`unknown` when the hoster did not say)"),
       stats: statsSchema,
+      verification: verificationSchema,
     }),
   ),
 };

@@ -9,7 +9,7 @@ import { AppError } from "@mkt/runtime/errors";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { productSchema, renderProduct } from "../products/render-product.ts";
-import { renderStats, statsSchema } from "./endpoint-stats.ts";
+import { renderStats, renderVerification, statsSchema, verificationSchema } from "./endpoint-stats.ts";
 import { arrayOf, integer, listOf, object, replies, string, usd } from "./response-schemas.ts";
 
 /** One model in OpenAI's shape, plus our alias, provider and context window. */
@@ -54,6 +54,7 @@ const renderEndpoint = (e: ModelEndpoint) => {
     input_price_per_1m_usd: plan.input_price_per_1m_usd,
     output_price_per_1m_usd: plan.output_price_per_1m_usd,
     stats: renderStats(e.model?.stats),
+    verification: renderVerification(e.model?.verification),
     plan,
   };
 };
@@ -73,6 +74,7 @@ const endpointsSchema = object({
         input_price_per_1m_usd: usd("The plan's, 0 on a free plan"),
         output_price_per_1m_usd: usd("The plan's, 0 on a free plan"),
         stats: statsSchema,
+        verification: verificationSchema,
         plan: productSchema,
       }),
       "Cheapest first (input plus output price), then by hoster name",

@@ -7,6 +7,7 @@ import { Migration20261228000000DropUsageOutbox } from "./Migration2026122800000
 import { Migration20261229000000HosterModelKinds } from "./Migration20261229000000HosterModelKinds.ts";
 import { Migration20261230000000OpenPlansAndEndpoints } from "./Migration20261230000000OpenPlansAndEndpoints.ts";
 import { Migration20261231000000EndpointMinutes } from "./Migration20261231000000EndpointMinutes.ts";
+import { Migration20261231100000Verification } from "./Migration20261231100000Verification.ts";
 
 /** Registry's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -18,4 +19,5 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261229000000HosterModelKinds", class: Migration20261229000000HosterModelKinds },
   { name: "Migration20261230000000OpenPlansAndEndpoints", class: Migration20261230000000OpenPlansAndEndpoints },
   { name: "Migration20261231000000EndpointMinutes", class: Migration20261231000000EndpointMinutes },
+  { name: "Migration20261231100000Verification", class: Migration20261231100000Verification },
 ];

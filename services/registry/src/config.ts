@@ -114,6 +114,9 @@ export function loadRegistryConfig(env: NodeJS.ProcessEnv = process.env) {
       HOSTER_CHECK_TIMEOUT_MS: millis({ default: 5_000 }),
       HOSTER_PROBE_INTERVAL_MS: millis({ default: 30_000 }),
       HOSTER_UNHEALTHY_AFTER: intBetween(1, 1_000)({ default: 2 }),
+      // How often every open endpoint is verified (docs/verification.md): a few small unbilled
+      // calls per endpoint, each round started up to a tenth of the interval late at random.
+      VERIFY_INTERVAL_MS: millis({ default: 600_000 }),
       // One URL, or several comma-separated (replicas serving every LOCAL_MODELS model, tried in
       // this order: a request fails over to the next before its first byte). Sent to the edges
       // in the routing table, with the token.

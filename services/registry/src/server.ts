@@ -24,6 +24,8 @@ import { HosterStore } from "./hosters/hoster-store.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { startHosterUsageConsumer, type HosterUsageConsumer } from "./hosters/hoster-usage-consumer.ts";
 import { EndpointMinutesStore } from "./hosters/endpoint-minutes-store.ts";
+import { VerificationStore } from "./verification/verification-store.ts";
+import { startVerifier, verifyAllEndpoints } from "./verification/verifier.ts";
 import { createRegistryMetrics } from "./metrics/registry-metrics.ts";
 import { ProductStore } from "./products/product-store.ts";
 import { registryService } from "./registry-service.ts";
@@ -53,6 +55,8 @@ export interface RegistryHandle {
    * and the usage consumer → nats.drain() → orm.close().
    */
   close(graceMs?: number): Promise<void>;
+  /** Runs one verification round of every open endpoint now (as the VERIFY_INTERVAL_MS loop does). */
+  verifyNow(): Promise<void>;
 }
 
 /** Opens registry's dependencies and starts its gRPC server and the hoster health prober. */
@@ -88,6 +92,7 @@ export async function startRegistry(
     store: new HosterStore(orm),
     products: new ProductStore(orm),
     minutes: new EndpointMinutesStore(orm),
+    verification: new VerificationStore(orm),
     box: new SecretBox(parseSecretsKey(config.SECRETS_KEY)),
     accounts: promiseClient(accountsClient),
     checks: { agent, timeoutMs: config.HOSTER_CHECK_TIMEOUT_MS },
@@ -199,6 +204,7 @@ export async function startRegistry(
     intervalMs: config.HOSTER_PROBE_INTERVAL_MS,
     unhealthyAfter: config.HOSTER_UNHEALTHY_AFTER,
   });
+  const stopVerifier = startVerifier(hosters, config.VERIFY_INTERVAL_MS);
   log.info(
     {
       port: grpc.port,
@@ -213,6 +219,7 @@ export async function startRegistry(
   return {
     port: grpc.port,
     metricsPort: metricsServer.port,
+    verifyNow: () => verifyAllEndpoints(hosters),
     close(graceMs = config.SHUTDOWN_GRACE_MS) {
       closing ??= (async () => {
         // Watches never end by themselves: ended now (the edges keep their tables and watch
@@ -221,6 +228,7 @@ export async function startRegistry(
         await catalogFeed.close();
         await closed;
         await stopProber();
+        await stopVerifier();
         await agent.close();
         await usageFigures?.stop();
         await metricsServer.close();

@@ -2,8 +2,14 @@ import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import type { GetHosterRequest, GetHosterResponse, ListHostersResponse } from "@mkt/proto/registry/v1/registry";
 import { productView } from "../products/product-view.ts";
-import { hosterView } from "./hoster-view.ts";
+import { hosterView, type EndpointFiguresByModel } from "./hoster-view.ts";
 import type { HostersContext } from "./hosters-context.ts";
+
+/** Every hoster model's live figures (on the hosters' clock) and verification verdict. */
+export async function figuresByModel(ctx: HostersContext): Promise<EndpointFiguresByModel> {
+  const [stats, verdicts] = await Promise.all([ctx.minutes.stats(ctx.clock()), ctx.verification.verdicts()]);
+  return { stats, verdicts };
+}
 
 const hosterNotFound = () => new AppError("not_found", "No such hoster.", { param: "hoster_id" });
 
@@ -11,21 +17,21 @@ const hosterNotFound = () => new AppError("not_found", "No such hoster.", { para
 export async function getHoster(ctx: HostersContext, req: GetHosterRequest): Promise<GetHosterResponse> {
   // Ids arrive from other services as strings; a malformed one must never reach a uuid column.
   if (!isUuid(req.hosterId)) throw hosterNotFound();
-  const [hoster, stats] = await Promise.all([ctx.store.get(req.hosterId), ctx.minutes.stats(ctx.clock())]);
+  const [hoster, figures] = await Promise.all([ctx.store.get(req.hosterId), figuresByModel(ctx)]);
   if (!hoster) throw hosterNotFound();
-  return { hoster: hosterView(hoster, stats) };
+  return { hoster: hosterView(hoster, figures) };
 }
 
 /** GET /v1/hosters: every registered hoster with its status, models (and their live figures) and active plans. */
 export async function listHosters(ctx: HostersContext): Promise<ListHostersResponse> {
-  const [hosters, plans, stats] = await Promise.all([
+  const [hosters, plans, figures] = await Promise.all([
     ctx.store.list(),
     ctx.products.activeByHoster(),
-    ctx.minutes.stats(ctx.clock()),
+    figuresByModel(ctx),
   ]);
   return {
     hosters: hosters.map((hoster) => ({
-      ...hosterView(hoster, stats),
+      ...hosterView(hoster, figures),
       plans: (plans.get(hoster.id) ?? []).map(productView),
     })),
   };

@@ -5,6 +5,7 @@ import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import type { ServerCheckSettings } from "@mkt/runtime/server-checks";
 import type { HosterStore } from "./hoster-store.ts";
 import type { EndpointMinutesStore } from "./endpoint-minutes-store.ts";
+import type { VerificationStore } from "../verification/verification-store.ts";
 import type { ProductStore } from "../products/product-store.ts";
 import type { AnnounceCatalogChange } from "../catalog/catalog-announcer.ts";
 
@@ -15,6 +16,8 @@ export interface HostersContext {
   products: ProductStore;
   /** Each hoster model's live figures by the minute. */
   minutes: EndpointMinutesStore;
+  /** Verification runs of open endpoints and each model's verdict. */
+  verification: VerificationStore;
   /** Seals and opens hosters' tokens (SECRETS_KEY). */
   box: SecretBox;
   accounts: PromiseClient<AccountsServiceClient>;

@@ -1,6 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import type { ListEndpointsRequest, ListEndpointsResponse, ModelEndpoint } from "@mkt/proto/registry/v1/registry";
 import { productView } from "../products/product-view.ts";
+import { figuresByModel } from "./hoster-handlers.ts";
 import { hosterView } from "./hoster-view.ts";
 import type { HostersContext } from "./hosters-context.ts";
 
@@ -13,23 +14,23 @@ const pricePer1m = (endpoint: ModelEndpoint) =>
 
 /**
  * GET /v1/models/{canonical_id}/endpoints: every registered hoster's model of that public name on
- * each of the hoster's active open plans, with the model's live figures, cheapest first (then by
+ * each of the hoster's active open plans, with the model's live figures and verification, cheapest first (then by
  * hoster name). The same reads as the hoster list, filtered here: there are few hosters, and their rows are what
  * GET /v1/hosters shows already. An id no endpoint serves is not_found, as an unknown model is.
  */
 export async function listEndpoints(ctx: HostersContext, req: ListEndpointsRequest): Promise<ListEndpointsResponse> {
   const wanted = req.canonicalId.trim().toLowerCase();
   if (wanted === "" || wanted.length > MAX_CANONICAL_ID_CHARS) throw modelNotFound(req.canonicalId);
-  const [hosters, plans, stats] = await Promise.all([
+  const [hosters, plans, figures] = await Promise.all([
     ctx.store.list(),
     ctx.products.activeByHoster(),
-    ctx.minutes.stats(ctx.clock()),
+    figuresByModel(ctx),
   ]);
   const endpoints: ModelEndpoint[] = [];
   for (const hoster of hosters) {
     const open = (plans.get(hoster.id) ?? []).filter((plan) => plan.terms.open);
     if (open.length === 0) continue;
-    const view = hosterView(hoster, stats);
+    const view = hosterView(hoster, figures);
     for (const model of view.models) {
       if (model.canonicalId.toLowerCase() !== wanted) continue;
       for (const plan of open) {

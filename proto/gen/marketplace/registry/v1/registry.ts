@@ -188,7 +188,34 @@ export interface HosterModel {
    */
   quantization: string;
   /** Its live figures (registry fills them in the hoster views; ignored at registration). */
-  stats?: EndpointStats | undefined;
+  stats?:
+    | EndpointStats
+    | undefined;
+  /** What registry's verification probes found (hoster views only; ignored at registration). */
+  verification?: Verification | undefined;
+}
+
+/** The verification of a hoster's model on an open plan (docs/verification.md). */
+export interface Verification {
+  /**
+   * unverified (no run yet, or no open plan) | verified (its last run passed) | degraded (its last
+   * two runs failed: a fallback only, until a run passes).
+   */
+  status: string;
+  /** ISO 8601 UTC of the last run; empty before the first. */
+  lastRunAt: string;
+  /** The last run's checks, in the order they ran. */
+  checks: VerificationCheck[];
+}
+
+export interface VerificationCheck {
+  /** model_listed | token_honesty | output_cap | tool_calls | streaming_usage */
+  check: string;
+  passed: boolean;
+  /** What was found, in words safe to show the hoster and customers (never the server's own text). */
+  detail: string;
+  /** Whether a failure of it fails the run (streaming_usage is shown, not held against the hoster). */
+  held: boolean;
 }
 
 /** A hoster's model's live figures over the last 30 minutes and the last day. */
@@ -2065,6 +2092,7 @@ function createBaseHosterModel(): HosterModel {
     canonicalId: "",
     quantization: "",
     stats: undefined,
+    verification: undefined,
   };
 }
 
@@ -2099,6 +2127,9 @@ export const HosterModel: MessageFns<HosterModel> = {
     }
     if (message.stats !== undefined) {
       EndpointStats.encode(message.stats, writer.uint32(66).fork()).join();
+    }
+    if (message.verification !== undefined) {
+      Verification.encode(message.verification, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -2180,6 +2211,14 @@ export const HosterModel: MessageFns<HosterModel> = {
             message.stats = EndpointStats.decode(reader, reader.uint32());
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.verification = Verification.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2218,6 +2257,7 @@ export const HosterModel: MessageFns<HosterModel> = {
         : "",
       quantization: isSet(object.quantization) ? globalThis.String(object.quantization) : "",
       stats: isSet(object.stats) ? EndpointStats.fromJSON(object.stats) : undefined,
+      verification: isSet(object.verification) ? Verification.fromJSON(object.verification) : undefined,
     };
   },
 
@@ -2247,6 +2287,9 @@ export const HosterModel: MessageFns<HosterModel> = {
     if (message.stats !== undefined) {
       obj.stats = EndpointStats.toJSON(message.stats);
     }
+    if (message.verification !== undefined) {
+      obj.verification = Verification.toJSON(message.verification);
+    }
     return obj;
   },
 
@@ -2267,6 +2310,233 @@ export const HosterModel: MessageFns<HosterModel> = {
     message.stats = (object.stats !== undefined && object.stats !== null)
       ? EndpointStats.fromPartial(object.stats)
       : undefined;
+    message.verification = (object.verification !== undefined && object.verification !== null)
+      ? Verification.fromPartial(object.verification)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseVerification(): Verification {
+  return { status: "", lastRunAt: "", checks: [] };
+}
+
+export const Verification: MessageFns<Verification> = {
+  encode(message: Verification, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.status !== "") {
+      writer.uint32(10).string(message.status);
+    }
+    if (message.lastRunAt !== "") {
+      writer.uint32(18).string(message.lastRunAt);
+    }
+    for (const v of message.checks) {
+      VerificationCheck.encode(v!, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Verification {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseVerification();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.lastRunAt = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.checks.push(VerificationCheck.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Verification {
+    return {
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      lastRunAt: isSet(object.lastRunAt)
+        ? globalThis.String(object.lastRunAt)
+        : isSet(object.last_run_at)
+        ? globalThis.String(object.last_run_at)
+        : "",
+      checks: globalThis.Array.isArray(object?.checks)
+        ? object.checks.map((e: any) => VerificationCheck.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: Verification): unknown {
+    const obj: any = {};
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.lastRunAt !== "") {
+      obj.lastRunAt = message.lastRunAt;
+    }
+    if (message.checks?.length) {
+      obj.checks = message.checks.map((e) => VerificationCheck.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Verification>, I>>(base?: I): Verification {
+    return Verification.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Verification>, I>>(object: I): Verification {
+    const message = createBaseVerification();
+    message.status = object.status ?? "";
+    message.lastRunAt = object.lastRunAt ?? "";
+    message.checks = object.checks?.map((e) => VerificationCheck.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseVerificationCheck(): VerificationCheck {
+  return { check: "", passed: false, detail: "", held: false };
+}
+
+export const VerificationCheck: MessageFns<VerificationCheck> = {
+  encode(message: VerificationCheck, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.check !== "") {
+      writer.uint32(10).string(message.check);
+    }
+    if (message.passed !== false) {
+      writer.uint32(16).bool(message.passed);
+    }
+    if (message.detail !== "") {
+      writer.uint32(26).string(message.detail);
+    }
+    if (message.held !== false) {
+      writer.uint32(32).bool(message.held);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): VerificationCheck {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseVerificationCheck();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.check = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.passed = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.detail = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.held = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): VerificationCheck {
+    return {
+      check: isSet(object.check) ? globalThis.String(object.check) : "",
+      passed: isSet(object.passed) ? globalThis.Boolean(object.passed) : false,
+      detail: isSet(object.detail) ? globalThis.String(object.detail) : "",
+      held: isSet(object.held) ? globalThis.Boolean(object.held) : false,
+    };
+  },
+
+  toJSON(message: VerificationCheck): unknown {
+    const obj: any = {};
+    if (message.check !== "") {
+      obj.check = message.check;
+    }
+    if (message.passed !== false) {
+      obj.passed = message.passed;
+    }
+    if (message.detail !== "") {
+      obj.detail = message.detail;
+    }
+    if (message.held !== false) {
+      obj.held = message.held;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<VerificationCheck>, I>>(base?: I): VerificationCheck {
+    return VerificationCheck.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<VerificationCheck>, I>>(object: I): VerificationCheck {
+    const message = createBaseVerificationCheck();
+    message.check = object.check ?? "";
+    message.passed = object.passed ?? false;
+    message.detail = object.detail ?? "";
+    message.held = object.held ?? false;
     return message;
   },
 };
