@@ -1,6 +1,8 @@
 import { ErrorNote, Loading, Stat } from "../components/ui.tsx";
 import { count, when } from "../lib/format.ts";
 import { useApi } from "../lib/use-api.ts";
+import type { Stats, Verification } from "../lib/endpoint-figures.ts";
+import { FiguresTable, VerificationNote } from "../components/model-figures.tsx";
 
 interface Me {
   name: string;
@@ -16,10 +18,12 @@ interface Me {
     context_window: number;
     canonical_id: string;
     quantization: string;
+    stats: Stats;
+    verification: Verification;
   }>;
 }
 
-/** GET /hosters/me: profile, endpoint, models and health. */
+/** GET /hosters/me: profile, endpoint, models (with their live figures and verification) and health. */
 export function HosterProfilePage() {
   const { data, error, loading } = useApi<Me>("/hosters/me");
   if (error) return <ErrorNote message={error} />;
@@ -41,11 +45,13 @@ export function HosterProfilePage() {
         <code className="wrap">{data.endpoint_url}</code>
       </p>
       <h2>Models</h2>
-      <ul>
+      <ul className="models">
         {data.models.map((m) => (
           <li key={m.model_id}>
             <strong>{m.model_alias || m.model_id}</strong> · file <code>{m.model_id}</code> · serves{" "}
             <code>{m.canonical_id}</code> ({m.quantization}) · {count(m.context_window)} tokens of context
+            <VerificationNote verification={m.verification} />
+            <FiguresTable stats={m.stats} caption={`Live figures of ${m.model_alias || m.model_id}`} />
           </li>
         ))}
       </ul>
