@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { HosterModel } from "@mkt/proto/registry/v1/registry";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countTextTokens } from "@mkt/runtime/tokens";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
@@ -39,9 +40,7 @@ beforeAll(async () => {
       inviteCode: h.accounts.invite(),
       password: "a long enough password",
       clientIp: "203.0.113.40",
-      models: [
-        { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
-      ],
+      models: [HosterModel.fromPartial({ modelId: MODEL, contextWindow: 8192n })],
     });
     ids[behaviour] = hoster!.hosterId;
   }

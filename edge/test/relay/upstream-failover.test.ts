@@ -3,7 +3,7 @@ import type { AddressInfo } from "node:net";
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
-import { Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
+import { HosterModel, Route, type RouteScope } from "@mkt/proto/registry/v1/registry";
 import type { RelayRequest } from "../../src/relay/relay-request.ts";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import {
@@ -381,9 +381,7 @@ describe("outlier ejection of a hoster", () => {
       inviteCode: h.accounts.invite(),
       password: "a long enough password",
       clientIp: "203.0.113.9",
-      models: [
-        { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
-      ],
+      models: [HosterModel.fromPartial({ modelId: MODEL, contextWindow: 8192n })],
     });
     const scope: RouteScope = { subscriptionId: randomUUID(), productId: randomUUID(), hosterId: registered!.hosterId };
     const scopedRequest = async () => {

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { HosterModel } from "@mkt/proto/registry/v1/registry";
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countTextTokens } from "@mkt/runtime/tokens";
@@ -68,9 +69,7 @@ beforeAll(async () => {
       inviteCode: h.accounts.invite(),
       password: "a long enough password",
       clientIp: "203.0.113.30",
-      models: [
-        { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
-      ],
+      models: [HosterModel.fromPartial({ modelId: MODEL, contextWindow: 8192n })],
     });
     ids[name] = hoster!.hosterId;
   }

@@ -1,4 +1,5 @@
 import pg from "pg";
+import { HosterModel } from "@mkt/proto/registry/v1/registry";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { startHarness, waitFor, type Harness } from "./registry-harness.ts";
 import { startRealHoster } from "./hoster-servers.ts";
@@ -22,9 +23,7 @@ it("probes flip a hoster unhealthy when its server stops and healthy when it com
     inviteCode: h.accounts.invite(),
     password: "a long enough password",
     clientIp: "203.0.113.9",
-    models: [
-      { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
-    ],
+    models: [HosterModel.fromPartial({ modelId: MODEL, contextWindow: 8192n })],
   });
   const hosterId = hoster!.hosterId;
   const status = async () => (await h.client.getHoster({ hosterId })).hoster!;
@@ -81,9 +80,7 @@ it("a probe round with a wrong stored token marks the hoster failing, with the t
       inviteCode: h.accounts.invite(),
       password: "",
       clientIp: "203.0.113.9",
-      models: [
-        { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
-      ],
+      models: [HosterModel.fromPartial({ modelId: MODEL, contextWindow: 8192n })],
     });
     await server.close();
     const other = await startRealHoster({ models: [MODEL], port: server.port });

@@ -127,24 +127,8 @@ describe("RegisterHoster", () => {
       const err = await refusal(
         request(server.url, server.token, {
           models: [
-            {
-              modelId: MODEL,
-              modelAlias: "",
-              contextWindow: 8192n,
-              kind: "",
-              maxN: 0n,
-              canonicalId: "",
-              quantization: "",
-            },
-            {
-              modelId: "mistral-7b",
-              modelAlias: "",
-              contextWindow: 8192n,
-              kind: "",
-              maxN: 0n,
-              canonicalId: "",
-              quantization: "",
-            },
+            model({ modelId: MODEL, contextWindow: 8192n }),
+            model({ modelId: "mistral-7b", contextWindow: 8192n }),
           ],
         }),
       );

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ServiceError } from "@grpc/grpc-js";
 import { AppError } from "@mkt/runtime/errors";
-import { ProductTerms, type Product, type ProductPatch } from "@mkt/proto/registry/v1/registry";
+import { HosterModel, ProductTerms, type Product, type ProductPatch } from "@mkt/proto/registry/v1/registry";
 import { MAX_ACTIVE_PRODUCTS } from "../src/products/product-handlers.ts";
 import { startHarness, waitFor, type Harness } from "./registry-harness.ts";
 import { startRealHoster } from "./hoster-servers.ts";
@@ -26,9 +26,7 @@ async function registerHoster(name: string): Promise<string> {
     inviteCode: h.accounts.invite(),
     password: "",
     clientIp: "203.0.113.9",
-    models: [
-      { modelId: MODEL, modelAlias: "", contextWindow: 8192n, kind: "", maxN: 0n, canonicalId: "", quantization: "" },
-    ],
+    models: [HosterModel.fromPartial({ modelId: MODEL, contextWindow: 8192n })],
   });
   return hoster!.hosterId;
 }

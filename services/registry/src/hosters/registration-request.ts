@@ -1,6 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import type { RegisterHosterRequest } from "@mkt/proto/registry/v1/registry";
 import { parseEndpointUrl } from "@mkt/runtime/endpoint-guard";
+import type { StoredModel } from "./hoster-store.ts";
 
 export const MAX_NAME_CHARS = 100;
 export const MAX_MODELS = 50;
@@ -25,15 +26,7 @@ export interface ValidRegistration {
   inviteCode: string;
   password: string;
   clientIp: string;
-  models: Array<{
-    modelId: string;
-    modelAlias: string;
-    contextWindow: bigint;
-    kind: string;
-    maxN: bigint;
-    canonicalId: string;
-    quantization: string;
-  }>;
+  models: StoredModel[];
 }
 
 /** As OpenAI bounds `n`. */
