@@ -8,6 +8,7 @@ import {
 } from "../../services/registry/test/hoster-servers.ts";
 import { createInvite, registerHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
+import { apiCall } from "./api-call.ts";
 
 let system: RunningSystem;
 const cleanups: Array<() => Promise<void>> = [];
@@ -194,6 +195,49 @@ describe("POST /hosters/register through the edge", () => {
       expect(error.code).toBe("invalid_request");
       expect(error.param).toBe(param);
     }
+  });
+});
+
+describe("PATCH /hosters/me/models", () => {
+  it("renames the public model a hoster's model serves and its quantization, by the registration's rules", async () => {
+    const hoster = await registerHoster(system, { name: "Renaming GPUs" });
+    cleanups.push(() => hoster.server.close());
+    const patch = (body: unknown) =>
+      apiCall(system.url, "PATCH", "/hosters/me/models", { cookie: hoster.cookie, body });
+
+    const renamed = await patch({ model_id: hoster.modelId, canonical_id: "meta-llama/Meta-Llama-3-8B-Instruct" });
+    expect(renamed.status).toBe(200);
+    expect(renamed.body).toMatchObject({
+      model_id: hoster.modelId,
+      canonical_id: "meta-llama/Meta-Llama-3-8B-Instruct",
+      quantization: "unknown",
+    });
+    const requantized = await patch({ model_id: hoster.modelId, quantization: "FP8" });
+    expect(requantized.body).toMatchObject({
+      canonical_id: "meta-llama/Meta-Llama-3-8B-Instruct",
+      quantization: "fp8",
+    });
+    const me = await apiCall(system.url, "GET", "/hosters/me", { cookie: hoster.cookie });
+    expect((me.body.models as unknown[])[0]).toMatchObject({ quantization: "fp8" });
+
+    for (const [body, status, param] of [
+      [{ model_id: hoster.modelId, canonical_id: "a/b/c" }, 400, "canonical_id"],
+      [{ model_id: hoster.modelId, quantization: "4 bit" }, 400, "quantization"],
+      [{ model_id: hoster.modelId, context_window: 1 }, 400, "context_window"],
+      [{ model_id: "not-mine.gguf", quantization: "int4" }, 404, "model_id"],
+    ] as const) {
+      const res = await patch(body);
+      expect({ body, status: res.status }).toEqual({ body, status });
+      expect(res.body).toMatchObject({ error: { param } });
+    }
+    // A customer cannot.
+    const { apiKey } = await signUp(system.url);
+    const refused = await fetch(`${system.url}/hosters/me/models`, {
+      method: "PATCH",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model_id: hoster.modelId, quantization: "int4" }),
+    });
+    expect(refused.status).toBe(401);
   });
 });
 

@@ -135,6 +135,8 @@ const ROUTES = (): Route[] => [
   { method: "DELETE", path: "/v1/keys/:key_id", auth: "key" },
   { method: "GET", path: "/v1/models", auth: "key" },
   { method: "GET", path: "/v1/models/:model", auth: "key" },
+  { method: "GET", path: "/v1/models/:id/endpoints", auth: "key" },
+  { method: "GET", path: "/v1/models/:author/:slug/endpoints", auth: "key" },
   { method: "GET", path: "/v1/usage", auth: "key" },
   { method: "GET", path: "/v1/usage/tokens", auth: "key", query: ["days", "interval"] },
   { method: "GET", path: "/v1/usage/breakdown", auth: "key", query: ["days"] },
@@ -188,6 +190,12 @@ const ROUTES = (): Route[] => [
     },
   },
   { method: "GET", path: "/hosters/me", auth: "hoster" },
+  {
+    method: "PATCH",
+    path: "/hosters/me/models",
+    auth: "hoster",
+    body: { model_id: hoster.modelId, quantization: "int4" },
+  },
   {
     method: "POST",
     path: "/hosters/products",

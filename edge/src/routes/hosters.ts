@@ -4,6 +4,7 @@ import {
   GetHosterRequest,
   ListHostersRequest,
   RegisterHosterRequest,
+  UpdateHosterModelRequest,
   type Hoster,
   type HosterModel,
 } from "@mkt/proto/registry/v1/registry";
@@ -44,23 +45,23 @@ const renderModel = (m: HosterModel) => ({
   verification: renderVerification(m.verification),
 });
 
+const modelSchema = object({
+  model_id: string(),
+  model_alias: string(),
+  context_window: integer(),
+  kind: string("`chat` or `embedding`"),
+  max_n: integer("The most choices (`n`) one chat request may ask for"),
+  canonical_id: string("The public model it serves, shared by every hoster serving it"),
+  quantization: string("How its weights are stored (`unknown` when the hoster did not say)"),
+  stats: statsSchema,
+  verification: verificationSchema,
+});
+
 const hosterProperties = {
   hoster_id: string(),
   name: string(),
   status: string(),
-  models: arrayOf(
-    object({
-      model_id: string(),
-      model_alias: string(),
-      context_window: integer(),
-      kind: string("`chat` or `embedding`"),
-      max_n: integer("The most choices (`n`) one chat request may ask for"),
-      canonical_id: string("The public model it serves, shared by every hoster serving it"),
-      quantization: string("How its weights are stored (`unknown` when the hoster did not say)"),
-      stats: statsSchema,
-      verification: verificationSchema,
-    }),
-  ),
+  models: arrayOf(modelSchema),
 };
 
 /** The public view of a hoster (GET /v1/hosters): no endpoint, never a token. */
@@ -229,6 +230,42 @@ export function hosterRoutes(app: FastifyInstance, deps: RouteDeps): void {
         usage_mismatches: Number(hoster!.usageMismatches),
         created_at: hoster!.createdAt,
       };
+    },
+  );
+
+  app.patch<{ Body: { model_id: string; canonical_id?: string; quantization?: string } }>(
+    "/hosters/me/models",
+    {
+      onRequest: deps.session("hoster"),
+      schema: {
+        summary: "Name the public model one of your models serves, or its quantization",
+        description:
+          "`model_id` names one of your registered models; `canonical_id` and `quantization` follow the rules of " +
+          "registration. An absent field keeps its value.",
+        body: {
+          type: "object",
+          required: ["model_id"],
+          additionalProperties: false,
+          properties: {
+            model_id: { type: "string", minLength: 1, maxLength: 128 },
+            canonical_id: { type: "string", maxLength: 128, example: "meta-llama/Llama-3.1-8B-Instruct" },
+            quantization: { type: "string", maxLength: 32, example: "q4_k_m" },
+          },
+        },
+        response: replies(200, modelSchema),
+        tags: ["hosters"],
+      },
+    },
+    async (request) => {
+      const { model } = await deps.backends.registry.updateHosterModel(
+        UpdateHosterModelRequest.fromPartial({
+          hosterId: principalSession(request).subjectId,
+          modelId: request.body.model_id,
+          canonicalId: request.body.canonical_id,
+          quantization: request.body.quantization,
+        }),
+      );
+      return renderModel(model!);
     },
   );
 

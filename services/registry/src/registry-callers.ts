@@ -14,6 +14,7 @@ export const REGISTRY_CALLERS = {
   getHoster: ["edge"],
   listHosters: ["edge"],
   listEndpoints: ["edge"],
+  updateHosterModel: ["edge"],
   createProduct: ["edge"],
   listProducts: ["edge", "billing"],
   getProduct: ["billing"],

@@ -3,7 +3,7 @@ import type { Logger } from "@mkt/runtime/logger";
 import { ListModelsResponse, ModelInfo, type RegistryServiceServer } from "@mkt/proto/registry/v1/registry";
 import type { CatalogFeed } from "./catalog/catalog-feed.ts";
 import type { ModelCatalog } from "./catalog/model-catalog.ts";
-import { getHoster, listHosters } from "./hosters/hoster-handlers.ts";
+import { getHoster, listHosters, updateHosterModel } from "./hosters/hoster-handlers.ts";
 import { listEndpoints } from "./hosters/list-endpoints.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { registerHoster } from "./hosters/register-hoster.ts";
@@ -38,6 +38,7 @@ export function registryService(
     getHoster: unary(log, "GetHoster", (request) => getHoster(hosters, request)),
     listHosters: unary(log, "ListHosters", () => listHosters(hosters)),
     listEndpoints: unary(log, "ListEndpoints", (request) => listEndpoints(hosters, request)),
+    updateHosterModel: unary(log, "UpdateHosterModel", (request) => updateHosterModel(hosters, request)),
     createProduct: unary(log, "CreateProduct", (request) => createProduct(hosters, request)),
     listProducts: unary(log, "ListProducts", (request) => listProducts(hosters.products, request)),
     getProduct: unary(log, "GetProduct", (request) => getProduct(hosters.products, request)),

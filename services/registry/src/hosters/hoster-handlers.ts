@@ -1,8 +1,15 @@
 import { isUuid } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
-import type { GetHosterRequest, GetHosterResponse, ListHostersResponse } from "@mkt/proto/registry/v1/registry";
+import type {
+  GetHosterRequest,
+  GetHosterResponse,
+  ListHostersResponse,
+  UpdateHosterModelRequest,
+  UpdateHosterModelResponse,
+} from "@mkt/proto/registry/v1/registry";
 import { productView } from "../products/product-view.ts";
 import { hosterView, type EndpointFiguresByModel } from "./hoster-view.ts";
+import { isModelId, validCanonicalId, validQuantization } from "./registration-request.ts";
 import type { HostersContext } from "./hosters-context.ts";
 
 /** Every hoster model's live figures (on the hosters' clock) and verification verdict. */
@@ -35,4 +42,28 @@ export async function listHosters(ctx: HostersContext): Promise<ListHostersRespo
       plans: (plans.get(hoster.id) ?? []).map(productView),
     })),
   };
+}
+
+/**
+ * PATCH /hosters/me/models: a hoster names the public model its model serves, or its
+ * quantization, after registration. Both are part of the routing table, so the change is announced.
+ */
+export async function updateHosterModel(
+  ctx: HostersContext,
+  req: UpdateHosterModelRequest,
+): Promise<UpdateHosterModelResponse> {
+  if (!isUuid(req.hosterId)) throw hosterNotFound();
+  const change = {
+    canonicalId: req.canonicalId === undefined ? undefined : validCanonicalId(req.canonicalId, "canonical_id"),
+    quantization: req.quantization === undefined ? undefined : validQuantization(req.quantization, "quantization"),
+  };
+  const noSuchModel = () => new AppError("not_found", "You have no model with this model_id.", { param: "model_id" });
+  // One registration could never have accepted (a control character, say) names none, unread.
+  if (!isModelId(req.modelId)) throw noSuchModel();
+  const model = await ctx.store.updateModel(req.hosterId, req.modelId, change);
+  if (!model) throw noSuchModel();
+  ctx.announce(req.hosterId);
+  const hoster = await ctx.store.get(req.hosterId);
+  const view = hosterView(hoster!, await figuresByModel(ctx));
+  return { model: view.models.find((m) => m.modelId === model.modelId) };
 }

@@ -247,6 +247,25 @@ export class HosterStore {
   }
 
   /**
+   * Sets a registered hoster's model's public name and quantization (an undefined one keeps its
+   * value). Undefined when the hoster has no such model.
+   */
+  async updateModel(
+    hosterId: string,
+    modelId: string,
+    change: { canonicalId?: string; quantization?: string },
+  ): Promise<StoredModel | undefined> {
+    const [row] = (await this.#orm.em.fork().execute(
+      `update hoster_models m set canonical_id = coalesce(?, m.canonical_id), quantization = coalesce(?, m.quantization)
+         from hosters h
+        where h.id = m.hoster_id and h.status <> 'registering' and m.hoster_id = ? and m.model_id = ?
+        returning m.model_id, m.model_alias, m.context_window, m.kind, m.max_n, m.canonical_id, m.quantization`,
+      [change.canonicalId ?? null, change.quantization ?? null, hosterId, modelId],
+    )) as ModelRow[];
+    return row ? storedModel(row) : undefined;
+  }
+
+  /**
    * Adds to hosters' usage_mismatches, all of them in one statement on the current values (so
    * replicas add up). Ids that are not registered hosters are ignored.
    */

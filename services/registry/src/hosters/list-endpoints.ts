@@ -14,9 +14,10 @@ const pricePer1m = (endpoint: ModelEndpoint) =>
 
 /**
  * GET /v1/models/{canonical_id}/endpoints: every registered hoster's model of that public name on
- * each of the hoster's active open plans, with the model's live figures and verification, cheapest first (then by
- * hoster name). The same reads as the hoster list, filtered here: there are few hosters, and their rows are what
- * GET /v1/hosters shows already. An id no endpoint serves is not_found, as an unknown model is.
+ * each of the hoster's active open plans, with the model's live figures and verification,
+ * cheapest first (then by hoster name). The same reads as the hoster list, filtered here: there
+ * are few hosters, and their rows are what GET /v1/hosters shows already. An id no endpoint
+ * serves is not_found, as an unknown model is.
  */
 export async function listEndpoints(ctx: HostersContext, req: ListEndpointsRequest): Promise<ListEndpointsResponse> {
   const wanted = req.canonicalId.trim().toLowerCase();

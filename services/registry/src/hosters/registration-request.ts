@@ -34,6 +34,33 @@ const MAX_N = 128n;
 
 const invalid = (param: string, message: string) => new AppError("invalid_request", message, { param });
 
+/** Whether `value` could be a registered model_id (what registration accepts). */
+export const isModelId = (value: string) => MODEL_ID_RE.test(value);
+
+/** A model's public name (`author/slug` or a plain id), or invalid_request naming `param`. */
+export function validCanonicalId(value: string, param: string): string {
+  const id = value.trim();
+  if (id.length > MAX_CANONICAL_ID_CHARS || !CANONICAL_ID_RE.test(id)) {
+    throw invalid(
+      param,
+      `canonical_id must be 1 to ${MAX_CANONICAL_ID_CHARS} characters: letters, digits and . _ : - with at most one / (author/slug).`,
+    );
+  }
+  return id;
+}
+
+/** A model's quantization, lower-cased, or invalid_request naming `param`. */
+export function validQuantization(value: string, param: string): string {
+  const quantization = value.trim().toLowerCase();
+  if (!QUANTIZATION_RE.test(quantization)) {
+    throw invalid(
+      param,
+      "quantization must be 1 to 32 characters: letters, digits and _ (bf16, fp8, int4, q4_k_m, ...).",
+    );
+  }
+  return quantization;
+}
+
 /**
  * Validates every field before anything else happens, so a malformed request costs no call to
  * accounts or the hoster's server. The e-mail gets only a shape check here; accounts, which owns
@@ -77,20 +104,8 @@ export function validateRegistration(req: RegisterHosterRequest): ValidRegistrat
     }
     const maxN = model.maxN === 0n ? 1n : model.maxN;
     if (maxN < 1n || maxN > MAX_N) throw invalid(`models[${i}].max_n`, `max_n must be an integer from 1 to ${MAX_N}.`);
-    const canonicalId = model.canonicalId.trim() || modelId;
-    if (canonicalId.length > MAX_CANONICAL_ID_CHARS || !CANONICAL_ID_RE.test(canonicalId)) {
-      throw invalid(
-        `models[${i}].canonical_id`,
-        `canonical_id must be 1 to ${MAX_CANONICAL_ID_CHARS} characters: letters, digits and . _ : - with at most one / (author/slug).`,
-      );
-    }
-    const quantization = model.quantization.trim().toLowerCase() || "unknown";
-    if (!QUANTIZATION_RE.test(quantization)) {
-      throw invalid(
-        `models[${i}].quantization`,
-        "quantization must be 1 to 32 characters: letters, digits and _ (bf16, fp8, int4, q4_k_m, ...).",
-      );
-    }
+    const canonicalId = validCanonicalId(model.canonicalId.trim() || modelId, `models[${i}].canonical_id`);
+    const quantization = validQuantization(model.quantization || "unknown", `models[${i}].quantization`);
     return { modelId, modelAlias, contextWindow: model.contextWindow, kind, maxN, canonicalId, quantization };
   });
   return {

@@ -304,6 +304,17 @@ export interface Hoster {
   usageMismatches: bigint;
 }
 
+export interface UpdateHosterModelRequest {
+  hosterId: string;
+  modelId: string;
+  canonicalId?: string | undefined;
+  quantization?: string | undefined;
+}
+
+export interface UpdateHosterModelResponse {
+  model?: HosterModel | undefined;
+}
+
 export interface ListEndpointsRequest {
   canonicalId: string;
 }
@@ -3470,6 +3481,204 @@ export const Hoster: MessageFns<Hoster> = {
   },
 };
 
+function createBaseUpdateHosterModelRequest(): UpdateHosterModelRequest {
+  return { hosterId: "", modelId: "", canonicalId: undefined, quantization: undefined };
+}
+
+export const UpdateHosterModelRequest: MessageFns<UpdateHosterModelRequest> = {
+  encode(message: UpdateHosterModelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.modelId !== "") {
+      writer.uint32(18).string(message.modelId);
+    }
+    if (message.canonicalId !== undefined) {
+      writer.uint32(26).string(message.canonicalId);
+    }
+    if (message.quantization !== undefined) {
+      writer.uint32(34).string(message.quantization);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateHosterModelRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateHosterModelRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.modelId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.canonicalId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.quantization = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateHosterModelRequest {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      modelId: isSet(object.modelId)
+        ? globalThis.String(object.modelId)
+        : isSet(object.model_id)
+        ? globalThis.String(object.model_id)
+        : "",
+      canonicalId: isSet(object.canonicalId)
+        ? globalThis.String(object.canonicalId)
+        : isSet(object.canonical_id)
+        ? globalThis.String(object.canonical_id)
+        : undefined,
+      quantization: isSet(object.quantization) ? globalThis.String(object.quantization) : undefined,
+    };
+  },
+
+  toJSON(message: UpdateHosterModelRequest): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.modelId !== "") {
+      obj.modelId = message.modelId;
+    }
+    if (message.canonicalId !== undefined) {
+      obj.canonicalId = message.canonicalId;
+    }
+    if (message.quantization !== undefined) {
+      obj.quantization = message.quantization;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UpdateHosterModelRequest>, I>>(base?: I): UpdateHosterModelRequest {
+    return UpdateHosterModelRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UpdateHosterModelRequest>, I>>(object: I): UpdateHosterModelRequest {
+    const message = createBaseUpdateHosterModelRequest();
+    message.hosterId = object.hosterId ?? "";
+    message.modelId = object.modelId ?? "";
+    message.canonicalId = object.canonicalId ?? undefined;
+    message.quantization = object.quantization ?? undefined;
+    return message;
+  },
+};
+
+function createBaseUpdateHosterModelResponse(): UpdateHosterModelResponse {
+  return { model: undefined };
+}
+
+export const UpdateHosterModelResponse: MessageFns<UpdateHosterModelResponse> = {
+  encode(message: UpdateHosterModelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== undefined) {
+      HosterModel.encode(message.model, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateHosterModelResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateHosterModelResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = HosterModel.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateHosterModelResponse {
+    return { model: isSet(object.model) ? HosterModel.fromJSON(object.model) : undefined };
+  },
+
+  toJSON(message: UpdateHosterModelResponse): unknown {
+    const obj: any = {};
+    if (message.model !== undefined) {
+      obj.model = HosterModel.toJSON(message.model);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UpdateHosterModelResponse>, I>>(base?: I): UpdateHosterModelResponse {
+    return UpdateHosterModelResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UpdateHosterModelResponse>, I>>(object: I): UpdateHosterModelResponse {
+    const message = createBaseUpdateHosterModelResponse();
+    message.model = (object.model !== undefined && object.model !== null)
+      ? HosterModel.fromPartial(object.model)
+      : undefined;
+    return message;
+  },
+};
+
 function createBaseListEndpointsRequest(): ListEndpointsRequest {
   return { canonicalId: "" };
 }
@@ -5847,6 +6056,22 @@ export const RegistryServiceService = {
     responseDeserialize: (value: Buffer): ListHostersResponse => ListHostersResponse.decode(value),
   },
   /**
+   * Changes a hoster's model's public name or quantization (PATCH /hosters/me/models); an absent
+   * field keeps its value. Errors: invalid_request (param canonical_id or quantization),
+   * not_found (no such model of the hoster).
+   */
+  updateHosterModel: {
+    path: "/marketplace.registry.v1.RegistryService/UpdateHosterModel" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateHosterModelRequest): Buffer =>
+      Buffer.from(UpdateHosterModelRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateHosterModelRequest => UpdateHosterModelRequest.decode(value),
+    responseSerialize: (value: UpdateHosterModelResponse): Buffer =>
+      Buffer.from(UpdateHosterModelResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UpdateHosterModelResponse => UpdateHosterModelResponse.decode(value),
+  },
+  /**
    * The endpoints of one public model (GET /v1/models/{canonical_id}/endpoints): each registered
    * hoster's model of that canonical_id (matched without regard to case) on each of the hoster's
    * active open plans, cheapest first. Never carries a hoster's address or token.
@@ -5959,6 +6184,12 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
   getHoster: handleUnaryCall<GetHosterRequest, GetHosterResponse>;
   /** Every registered hoster, healthy or not (GET /v1/hosters), oldest first. */
   listHosters: handleUnaryCall<ListHostersRequest, ListHostersResponse>;
+  /**
+   * Changes a hoster's model's public name or quantization (PATCH /hosters/me/models); an absent
+   * field keeps its value. Errors: invalid_request (param canonical_id or quantization),
+   * not_found (no such model of the hoster).
+   */
+  updateHosterModel: handleUnaryCall<UpdateHosterModelRequest, UpdateHosterModelResponse>;
   /**
    * The endpoints of one public model (GET /v1/models/{canonical_id}/endpoints): each registered
    * hoster's model of that canonical_id (matched without regard to case) on each of the hoster's
@@ -6081,6 +6312,26 @@ export interface RegistryServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListHostersResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Changes a hoster's model's public name or quantization (PATCH /hosters/me/models); an absent
+   * field keeps its value. Errors: invalid_request (param canonical_id or quantization),
+   * not_found (no such model of the hoster).
+   */
+  updateHosterModel(
+    request: UpdateHosterModelRequest,
+    callback: (error: ServiceError | null, response: UpdateHosterModelResponse) => void,
+  ): ClientUnaryCall;
+  updateHosterModel(
+    request: UpdateHosterModelRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UpdateHosterModelResponse) => void,
+  ): ClientUnaryCall;
+  updateHosterModel(
+    request: UpdateHosterModelRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UpdateHosterModelResponse) => void,
   ): ClientUnaryCall;
   /**
    * The endpoints of one public model (GET /v1/models/{canonical_id}/endpoints): each registered
