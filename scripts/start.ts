@@ -48,14 +48,18 @@ const ports = {
   billingMetrics: env("BILLING_METRICS_PORT", "9465"),
   registryMetrics: env("REGISTRY_METRICS_PORT", "9464"),
   localModel: env("LOCAL_MODEL_PORT", "8090"),
+  demoHoster: env("DEMO_HOSTER_PORT", "8091"),
 };
+
+/** The demo hoster's one model: its server's name for it and the public model it serves. */
+const DEMO_HOSTER = { modelId: "open-8b.Q4_K_M.gguf", canonicalId: "demo/open-8b" } as const;
 
 // Edge first (stop accepting, drain streams), then what the edge calls, then the dependencies
 // npm start runs itself, so every process can still settle into them while it drains.
 const supervisor = new Supervisor({
   root,
   logDir: join(stateDir, "logs"),
-  stopOrder: [["edge"], ["registry"], ["billing", "accounts"], ["local-model"], ["nats", "postgres"]],
+  stopOrder: [["edge"], ["registry"], ["billing", "accounts"], ["local-model", "demo-hoster"], ["nats", "postgres"]],
 });
 
 async function fail(message: string): Promise<never> {
@@ -161,6 +165,17 @@ const services: SupervisedSpec[] = [
     env: { HOST: "127.0.0.1", PORT: ports.localModel, HOSTER_SERVER_TOKEN: secrets.LOCAL_MODEL_TOKEN! },
   },
   {
+    // An independent hoster's server, as a hoster would run it: registered below with an open plan.
+    name: "demo-hoster",
+    entry: "hoster-server/src/main.ts",
+    env: {
+      HOST: "127.0.0.1",
+      PORT: ports.demoHoster,
+      HOSTER_SERVER_TOKEN: secrets.DEMO_HOSTER_TOKEN!,
+      DEMO_MODELS: DEMO_HOSTER.modelId,
+    },
+  },
+  {
     name: "accounts",
     entry: "services/accounts/src/main.ts",
     env: {
@@ -256,7 +271,64 @@ async function inviteCode(): Promise<string> {
   return ((await res.json()) as { data: Array<{ invite_code: string }> }).data[0]!.invite_code;
 }
 
+/**
+ * The demo hoster: registered once (its e-mail kept in .env.local), with one model on an open
+ * pay-as-you-go plan, so that a newcomer sees an open model's endpoints list and its hoster's
+ * portal at once. A failure here is reported and the system keeps running.
+ */
+async function seedDemoHoster(): Promise<string | undefined> {
+  const password = secrets.DEMO_HOSTER_PASSWORD!;
+  const post = (path: string, body: unknown, cookie?: string) =>
+    fetch(`${base}${path}`, {
+      method: "POST",
+      // A cookie-authenticated change names its origin (the edge refuses a foreign one).
+      headers: { "content-type": "application/json", ...(cookie ? { cookie, origin: base } : {}) },
+      body: JSON.stringify(body),
+    });
+  const saved = process.env.DEMO_HOSTER_EMAIL ?? stored.DEMO_HOSTER_EMAIL;
+  if (saved && (await post("/hosters/login", { email: saved, password })).ok) return saved;
+  const email = `demo-hoster+${Date.now()}@example.com`;
+  const registered = await post("/hosters/register", {
+    name: "Demo GPUs",
+    email,
+    endpoint_url: `http://127.0.0.1:${ports.demoHoster}`,
+    api_key: secrets.DEMO_HOSTER_TOKEN,
+    invite_code: await inviteCode(),
+    password,
+    models: [
+      {
+        model_id: DEMO_HOSTER.modelId,
+        model_alias: "Open 8B (demo)",
+        context_window: 8192,
+        canonical_id: DEMO_HOSTER.canonicalId,
+        quantization: "q4_k_m",
+      },
+    ],
+  });
+  if (!registered.ok) {
+    console.warn(`could not register the demo hoster: ${registered.status} ${await registered.text()}`);
+    return undefined;
+  }
+  const cookie = (registered.headers.getSetCookie()[0] ?? "").split(";")[0]!;
+  const plan = await post(
+    "/hosters/products",
+    {
+      name: "Open PAYG",
+      pricing_model: "payg",
+      input_price_per_1m_usd: 0.05,
+      output_price_per_1m_usd: 0.1,
+      open: true,
+    },
+    cookie,
+  );
+  if (!plan.ok) console.warn(`could not create the demo hoster's open plan: ${plan.status} ${await plan.text()}`);
+  stored.DEMO_HOSTER_EMAIL = email;
+  saveEnvFile(envPath, stored);
+  return email;
+}
+
 const apiKey = await demoApiKey();
+const demoHosterEmail = await seedDemoHoster();
 const invite = await inviteCode();
 console.log(`
   Inference marketplace is running.
@@ -266,6 +338,8 @@ console.log(`
   API key      ${apiKey}
   Admin token  ${secrets.ADMIN_TOKEN}
   Invite code  ${invite}   (single use; more with: npm run admin -- invite)
+  Demo hoster  ${demoHosterEmail ? `${demoHosterEmail}, password in .env.local (DEMO_HOSTER_PASSWORD)` : "not registered (see above)"}
+  Open model   ${DEMO_HOSTER.canonicalId}: ${base}/v1/models/${DEMO_HOSTER.canonicalId}/endpoints
   PostgreSQL   ${postgres.origin}
   NATS         ${nats.origin}
   Logs         ${join(stateDir, "logs")}/<service>.log

@@ -29,4 +29,7 @@ export const GENERATED_SECRETS: Record<string, () => string> = {
   SECRETS_KEY: () => randomBytes(32).toString("hex"),
   SESSION_SECRET: () => randomBytes(32).toString("hex"),
   LOCAL_MODEL_TOKEN: () => randomBytes(24).toString("base64url"),
+  // The demo hoster's server token and portal password (npm start registers it once).
+  DEMO_HOSTER_TOKEN: () => randomBytes(24).toString("base64url"),
+  DEMO_HOSTER_PASSWORD: () => randomBytes(18).toString("base64url"),
 };

@@ -89,6 +89,18 @@ function chat(launch: Launch, apiKey: string): { content: string } {
   return JSON.parse(out) as { content: string };
 }
 
+/** GET a path of the API with a key, from inside the namespace: the JSON answer. */
+function getJson(launch: Launch, apiKey: string, path: string): unknown {
+  const script = `fetch(process.argv[1], { headers: { authorization: "Bearer " + process.argv[2] } })
+    .then((r) => r.text()).then((t) => process.stdout.write(t))`;
+  const out = execFileSync(
+    "nsenter",
+    ["-t", String(launch.child.pid), "-n", process.execPath, "-e", script, `${BASE}${path}`, apiKey],
+    { cwd: root, encoding: "utf8", timeout: 20_000, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  return JSON.parse(out) as unknown;
+}
+
 async function started(launch: Launch): Promise<string> {
   return until("API key", launch, () => /API key\s+(mk_\S+)/.exec(launch.output())?.[1], 150_000);
 }
@@ -119,6 +131,13 @@ it("starts with embedded PostgreSQL and its own nats-server, survives a killed c
   expect(output).toContain(`PostgreSQL   embedded, 127.0.0.1:5432 (data in ${stateDir}/.data/postgres/data)`);
   expect(output).toMatch(/NATS\s+\S*nats-server, 127\.0\.0\.1:4222 \(JetStream store in /);
   expect(chat(first, apiKey).content.length).toBeGreaterThan(0);
+  // The demo hoster is registered with its model on an open plan: the endpoints list shows it.
+  const demoHoster = /Demo hoster\s+(\S+@example\.com),/.exec(output)?.[1];
+  expect(demoHoster).toBeDefined();
+  expect(output).toContain("Open model   demo/open-8b: http://127.0.0.1:8080/v1/models/demo/open-8b/endpoints");
+  expect(getJson(first, apiKey, "/models/demo/open-8b/endpoints")).toMatchObject({
+    data: { id: "demo/open-8b", endpoints: [{ hoster_name: "Demo GPUs", plan: { open: true } }] },
+  });
 
   // kill -9 billing: it comes back, and chat works again (settlement needs it).
   const billing = namespaceProcesses(first).find((p) => p.cmdline.includes("services/billing/src/main.ts"))!;
@@ -162,14 +181,15 @@ it("starts with embedded PostgreSQL and its own nats-server, survives a killed c
     "■ stopped edge",
     "■ stopped registry",
     "■ stopped billing, accounts",
-    "■ stopped local-model",
+    "■ stopped local-model, demo-hoster",
     "■ stopped nats, postgres",
   ]);
   expect(leftovers()).toEqual([]);
 
-  // A second start reuses the data: the demo account (and its key) is still there.
+  // A second start reuses the data: the demo account (and its key) and the demo hoster are still there.
   const second = launch();
   expect(await started(second)).toBe(apiKey);
+  expect(second.output()).toContain(`Demo hoster  ${demoHoster},`);
   const postgresLog = readFileSync(join(stateDir, "logs/postgres.log"), "utf8");
   expect(postgresLog.match(/creating the embedded PostgreSQL cluster/g)).toHaveLength(1);
   expect(chat(second, apiKey).content.length).toBeGreaterThan(0);
