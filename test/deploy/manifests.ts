@@ -25,12 +25,19 @@ export interface Process {
   entry: string;
 }
 
+/**
+ * Processes `npm start` runs for a local demo only: the demo hoster is an independent hoster's
+ * server that the launcher registers itself. A deployment's hosters run their own servers and
+ * register them, so compose and Kubernetes have no such process.
+ */
+const LOCAL_DEMO_ONLY = new Set(["demo-hoster"]);
+
+/** The processes a deployment runs, as `npm start` starts them (scripts/start.ts). */
 export function launcherProcesses(): Process[] {
   const source = read("scripts/start.ts");
-  return [...source.matchAll(/name:\s*"([^"]+)",\s*entry:\s*"([^"]+)"/g)].map(([, name, entry]) => ({
-    name: name!,
-    entry: entry!,
-  }));
+  return [...source.matchAll(/name:\s*"([^"]+)",\s*entry:\s*"([^"]+)"/g)]
+    .map(([, name, entry]) => ({ name: name!, entry: entry! }))
+    .filter((process) => !LOCAL_DEMO_ONLY.has(process.name));
 }
 
 /** A gRPC backend service (services/<name>), as opposed to an HTTP process. */

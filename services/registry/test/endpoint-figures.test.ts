@@ -43,8 +43,10 @@ describe("per-minute histograms", () => {
         event({ hosterId, success: true, latencyMs: 90n, timeToFirstTokenMs: 40n, outputTokens: 1n, startedAt: at }),
         event({ hosterId, errorCode: "upstream_error", upstreamStatus: 502, latencyMs: 5n, startedAt: at }),
         event({ hosterId, startedAt: "2030-01-07T12:01:00.000Z", success: true, latencyMs: 10n }),
-        // Not a hoster's answer: no endpoint.
+        // Not a hoster's answer, or garbled ids: no endpoint (a row of them would fail the batch).
         event({ hosterId: "", provider: "local", success: true }),
+        event({ hosterId: "not-a-uuid", success: true }),
+        event({ hosterId, modelId: "bad\u0000id", success: true }),
       ],
       new Date(),
     );

@@ -1,4 +1,6 @@
+import { isUuid } from "@mkt/runtime/ids";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { isModelId } from "./registration-request.ts";
 import type { EndpointFigures } from "@mkt/proto/registry/v1/registry";
 
 /**
@@ -68,7 +70,9 @@ const bucketOf = (bounds: readonly number[], value: number) => bounds.findIndex(
 export function minutesOf(events: readonly UsageCompleted[], now: Date): EndpointMinute[] {
   const minutes = new Map<string, EndpointMinute>();
   for (const event of events) {
-    if (event.provider !== "hoster" || event.hosterId === "" || event.modelId === "") continue;
+    // Only what could name a registered hoster's model is written: an id that is not a UUID, or
+    // a model id no registration accepts, would fail the batch's statement, and every batch after.
+    if (event.provider !== "hoster" || !isUuid(event.hosterId) || !isModelId(event.modelId)) continue;
     const at = event.startedAt ? new Date(event.startedAt) : now;
     const minute = new Date(Math.floor((Number.isNaN(at.getTime()) ? now : at).getTime() / 60_000) * 60_000);
     const hosterId = event.hosterId.toLowerCase();
