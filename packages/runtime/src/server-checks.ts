@@ -26,33 +26,43 @@ export class ServerCheckError extends Error {
   }
 }
 
-interface Answer {
+export interface ServerAnswer {
   status: number;
   body: Buffer;
 }
 
-/** GET `path` under the endpoint; reads at most MAX_BODY_BYTES of the body. */
-async function get(
+/**
+ * Calls `method path` under the endpoint (with the token as bearer, and `json` as the body when
+ * given) through the hoster agent, within the settings' time limit; reads at most MAX_BODY_BYTES
+ * of the answer. A failure is a ServerCheckError whose message carries nothing the server sent.
+ * Registration's checks, the health probes and verification's probes all call hosters this way.
+ */
+export async function callServer(
   endpoint: URL,
-  path: string,
-  token: string | undefined,
+  call: { method: "GET" | "POST"; path: string; token?: string; json?: unknown },
   settings: ServerCheckSettings,
-): Promise<Answer> {
+): Promise<ServerAnswer> {
+  const what = `${call.method} ${call.path}`;
   const url = new URL(endpoint);
   // An endpoint with no path has the pathname "/": join without doubling the slash.
-  url.pathname = `${endpoint.pathname.replace(/\/+$/, "")}${path}`;
+  url.pathname = `${endpoint.pathname.replace(/\/+$/, "")}${call.path}`;
   let response: Dispatcher.ResponseData;
   try {
     response = await request(url, {
-      method: "GET",
+      method: call.method,
       dispatcher: settings.agent,
-      headers: { accept: "application/json", ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
+      headers: {
+        accept: "application/json",
+        ...(call.token === undefined ? {} : { authorization: `Bearer ${call.token}` }),
+        ...(call.json === undefined ? {} : { "content-type": "application/json" }),
+      },
+      body: call.json === undefined ? undefined : JSON.stringify(call.json),
       headersTimeout: settings.timeoutMs,
       bodyTimeout: settings.timeoutMs,
       signal: AbortSignal.timeout(settings.timeoutMs),
     });
   } catch (err) {
-    throw unreachable(path, err, settings.timeoutMs);
+    throw unreachable(what, err, settings.timeoutMs);
   }
   const parts: Buffer[] = [];
   let size = 0;
@@ -61,28 +71,32 @@ async function get(
       size += (part as Buffer).length;
       if (size > MAX_BODY_BYTES) {
         response.body.destroy();
-        throw new ServerCheckError(`Your server's answer to GET ${path} is larger than ${MAX_BODY_BYTES} bytes.`);
+        throw new ServerCheckError(`Your server's answer to ${what} is larger than ${MAX_BODY_BYTES} bytes.`);
       }
       parts.push(part as Buffer);
     }
   } catch (err) {
     if (err instanceof ServerCheckError) throw err;
-    throw unreachable(path, err, settings.timeoutMs);
+    throw unreachable(what, err, settings.timeoutMs);
   }
   return { status: response.statusCode, body: Buffer.concat(parts) };
 }
 
+/** GET `path` under the endpoint (callServer). */
+const get = (endpoint: URL, path: string, token: string | undefined, settings: ServerCheckSettings) =>
+  callServer(endpoint, { method: "GET", path, token }, settings);
+
 /** Why a call failed, in words that carry no upstream detail beyond a well-known error code. */
-function unreachable(path: string, err: unknown, timeoutMs: number): ServerCheckError {
+function unreachable(what: string, err: unknown, timeoutMs: number): ServerCheckError {
   const e = err as { name?: string; code?: string } | undefined;
   if (e?.code === "ERR_FORBIDDEN_UPSTREAM_ADDRESS") {
     return new ServerCheckError("endpoint_url resolves to an address the service may not call.");
   }
   if (e?.name === "TimeoutError" || e?.code === "UND_ERR_HEADERS_TIMEOUT" || e?.code === "UND_ERR_BODY_TIMEOUT") {
-    return new ServerCheckError(`Your server did not answer GET ${path} within ${timeoutMs} ms.`);
+    return new ServerCheckError(`Your server did not answer ${what} within ${timeoutMs} ms.`);
   }
   const code = typeof e?.code === "string" && /^[A-Z_]{3,40}$/.test(e.code) ? ` (${e.code})` : "";
-  return new ServerCheckError(`Could not reach your server for GET ${path}${code}.`);
+  return new ServerCheckError(`Could not reach your server for ${what}${code}.`);
 }
 
 /** GET /health must answer 2xx. */

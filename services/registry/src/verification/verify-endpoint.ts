@@ -1,13 +1,9 @@
-import { request } from "undici";
 import { Ajv } from "ajv";
 import { countPromptTokens, countTextTokens } from "@mkt/runtime/tokens";
 import { aboveTolerance } from "@mkt/runtime/usage-tolerance";
-import { checkModels, ServerCheckError, type ServerCheckSettings } from "@mkt/runtime/server-checks";
+import { callServer, checkModels, ServerCheckError, type ServerCheckSettings } from "@mkt/runtime/server-checks";
 import type { VerificationCheck } from "@mkt/proto/registry/v1/registry";
 import { PROBE_PROMPT, PROBE_TOOL, PROBE_MAX_TOKENS, RUNAWAY_RATIO, RUNAWAY_SLACK_TOKENS } from "./probe-requests.ts";
-
-/** A probe's answer larger than this is refused: its answers are a few kilobytes. */
-const MAX_BODY_BYTES = 1 << 20;
 
 /** One probe call's outcome, for the checks and for the endpoint's live figures. */
 export interface ProbeCall {
@@ -36,61 +32,42 @@ const check = (name: string, passed: boolean, detail: string, held = true): Veri
   held,
 });
 
-/** POSTs a chat request to the hoster's server; reads at most MAX_BODY_BYTES. */
+/** POSTs a chat request to the hoster's server (callServer: bounded in time and size). */
 async function postChat(
   endpoint: URL,
   token: string,
   body: Record<string, unknown>,
   settings: ServerCheckSettings,
 ): Promise<ProbeCall> {
-  const url = new URL(endpoint);
-  url.pathname = `${endpoint.pathname.replace(/\/+$/, "")}/v1/chat/completions`;
   const started = performance.now();
+  let answer;
   try {
-    const response = await request(url, {
-      method: "POST",
-      dispatcher: settings.agent,
-      headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
-      body: JSON.stringify(body),
-      headersTimeout: settings.timeoutMs,
-      bodyTimeout: settings.timeoutMs,
-      signal: AbortSignal.timeout(settings.timeoutMs),
-    });
-    const parts: Buffer[] = [];
-    let size = 0;
-    for await (const part of response.body) {
-      size += (part as Buffer).length;
-      if (size > MAX_BODY_BYTES) {
-        response.body.destroy();
-        return { status: response.statusCode, latencyMs: performance.now() - started, failure: "answer too large" };
-      }
-      parts.push(part as Buffer);
-    }
-    const text = Buffer.concat(parts).toString("utf8");
-    const latencyMs = performance.now() - started;
-    if (response.statusCode !== 200) {
-      return { status: response.statusCode, latencyMs, failure: `the server answered ${response.statusCode}` };
-    }
-    if (body.stream) {
-      const events = text
-        .split("\n")
-        .filter((line) => line.startsWith("data: ") && line !== "data: [DONE]")
-        .flatMap((line) => {
-          try {
-            return [JSON.parse(line.slice("data: ".length)) as unknown];
-          } catch {
-            return [];
-          }
-        });
-      return { status: 200, latencyMs, events };
-    }
-    try {
-      return { status: 200, latencyMs, json: JSON.parse(text) as unknown };
-    } catch {
-      return { status: 200, latencyMs, failure: "the answer is not JSON" };
-    }
+    answer = await callServer(endpoint, { method: "POST", path: "/v1/chat/completions", token, json: body }, settings);
+  } catch (err) {
+    const failure = err instanceof ServerCheckError ? err.message : "the server could not be called";
+    return { status: 0, latencyMs: performance.now() - started, failure };
+  }
+  const latencyMs = performance.now() - started;
+  if (answer.status !== 200)
+    return { status: answer.status, latencyMs, failure: `the server answered ${answer.status}` };
+  const text = answer.body.toString("utf8");
+  if (body.stream) {
+    const events = text
+      .split("\n")
+      .filter((line) => line.startsWith("data: ") && line !== "data: [DONE]")
+      .flatMap((line) => {
+        try {
+          return [JSON.parse(line.slice("data: ".length)) as unknown];
+        } catch {
+          return [];
+        }
+      });
+    return { status: 200, latencyMs, events };
+  }
+  try {
+    return { status: 200, latencyMs, json: JSON.parse(text) as unknown };
   } catch {
-    return { status: 0, latencyMs: performance.now() - started, failure: "the server did not answer in time" };
+    return { status: 200, latencyMs, failure: "the answer is not JSON" };
   }
 }
 
