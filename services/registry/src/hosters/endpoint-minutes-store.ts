@@ -81,18 +81,19 @@ export class EndpointMinutesStore {
   }
 
   /**
-   * Every endpoint's figures over the 30 minutes and the day before `now` (the hosters' clock),
-   * keyed `hosterId/modelId`. One statement: the day's minutes, summed per window.
+   * Every endpoint's figures (or, with `hosterId`, that hoster's) over the 30 minutes and the day
+   * before `now` (the hosters' clock), keyed `hosterId/modelId`. One statement: the day's minutes,
+   * summed per window.
    */
-  async stats(now: Date): Promise<Map<string, EndpointStats>> {
+  async stats(now: Date, hosterId?: string): Promise<Map<string, EndpointStats>> {
     const dayStart = new Date(now.getTime() - ONE_DAY_MS);
     const recentStart = new Date(now.getTime() - THIRTY_MINUTES_MS);
     const rows = (await this.#orm.em.fork().execute(
       `select hoster_id, model_id, ${sums("30m", "minute >= ?")}, ${sums("1d", "true")}
          from endpoint_minutes
-        where minute >= ? and minute <= ?
+        where minute >= ? and minute <= ? and (?::uuid is null or hoster_id = ?::uuid)
         group by hoster_id, model_id`,
-      [...Array.from({ length: 7 }, () => recentStart), dayStart, now],
+      [...Array.from({ length: 7 }, () => recentStart), dayStart, now, hosterId ?? null, hosterId ?? null],
     )) as Array<Record<string, unknown>>;
     const stats = new Map<string, EndpointStats>();
     for (const row of rows) {

@@ -12,9 +12,15 @@ import { hosterView, type EndpointFiguresByModel } from "./hoster-view.ts";
 import { isModelId, validCanonicalId, validQuantization } from "./registration-request.ts";
 import type { HostersContext } from "./hosters-context.ts";
 
-/** Every hoster model's live figures (on the hosters' clock) and verification verdict. */
-export async function figuresByModel(ctx: HostersContext): Promise<EndpointFiguresByModel> {
-  const [stats, verdicts] = await Promise.all([ctx.minutes.stats(ctx.clock()), ctx.verification.verdicts()]);
+/**
+ * Every hoster model's live figures (on the hosters' clock) and verification verdict, or only
+ * those of `hosterId`'s models (a view of one hoster reads no one else's).
+ */
+export async function figuresByModel(ctx: HostersContext, hosterId?: string): Promise<EndpointFiguresByModel> {
+  const [stats, verdicts] = await Promise.all([
+    ctx.minutes.stats(ctx.clock(), hosterId),
+    ctx.verification.verdicts(hosterId),
+  ]);
   return { stats, verdicts };
 }
 
@@ -24,7 +30,7 @@ const hosterNotFound = () => new AppError("not_found", "No such hoster.", { para
 export async function getHoster(ctx: HostersContext, req: GetHosterRequest): Promise<GetHosterResponse> {
   // Ids arrive from other services as strings; a malformed one must never reach a uuid column.
   if (!isUuid(req.hosterId)) throw hosterNotFound();
-  const [hoster, figures] = await Promise.all([ctx.store.get(req.hosterId), figuresByModel(ctx)]);
+  const [hoster, figures] = await Promise.all([ctx.store.get(req.hosterId), figuresByModel(ctx, req.hosterId)]);
   if (!hoster) throw hosterNotFound();
   return { hoster: hosterView(hoster, figures) };
 }
@@ -64,6 +70,6 @@ export async function updateHosterModel(
   if (!model) throw noSuchModel();
   ctx.announce(req.hosterId);
   const hoster = await ctx.store.get(req.hosterId);
-  const view = hosterView(hoster!, await figuresByModel(ctx));
+  const view = hosterView(hoster!, await figuresByModel(ctx, req.hosterId));
   return { model: view.models.find((m) => m.modelId === model.modelId) };
 }

@@ -66,11 +66,15 @@ export class VerificationStore {
     });
   }
 
-  /** Every hoster model's verdict, keyed `hosterId/modelId` (models never run: absent). */
-  async verdicts(): Promise<Map<string, Verification>> {
+  /**
+   * Every hoster model's verdict (or, with `hosterId`, that hoster's), keyed `hosterId/modelId`
+   * (models never run: absent).
+   */
+  async verdicts(hosterId?: string): Promise<Map<string, Verification>> {
     const rows = (await this.#orm.em.fork().execute(
       `select hoster_id, model_id, verification_status, verification_ran_at, verification_checks
-         from hoster_models where verification_ran_at is not null`,
+         from hoster_models where verification_ran_at is not null and (?::uuid is null or hoster_id = ?::uuid)`,
+      [hosterId ?? null, hosterId ?? null],
     )) as Array<{
       hoster_id: string;
       model_id: string;
