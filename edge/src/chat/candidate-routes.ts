@@ -1,6 +1,7 @@
 import type { Route, RouteScope } from "@mkt/proto/registry/v1/registry";
 import { AppError } from "@mkt/runtime/errors";
 import type { RouteDeps } from "../routes/route-deps.ts";
+import { NO_PREFERENCES, type ProviderPreferences } from "../routing/provider-preferences.ts";
 import type { ModelChoice } from "./model-choices.ts";
 
 /**
@@ -10,8 +11,9 @@ import type { ModelChoice } from "./model-choices.ts";
  */
 export const FIRST_TABLE_WAIT_MS = 5_000;
 
-/** The same model named twice (by id and by alias) is one candidate. */
-const identity = (route: Route) => `${route.provider}/${route.hosterId}/${route.modelId}`;
+/** The same model named twice (by id and by alias) is one candidate; an open endpoint is one per plan. */
+const identity = (route: Route) =>
+  `${route.provider}/${route.hosterId}/${route.modelId}/${route.open ? route.productId : ""}`;
 
 /** Which API a model answers: chat completions (and the APIs translated onto them) or embeddings. */
 export type ModelKind = "chat" | "embedding";
@@ -27,6 +29,8 @@ export interface RouteNeeds {
   kind?: ModelKind;
   /** The choices asked for (`n`); default 1. */
   n?: number;
+  /** The request's `provider` object: how an open model's endpoints are chosen and ordered. */
+  provider?: ProviderPreferences;
 }
 
 /**
@@ -55,10 +59,11 @@ export async function candidateRoutes(
   let unhealthy: AppError | undefined;
   let tooManyChoices: AppError | undefined;
   for (const choice of choices) {
-    let route: Route;
+    let resolved: Route[];
     try {
-      route = deps.routing.resolve(choice.name, scope, kind);
+      resolved = deps.routing.resolveRoutes(choice.name, scope, kind, needs.provider ?? NO_PREFERENCES);
     } catch (err) {
+      if (err instanceof AppError && err.code === "model_not_found" && err.param === "provider") throw err;
       if (err instanceof AppError && err.code === "model_not_found") {
         throw new AppError("model_not_found", err.message, { param: choice.param });
       }
@@ -68,24 +73,26 @@ export async function candidateRoutes(
       }
       throw err;
     }
-    if (kindOf(route) !== kind) {
-      throw new AppError(
-        "model_not_found",
-        kind === "embedding"
-          ? `The model '${choice.name}' does not serve embeddings.`
-          : `The model '${choice.name}' is an embedding model; call /v1/embeddings.`,
-        { param: choice.param },
-      );
+    for (const route of resolved) {
+      if (kindOf(route) !== kind) {
+        throw new AppError(
+          "model_not_found",
+          kind === "embedding"
+            ? `The model '${choice.name}' does not serve embeddings.`
+            : `The model '${choice.name}' is an embedding model; call /v1/embeddings.`,
+          { param: choice.param },
+        );
+      }
+      if (n > maxNOf(route)) {
+        tooManyChoices ??= new AppError(
+          "invalid_request",
+          `The model '${route.modelId}' answers at most ${maxNOf(route)} choice${maxNOf(route) === 1n ? "" : "s"} per request; n is ${n}.`,
+          { param: "n" },
+        );
+        continue;
+      }
+      if (!routes.some((r) => identity(r) === identity(route))) routes.push(route);
     }
-    if (n > maxNOf(route)) {
-      tooManyChoices ??= new AppError(
-        "invalid_request",
-        `The model '${route.modelId}' answers at most ${maxNOf(route)} choice${maxNOf(route) === 1n ? "" : "s"} per request; n is ${n}.`,
-        { param: "n" },
-      );
-      continue;
-    }
-    if (!routes.some((r) => identity(r) === identity(route))) routes.push(route);
   }
   if (routes.length === 0) {
     throw tooManyChoices ?? unhealthy ?? new AppError("no_healthy_upstream", "No model is available.");

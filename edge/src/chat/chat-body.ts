@@ -1,6 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import type { ChatMessageLike } from "@mkt/runtime/tokens";
 import { MAX_MODELS } from "./model-choices.ts";
+import { providerSchema } from "../routing/provider-preferences.ts";
 
 /** The fields of an OpenAI chat-completions body the gateway reads; the rest passes through. */
 export interface ChatBody {
@@ -41,6 +42,7 @@ export const chatBodySchema = {
       items: { type: "string", minLength: 1, maxLength: 256 },
       example: ["demo-small", "cloud-mini"],
     },
+    provider: providerSchema,
     messages: {
       type: "array",
       minItems: 1,

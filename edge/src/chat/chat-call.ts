@@ -7,6 +7,8 @@ import { principalOf } from "../plugins/api-key-auth.ts";
 import { relayAnswer, type RelayEvent } from "../relay/relay-answer.ts";
 import type { RelayRequest } from "../relay/relay-request.ts";
 import type { RouteDeps } from "../routes/route-deps.ts";
+import type { ProviderPreferences } from "../routing/provider-preferences.ts";
+import type { Ticket } from "../leases/lease-admission.ts";
 import { candidateRoutes } from "./candidate-routes.ts";
 import type { ChatBody } from "./chat-body.ts";
 import { admitOnBound, admitRequest, admitWorstCase, rateLimitHeaders } from "./lease-admit.ts";
@@ -19,6 +21,8 @@ export interface ChatToRelay {
   bytes: Buffer;
   /** The request field that holds the prompt, named by a context-length error. */
   promptParam: string;
+  /** The request's `provider` preferences (open models' routing). */
+  provider?: ProviderPreferences;
 }
 
 export interface StartedChat {
@@ -55,7 +59,10 @@ export async function startChatCall(
   const principal = principalOf(request);
   const { body, bytes } = chat;
 
-  const candidates = await candidateRoutes(deps, principal.scope, modelChoices(body), { n: body.n ?? 1 });
+  let candidates = await candidateRoutes(deps, principal.scope, modelChoices(body), {
+    n: body.n ?? 1,
+    provider: chat.provider,
+  });
 
   // The largest context among the models is the largest this prompt could be served with (a plan
   // only narrows it, at admission): past it, counting stops and the prompt is refused here.
@@ -76,7 +83,7 @@ export async function startChatCall(
   // Admitted against the edge's lease for the account, in memory when warm; a scoped key's
   // request against its subscription's budget nested in that lease.
   const subscriptionId = principal.scope?.subscriptionId ?? "";
-  const need = {
+  let need = {
     accountId: principal.accountId,
     tier: principal.tier,
     subscriptionId,
@@ -86,7 +93,20 @@ export async function startChatCall(
     choices: BigInt(choices < 1 ? 1 : choices),
   };
   const admitting = performance.now();
-  let ticket = await admitRequest(deps.leases, need);
+  let ticket: Ticket;
+  for (;;) {
+    try {
+      ticket = await admitRequest(deps.leases, need);
+      break;
+    } catch (err) {
+      // An open endpoint whose plan refuses the account (the hoster paused it, the plan's limits
+      // are reached) is passed over for the next one; the last one's refusal is the answer.
+      if (!(candidates[0]!.open && candidates.length > 1 && err instanceof AppError && err.httpStatus < 500)) throw err;
+      if (err.code === "insufficient_credits" || err.code === "key_limit_exceeded") throw err;
+      candidates = candidates.slice(1);
+      need = { ...need, routes: candidates };
+    }
+  }
   let admitSeconds = (performance.now() - admitting) / 1000;
   try {
     // The prompt is counted before the worst case only where its count can change the outcome;
@@ -129,7 +149,8 @@ export async function startChatCall(
       leaseId: ticket.lease.leaseId,
       worstCaseMicros: ticket.worstCaseMicros,
       worstCaseTokens: ticket.worstCaseTokens,
-      subscriptionId,
+      subscriptionId: ticket.subscriptionId,
+      enterRoute: subscriptionId ? undefined : (next) => enterRoute(deps, ticket, relayed, next),
       // So the answer's usage.cost is what settlement will post.
       includedTokens: ticket.includedTokens,
       subscriptionPricing: admitted.terms && {
@@ -161,6 +182,23 @@ export async function startChatCall(
     deps.leases.release(ticket);
     throw err;
   }
+}
+
+/**
+ * An account key's request moving to a route: an open endpoint's plan room moves with it (the
+ * usage event then names that plan's subscription, which settles it and pays its hoster); a
+ * platform route needs none, and the request's slot in the plan it leaves goes back.
+ */
+async function enterRoute(deps: RouteDeps, ticket: Ticket, relayed: RelayRequest, route: Route): Promise<void> {
+  if (route.open) {
+    const current = ticket.lease.budgets.get(ticket.subscriptionId)?.terms?.productId;
+    if (current !== route.productId) await deps.leases.moveToPlan(ticket, route.productId);
+  } else if (ticket.subscriptionId) {
+    if (ticket.slot) ticket.slot.admitted -= 1n;
+    ticket.slot = undefined;
+    ticket.subscriptionId = "";
+  }
+  relayed.subscriptionId = ticket.subscriptionId;
 }
 
 /** The relay's events, then `release` once they end (finished, failed or abandoned). */

@@ -59,10 +59,14 @@ export function admitRequest(leases: LeaseTable, need: ChatNeed): Promise<Ticket
             ),
           0n,
         );
+  // An account key's request to an open endpoint takes its plan's room too (the first endpoint's;
+  // it moves with the request when another one serves it).
+  const first = need.routes[0]!;
   return leases.admit({
     accountId: need.accountId,
     tier: need.tier,
     subscriptionId: need.subscriptionId,
+    openProductId: !need.subscriptionId && first.open ? first.productId : undefined,
     keyId: need.keyId,
     atLeast: { credit: need.subscriptionId ? 0n : credit, tokens: output },
     likelyCredit: likely,

@@ -234,6 +234,12 @@ export class HeldLease {
     }
   }
 
+  /** The budget of the account's subscription to a plan (an open endpoint's), open or not. */
+  budgetOfPlan(productId: string): Budget | undefined {
+    for (const budget of this.budgets.values()) if (budget.terms?.productId === productId) return budget;
+    return undefined;
+  }
+
   /** Every allowance with the edge's cumulative admitted total (credit, account rooms, budgets'). */
   admittedTotals(): AllowanceReport[] {
     return this.#allRooms().map((r) => ({ allowanceId: r.allowanceId, admitted: r.admitted }));

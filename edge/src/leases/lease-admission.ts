@@ -9,7 +9,8 @@ import type { HeldLease, Room } from "./held-lease.ts";
 export interface Ticket {
   /** The lease holding its worst case (moved once if its first lease is recalled in between). */
   lease: HeldLease;
-  readonly subscriptionId: string;
+  /** Its subscription's budget ('' for the account's own); an open request's moves on failover. */
+  subscriptionId: string;
   /** The API key it was made with: a spend-limited key's worst case is taken from its room too. */
   readonly keyId: string;
   /** The slot this request holds in its subscription's budget, returned by `release`. */
@@ -119,6 +120,29 @@ export function takeRequest(lease: HeldLease, subscriptionId: string, now: numbe
       released: false,
     },
   };
+}
+
+/**
+ * A plan's room for a request already admitted on the account (an open endpoint's plan, taken
+ * when the request moves to it): one request in its minute, one slot and `tokens` of its minute's
+ * tokens. All or nothing; the slot taken is returned.
+ */
+export function takePlanRoom(lease: HeldLease, subscriptionId: string, tokens: bigint, now: number): Attempt<Room> {
+  if (!lease.usable(now)) return { short: true };
+  const budget = lease.budgets.get(subscriptionId);
+  if (!budget?.open) return { short: true };
+  const wanted: Array<[readonly Room[], LeaseResource, bigint]> = [
+    [budget.rooms, LeaseResource.LEASE_RESOURCE_REQUESTS_PER_MINUTE, 1n],
+    [budget.rooms, LeaseResource.LEASE_RESOURCE_SLOTS, 1n],
+  ];
+  if (tokens > 0n) wanted.push([budget.rooms, LeaseResource.LEASE_RESOURCE_TOKENS_PER_MINUTE, tokens]);
+  const picked = pickAll(lease, wanted, now);
+  if (!("ok" in picked)) return picked;
+  for (const [i, room] of picked.ok.entries()) room.admitted += wanted[i]![2];
+  budget.demand.requests += 1n;
+  budget.demand.tokens += tokens;
+  lease.changed = true;
+  return { ok: picked.ok[1]! };
 }
 
 /** The room of the ticket's key when billing lists it as spend-limited on this lease. */

@@ -6,7 +6,14 @@ import type { Logger } from "@mkt/runtime/logger";
 import { LeaseStatus, type LeaseNeed, type LeaseReport, type LeaseState } from "@mkt/proto/billing/v1/leases";
 import type { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { HeldLease } from "./held-lease.ts";
-import { keyBudgetOf, takeRequest, takeWorstCaseFromLease, type Attempt, type Ticket } from "./lease-admission.ts";
+import {
+  keyBudgetOf,
+  takePlanRoom,
+  takeRequest,
+  takeWorstCaseFromLease,
+  type Attempt,
+  type Ticket,
+} from "./lease-admission.ts";
 import { nextBackoffMs } from "./heartbeat-backoff.ts";
 import type { IsolationWatch } from "./isolation-watch.ts";
 import { nextWindowAheadMs } from "@mkt/runtime/next-window";
@@ -37,6 +44,11 @@ export interface AdmitNeed {
   tier: string;
   /** The subscription of a scoped key ('' for an account key). */
   subscriptionId?: string;
+  /**
+   * An account key's request to an open endpoint: the plan whose budget (of the account's
+   * subscription to it, made by billing on first use) admits it.
+   */
+  openProductId?: string;
   /** The API key the request is made with: a spend-limited key's room is taken too ('' for none). */
   keyId?: string;
   /**
@@ -53,6 +65,17 @@ export interface AdmitNeed {
    */
   likelyCredit?: bigint;
 }
+
+/** Which of the account's allowances a grant is for: its own, a subscription's, or an open plan's. */
+interface GrantScope {
+  subscriptionId: string;
+  keyId: string;
+  openProductId?: string;
+}
+
+/** The key of one scope's grants and refusals: one key's, plan's or subscription's never holds up another's. */
+const scopeKey = (accountId: string, on: GrantScope) =>
+  `${accountId}/${on.subscriptionId || (on.openProductId ? `open:${on.openProductId}` : "")}/${on.keyId}`;
 
 /** A request's worst case: credit (micro-USD), tokens, and the output cap per choice it means. */
 export interface WorstCase {
@@ -285,10 +308,38 @@ export class LeaseTable {
       minCredit: 0n,
       likelyCredit: need.likelyCredit ?? 0n,
     };
-    return this.#admitting(need.accountId, need.tier, { subscriptionId, keyId }, inHand, () => {
+    const openProductId = subscriptionId ? undefined : need.openProductId;
+    return this.#admitting(need.accountId, need.tier, { subscriptionId, keyId, openProductId }, inHand, () => {
       const lease = this.#leases.get(need.accountId);
-      return lease ? takeRequest(lease, subscriptionId, this.#now(), keyId) : { short: true };
+      if (!lease) return { short: true };
+      if (!openProductId) return takeRequest(lease, subscriptionId, this.#now(), keyId);
+      const budget = lease.budgetOfPlan(openProductId);
+      return budget ? takeRequest(lease, budget.subscriptionId, this.#now(), keyId) : { short: true };
     });
+  }
+
+  /**
+   * Moves an admitted request to an open endpoint's plan (before its first byte: failover, or a
+   * first endpoint the prompt did not fit): one request in that plan's minute, one of its slots and
+   * the request's worst-case tokens, from memory or with one grant; the slot of the budget it
+   * leaves goes back. Its request in the old plan's minute stays counted (billing's windows only
+   * ever grow). Refusals are the new plan's (paused, cancelled, its limits).
+   */
+  async moveToPlan(ticket: Ticket, productId: string): Promise<void> {
+    const { accountId, tier } = ticket.lease;
+    const on = { subscriptionId: "", keyId: ticket.keyId, openProductId: productId };
+    const inHand = { requests: 1n, credit: 0n, tokens: ticket.worstCaseTokens, minCredit: 0n, likelyCredit: 0n };
+    const moved = await this.#admitting(accountId, tier, on, inHand, () => {
+      const lease = this.#leases.get(accountId);
+      if (lease !== ticket.lease) throw unavailable(this.ttlMs, "The request's lease was recalled");
+      const budget = lease.budgetOfPlan(productId);
+      if (!budget) return { short: true };
+      const taken = takePlanRoom(lease, budget.subscriptionId, ticket.worstCaseTokens, this.#now());
+      return "ok" in taken ? { ok: { ...ticket, subscriptionId: budget.subscriptionId, slot: taken.ok } } : taken;
+    });
+    if (ticket.slot) ticket.slot.admitted -= 1n;
+    ticket.slot = moved.slot;
+    ticket.subscriptionId = moved.subscriptionId;
   }
 
   /**
@@ -395,13 +446,13 @@ export class LeaseTable {
   async #admitting(
     accountId: string,
     tier: string,
-    on: { subscriptionId: string; keyId: string },
+    on: GrantScope,
     inHand: InHand,
     /** `crossing`: this request's own last grant let it cross its included-token line. */
     attempt: (crossing: boolean) => Attempt<Ticket>,
   ): Promise<Ticket> {
     // Per key: one key's spend limit refuses that key, never the account's others.
-    const key = `${accountId}/${on.subscriptionId}/${on.keyId}`;
+    const key = scopeKey(accountId, on);
     let crossing = false;
     // A request that may shrink to what the account has (min_credit) asks alone: its grant's
     // cover is computed for it. So does one whose shared grant was refused (below).
@@ -474,7 +525,7 @@ export class LeaseTable {
     key: string,
     accountId: string,
     tier: string,
-    on: { subscriptionId: string; keyId: string },
+    on: GrantScope,
     inHand: InHand,
     joinable: boolean,
   ): GrantBatch {
@@ -503,12 +554,12 @@ export class LeaseTable {
   async #grant(
     accountId: string,
     tier: string,
-    on: { subscriptionId: string; keyId: string },
+    on: GrantScope,
     inHand: InHand,
     members = 1,
   ): Promise<{ includedCrossing: boolean }> {
     const { subscriptionId, keyId } = on;
-    const key = `${accountId}/${subscriptionId}/${keyId}`;
+    const key = scopeKey(accountId, on);
     // With no lease in use, a retired one billing may still hold open goes final with the grant:
     // otherwise billing could answer with that lease again, which the edge cannot admit on.
     const held = this.#leases.get(accountId) ?? this.#retiredOf(accountId);
@@ -547,6 +598,7 @@ export class LeaseTable {
             tokens: inHand.tokens,
             subscriptionId,
             keyId,
+            openProductId: subscriptionId ? "" : (on.openProductId ?? ""),
           },
           demandPerSecond: demandFor(report, inHand, subscriptionId),
           report,

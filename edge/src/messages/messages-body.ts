@@ -1,3 +1,4 @@
+import { providerSchema } from "../routing/provider-preferences.ts";
 import { MAX_OUTPUT_TOKENS_FIELD } from "../chat/chat-body.ts";
 
 /** A content block of a Messages API message (text, image, tool_use, tool_result, thinking, ...). */
@@ -11,6 +12,8 @@ export interface AnthropicMessage {
 /** The fields of an Anthropic Messages API body the gateway reads (docs/messages-api.md). */
 export interface MessagesBody {
   model: string;
+  /** Routing preferences for an open model (provider-preferences.ts). */
+  provider?: unknown;
   messages: AnthropicMessage[];
   max_tokens: number;
   system?: string | ContentBlock[];
@@ -62,6 +65,7 @@ export const messagesBodySchema = {
   required: ["model", "messages", "max_tokens"],
   properties: {
     ...promptProperties,
+    provider: providerSchema,
     max_tokens: { type: "integer", minimum: 1, maximum: MAX_OUTPUT_TOKENS_FIELD, example: 1024 },
     stop_sequences: { type: "array", items: { type: "string" } },
     temperature: { type: "number", minimum: 0, maximum: 1 },

@@ -16,7 +16,12 @@ interface OutlierState {
   /** Ejections since the last success: the next back-off is backoffMs × 2^ejections, capped. */
   ejections: number;
   ejectedUntil: number;
+  /** When it last failed (this replica's clock), kept past a success: routing reads it. */
+  lastFaultAt: number;
 }
+
+/** An upstream that failed this recently comes after the others in an open model's routing. */
+export const RECENT_FAULT_MS = 30_000;
 
 /**
  * Outlier ejection of upstream servers, as Envoy does it, in this replica's memory: after
@@ -43,9 +48,18 @@ export class OutlierTracker {
     return !!state && state.ejectedUntil > this.#now();
   }
 
-  /** An upstream answered a whole request: it is healthy again. */
+  /** True when `key` failed a call within RECENT_FAULT_MS. */
+  faultedRecently(key: string): boolean {
+    const state = this.#states.get(key);
+    return !!state && this.#now() - state.lastFaultAt < RECENT_FAULT_MS;
+  }
+
+  /** An upstream answered a whole request: it is healthy again (its last fault still counts as recent). */
   succeeded(key: string): void {
-    this.#states.delete(key);
+    const state = this.#states.get(key);
+    if (!state) return;
+    if (this.#now() - state.lastFaultAt >= RECENT_FAULT_MS) this.#states.delete(key);
+    else Object.assign(state, { failures: 0, ejections: 0, ejectedUntil: 0 });
   }
 
   /** A successful health probe: the same as a success. */
@@ -55,9 +69,10 @@ export class OutlierTracker {
 
   /** An upstream failed a call; returns true when this failure ejected it. */
   failed(key: string): boolean {
-    const state = this.#states.get(key) ?? { failures: 0, ejections: 0, ejectedUntil: 0 };
-    this.#states.set(key, state);
     const now = this.#now();
+    const state = this.#states.get(key) ?? { failures: 0, ejections: 0, ejectedUntil: 0, lastFaultAt: now };
+    this.#states.set(key, state);
+    state.lastFaultAt = now;
     // A call that started before the ejection may still fail during it: that is no new evidence.
     if (state.ejectedUntil > now) return false;
     state.failures++;

@@ -265,8 +265,16 @@ async function* answerFrom(deps: RelayDeps, request: RelayRequest, answer: Answe
     const lastRoute = r === routes.length - 1;
     let targets: UpstreamTarget[];
     try {
+      await request.enterRoute?.(route);
       targets = liveCandidates(deps.upstreams, deps.outliers, route);
     } catch (err) {
+      if (!lastRoute && err instanceof AppError && err.httpStatus !== 503 && route.open) {
+        answer.log.info(
+          { hosterId: route.hosterId, code: err.code },
+          "open endpoint refused the request's plan room; trying the next",
+        );
+        continue;
+      }
       if (lastRoute || !(err instanceof AppError) || err.code !== "no_healthy_upstream") throw err;
       answer.log.warn({ modelId: route.modelId }, "no live upstream for the model; trying the next model");
       continue;

@@ -41,8 +41,16 @@ export interface RelayRequest {
   leaseId: string;
   worstCaseMicros: bigint;
   worstCaseTokens: bigint;
-  /** The subscription whose budget admitted it ('' for the account's own). */
+  /**
+   * The subscription whose budget admitted it ('' for the account's own): for an open endpoint,
+   * the account's subscription to its plan, which `enterRoute` changes when another one serves it.
+   */
   subscriptionId: string;
+  /**
+   * Called before each route is tried, the first included: moves the request's plan room to an
+   * open endpoint's plan. A refusal (that plan paused, its limits reached) passes the route over.
+   */
+  enterRoute?: (route: Route) => Promise<void>;
   /** Included tokens taken from the subscription's budget at admission (overage plans). */
   includedTokens: bigint;
   /** A scoped key's request is priced by its subscription's terms; unset for an account key's. */

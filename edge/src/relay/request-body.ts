@@ -3,7 +3,7 @@ import { AppError } from "@mkt/runtime/errors";
 /**
  * Rewrites the client's JSON body for the upstream: its model name, the output cap billing
  * granted, and always streaming with usage so the relay can count what it relays; the client's
- * `models` fallback list is the gateway's, so it is dropped. Every other
+ * `models` fallback list and `provider` preferences are the gateway's, so they are dropped. Every other
  * field (temperature, tools, n, stop, response_format, ...) passes through untouched.
  */
 export function upstreamBody(clientBody: Uint8Array, upstreamModel: string, maxOutputTokens: bigint): Buffer {
@@ -27,6 +27,7 @@ export function upstreamBody(clientBody: Uint8Array, upstreamModel: string, maxO
   delete body.max_completion_tokens;
   // The gateway's fallback list (the relay walks it); an upstream would refuse or misread it.
   delete body.models;
+  delete body.provider;
   return Buffer.from(
     JSON.stringify({
       ...body,

@@ -1,3 +1,4 @@
+import { providerSchema } from "../routing/provider-preferences.ts";
 import { MAX_OUTPUT_TOKENS_FIELD } from "../chat/chat-body.ts";
 
 /** One `input` item of a Responses API request (message, function_call, function_call_output, ...). */
@@ -6,6 +7,8 @@ export type InputItem = Record<string, unknown> & { type?: string };
 /** The fields of a Responses API body the gateway reads (docs/responses-api.md); others are ignored. */
 export interface ResponsesBody {
   model: string;
+  /** Routing preferences for an open model (provider-preferences.ts). */
+  provider?: unknown;
   input: string | InputItem[];
   instructions?: string | null;
   max_output_tokens?: number | null;
@@ -29,6 +32,7 @@ export const responsesBodySchema = {
   required: ["model", "input"],
   properties: {
     model: { type: "string", minLength: 1, maxLength: 256, example: "auto" },
+    provider: providerSchema,
     input: {
       type: ["string", "array"],
       minLength: 1,

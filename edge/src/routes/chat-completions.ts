@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { chatAnswerFormat } from "../chat/answer-format.ts";
 import { chatBodySchema, refuseAudioOutput, type ChatBody } from "../chat/chat-body.ts";
 import { startChatCall } from "../chat/chat-call.ts";
+import { providerPreferences } from "../routing/provider-preferences.ts";
 import { relayCompletion } from "../chat/relay-completion.ts";
 import { rawJsonBody } from "../plugins/json-body.ts";
 import type { RouteDeps } from "./route-deps.ts";
@@ -68,6 +69,7 @@ export function chatCompletionRoutes(app: FastifyInstance, deps: RouteDeps): voi
         body,
         bytes,
         promptParam: "messages",
+        provider: providerPreferences(body.provider),
       });
       return relayCompletion(events, reply, {
         stream,

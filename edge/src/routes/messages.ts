@@ -2,6 +2,7 @@ import type { FastifyInstance } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 import { candidateRoutes } from "../chat/candidate-routes.ts";
 import { startChatCall } from "../chat/chat-call.ts";
+import { providerPreferences } from "../routing/provider-preferences.ts";
 import { relayCompletion } from "../chat/relay-completion.ts";
 import { installAnthropicErrorHandler } from "../messages/anthropic-errors.ts";
 import { messageContext } from "../messages/message-object.ts";
@@ -93,14 +94,22 @@ export async function messagesRoutes(scope: FastifyInstance, deps: RouteDeps): P
     async (request, reply) => {
       const body = request.body;
       const principal = principalOf(request);
-      const [route] = await candidateRoutes(deps, principal.scope, [{ name: body.model, param: "model" }]);
+      const provider = providerPreferences(body.provider);
+      const [route] = await candidateRoutes(deps, principal.scope, [{ name: body.model, param: "model" }], {
+        provider,
+      });
       const chat = chatBodyFromMessages(body, body.max_tokens);
       const cap = await servedOutputCap(deps.promptTokens, principal.accountId, route!, chat, body.max_tokens);
       if (cap === undefined) delete chat.max_tokens;
       else chat.max_tokens = cap;
       const stream = body.stream === true;
       const bytes = Buffer.from(JSON.stringify(chat));
-      const started = await startChatCall(deps, request, reply, { body: chat, bytes, promptParam: "messages" });
+      const started = await startChatCall(deps, request, reply, {
+        body: chat,
+        bytes,
+        promptParam: "messages",
+        provider,
+      });
       return relayCompletion(started.events, reply, {
         stream,
         format: new MessageStreamTranslator(messageContext(request.id, started.route.modelId)),

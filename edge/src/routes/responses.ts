@@ -1,5 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { startChatCall } from "../chat/chat-call.ts";
+import { providerPreferences } from "../routing/provider-preferences.ts";
 import { relayCompletion } from "../chat/relay-completion.ts";
 import { chatBodyFromResponses } from "../responses/request-translation.ts";
 import { responsesBodySchema, type ResponsesBody } from "../responses/responses-body.ts";
@@ -49,6 +50,7 @@ export function responsesRoutes(app: FastifyInstance, deps: RouteDeps): void {
       },
     },
     async (request, reply) => {
+      const provider = providerPreferences(request.body.provider);
       const body = chatBodyFromResponses(request.body);
       const stream = body.stream === true;
       const bytes = Buffer.from(JSON.stringify(body));
@@ -56,6 +58,7 @@ export function responsesRoutes(app: FastifyInstance, deps: RouteDeps): void {
         body,
         bytes,
         promptParam: "input",
+        provider,
       });
       const format = new ResponseStreamTranslator(responseContext(request.id, route.modelId, request.body));
       return relayCompletion(events, reply, {

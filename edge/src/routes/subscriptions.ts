@@ -25,6 +25,9 @@ const subscriptionProperties = {
   period_end: nullableString(),
   created_at: string(),
   cancelled_at: nullableString(),
+  origin: string(
+    "`subscribed` (POST /v1/subscriptions) or `open` (made by the account's first call to an open plan: no key, no fee)",
+  ),
 };
 
 /** A subscription as the API shows it; the key appears only where it is created. */
@@ -43,6 +46,7 @@ function renderSubscription(s: Subscription | undefined) {
     period_end: s?.periodEnd || null,
     created_at: s?.createdAt ?? "",
     cancelled_at: s?.cancelledAt || null,
+    origin: s?.origin || "subscribed",
   };
 }
 

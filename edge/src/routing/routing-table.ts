@@ -3,11 +3,15 @@ import { modelNotFound, noHealthyUpstream } from "@mkt/runtime/route-errors";
 import {
   Route,
   type CatalogTable,
+  type OpenEndpoint,
+  type OpenModel,
   type PlatformModel,
   type RoutableHoster,
   type RouteScope,
 } from "@mkt/proto/registry/v1/registry";
 import { ModelAliases } from "./model-aliases.ts";
+import { orderEndpoints, type RandomSource } from "./open-routes.ts";
+import { NO_PREFERENCES, type ProviderPreferences } from "./provider-preferences.ts";
 import type { EjectionView, UpstreamDirectory, UpstreamTarget } from "./upstream-target.ts";
 
 /** A model a caller may name, with what decides its health. */
@@ -39,6 +43,31 @@ const EMPTY: Namespace = { ordered: [], byId: new Map(), byAlias: new Map(), byF
 /** True when a request carries a subscription scope (a scoped key). */
 const isScoped = (scope: RouteScope | undefined): scope is RouteScope =>
   !!scope && (scope.subscriptionId !== "" || scope.productId !== "" || scope.hosterId !== "");
+
+/** Model-name suffixes that choose a sort for an open model (OpenRouter's shortcuts). */
+const SORT_SUFFIXES = { ":floor": "price", ":nitro": "throughput" } as const;
+
+/** The edge's view of upstream failures: ejection, and faults within the last 30 s. */
+export type OutlierView = EjectionView & { recovered?(key: string): void; faultedRecently?(key: string): boolean };
+
+/** An open endpoint's route: reached with an account key, priced at its plan's prices. */
+function openRoute(e: OpenEndpoint, hoster: RoutableHoster): Route {
+  return Route.fromPartial({
+    modelId: e.modelId,
+    provider: "hoster",
+    hosterId: hoster.hosterId,
+    productId: e.productId,
+    inputPricePer1mMicros: e.inputPricePer1mMicros,
+    outputPricePer1mMicros: e.outputPricePer1mMicros,
+    contextWindow: e.contextWindow,
+    maxOutputTokensCap: e.maxOutputTokens,
+    maxN: e.maxN > 0n ? e.maxN : 1n,
+    kind: "chat",
+    open: true,
+    hosterName: hoster.name,
+    quantization: e.quantization,
+  });
+}
 
 function namespace(candidates: Candidate[]): Namespace {
   const index: Namespace = { ordered: candidates, byId: new Map(), byAlias: new Map(), byFoldedId: new Map() };
@@ -123,13 +152,16 @@ function hosterNamespace(h: RoutableHoster): Namespace {
  * every one of its servers is ejected by the edge's own outlier detection.
  */
 export class RoutingTable implements UpstreamDirectory {
-  readonly #outliers: EjectionView & { recovered?(key: string): void };
+  readonly #outliers: OutlierView;
+  readonly #random: RandomSource;
   /** The operator's MODEL_ALIASES, consulted for a name no model answers to. */
   readonly aliases: ModelAliases;
   #table: CatalogTable | undefined;
   #receivedAt: number | undefined;
   #platform: Namespace = EMPTY;
   #hosters = new Map<string, IndexedHoster>();
+  /** Open models by lower-cased canonical id. */
+  #open = new Map<string, OpenModel>();
   #loaded!: Promise<void>;
   #markLoaded!: () => void;
 
@@ -137,13 +169,16 @@ export class RoutingTable implements UpstreamDirectory {
    * `outliers` is the edge's outlier ejection: read for health, and told when registry's probes
    * find a hoster healthy again after finding it unhealthy (`recovered`): the probe is the proof it
    * is back, so this edge's own ejection of it ends at once rather than at its back-off.
+   * `random` draws open models' endpoints (tests inject a sequence).
    */
   constructor(
-    outliers: EjectionView & { recovered?(key: string): void } = { isEjected: () => false },
+    outliers: OutlierView = { isEjected: () => false },
     aliases: ModelAliases = new ModelAliases(),
+    random: RandomSource = Math.random,
   ) {
     this.#outliers = outliers;
     this.aliases = aliases;
+    this.#random = random;
     this.#loaded = new Promise((resolve) => (this.#markLoaded = resolve));
   }
 
@@ -157,6 +192,7 @@ export class RoutingTable implements UpstreamDirectory {
     this.#hosters = new Map(
       table.hosters.map((h) => [h.hosterId.toLowerCase(), { hoster: h, models: hosterNamespace(h) }]),
     );
+    this.#open = new Map(table.openModels.map((m) => [m.canonicalId.toLowerCase(), m]));
     this.#table = table;
     this.#receivedAt = receivedAt;
     this.#markLoaded();
@@ -199,13 +235,67 @@ export class RoutingTable implements UpstreamDirectory {
    * exists elsewhere, and no_healthy_upstream for a match (or `auto`) with no usable server.
    */
   resolve(model: string, scope: RouteScope | undefined, kind: "chat" | "embedding" = "chat"): Route {
+    return this.resolveRoutes(model, scope, kind)[0]!;
+  }
+
+  /**
+   * The routes a model name resolves to, in the order to try them: one for a platform model or a
+   * scoped key's hoster model; for an account key naming an open model (its canonical id, with an
+   * optional `:floor` / `:nitro` suffix), its endpoints in the order the default rule, the
+   * request's `provider` preferences and this edge's recent faults give (docs/routing.md). A
+   * platform model's name wins over an open model's. Errors as `resolve`'s; an open model whose
+   * endpoints the preferences all rule out is model_not_found naming `provider`.
+   */
+  resolveRoutes(
+    model: string,
+    scope: RouteScope | undefined,
+    kind: "chat" | "embedding" = "chat",
+    prefs: ProviderPreferences = NO_PREFERENCES,
+  ): Route[] {
     const route = this.#resolveName(model, scope, kind);
-    if (route) return route;
+    if (route) return [route];
+    const open = kind === "chat" && !isScoped(scope) ? this.#openRoutes(model, prefs) : undefined;
+    if (open) return open;
     // An alias is read only for a name no model has: it names a model, whose errors are its own.
     const target = this.aliases.targetOf(model);
     const aliased = target === undefined ? undefined : this.#resolveName(target, scope, kind);
-    if (aliased) return aliased;
+    if (aliased) return [aliased];
     throw modelNotFound(model);
+  }
+
+  /** An open model's routes for an account key, or undefined when the name is no open model's. */
+  #openRoutes(model: string, prefs: ProviderPreferences): Route[] | undefined {
+    let folded = model.toLowerCase();
+    let found = this.#open.get(folded);
+    if (!found) {
+      const suffix = Object.keys(SORT_SUFFIXES).find((s) => folded.endsWith(s)) as
+        keyof typeof SORT_SUFFIXES | undefined;
+      if (!suffix) return undefined;
+      folded = folded.slice(0, -suffix.length);
+      found = this.#open.get(folded);
+      if (!found) return undefined;
+      prefs = { ...prefs, sort: prefs.sort ?? SORT_SUFFIXES[suffix] };
+    }
+    const choices = found.endpoints.flatMap((endpoint) => {
+      const hoster = this.#hosters.get(endpoint.hosterId.toLowerCase())?.hoster;
+      if (!hoster) return [];
+      return [
+        {
+          endpoint,
+          hosterName: hoster.name.toLowerCase(),
+          recentFault: this.#outliers.faultedRecently?.(hoster.upstreamKey) ?? false,
+        },
+      ];
+    });
+    const ordered = orderEndpoints(choices, prefs, this.#random);
+    if (ordered.length === 0) {
+      throw new AppError(
+        "model_not_found",
+        `No endpoint of the model \`${found.canonicalId}\` matches the request's provider preferences.`,
+        { param: "provider" },
+      );
+    }
+    return ordered.map((e) => openRoute(e, this.#hosters.get(e.hosterId.toLowerCase())!.hoster));
   }
 
   /** `auto` is the first healthy model of the kind asked (an embedding model answers no chat). */

@@ -110,6 +110,9 @@ describe("the cloud catalog", () => {
       maxOutputTokensCap: 4096n,
       maxN: 1n,
       kind: "chat",
+      open: false,
+      hosterName: "",
+      quantization: "",
     };
     for (const name of ["gpt-cloud", "cloud gpt", "GPT-CLOUD"]) {
       expect(await h.route(name), name).toEqual(expected);

@@ -123,6 +123,9 @@ describe("the edge's routing table, for a scoped key", () => {
       maxOutputTokensCap: 32768n,
       maxN: 1n,
       kind: "chat",
+      open: false,
+      hosterName: "",
+      quantization: "",
     });
   });
 

@@ -26,6 +26,9 @@ describe("the edge's routing table, for an account key", () => {
       maxOutputTokensCap: 4096n,
       maxN: 1n,
       kind: "chat",
+      open: false,
+      hosterName: "",
+      quantization: "",
     });
   });
 

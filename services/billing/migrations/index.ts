@@ -14,6 +14,7 @@ import { Migration20261228000000DropReservations } from "./Migration202612280000
 import { Migration20261230000000KeySpendLimits } from "./Migration20261230000000KeySpendLimits.ts";
 import { Migration20261231000000SettlementWriteCost } from "./Migration20261231000000SettlementWriteCost.ts";
 import { Migration20270105000000EdgeIncarnations } from "./Migration20270105000000EdgeIncarnations.ts";
+import { Migration20270110000000ImplicitSubscriptions } from "./Migration20270110000000ImplicitSubscriptions.ts";
 
 /** Billing's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -35,4 +36,5 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261230000000KeySpendLimits", class: Migration20261230000000KeySpendLimits },
   { name: "Migration20261231000000SettlementWriteCost", class: Migration20261231000000SettlementWriteCost },
   { name: "Migration20270105000000EdgeIncarnations", class: Migration20270105000000EdgeIncarnations },
+  { name: "Migration20270110000000ImplicitSubscriptions", class: Migration20270110000000ImplicitSubscriptions },
 ];

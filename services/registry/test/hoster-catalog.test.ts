@@ -63,6 +63,9 @@ const tableOf = (row: RoutableHoster) =>
     platformModels: [],
     hosters: { allRoutable: async () => [row] },
     products: { activeByHoster: async () => new Map() },
+    minutes: { stats: async () => new Map() },
+    verification: { verdicts: async () => new Map() },
+    clock: () => new Date(),
     box,
     log: pino({ level: "silent" }),
   });

@@ -13,6 +13,7 @@ import { accountKeyLimits, applyReport, closeReported, loadLeases, lockWallets, 
 import { growKeyRoom } from "./key-room.ts";
 import { amountsOf, budgetAmountsOf, validateEdgeCall, validateNeed, validateReports } from "./lease-validation.ts";
 import { refuseUnlessActive } from "../subscriptions/subscription-gate.ts";
+import { openPlanSubscription } from "../subscriptions/implicit-subscription.ts";
 import { growBudget, returnIdleSlots } from "./budget-growth.ts";
 import { recallForGrant } from "./grant-recall.ts";
 import { recallBudgetsForGrant } from "./budget-recall.ts";
@@ -54,6 +55,13 @@ async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promi
     });
   }
   if (req.report) validateReports([req.report]);
+  // An account key's request to an open endpoint: admitted on the account's subscription to the
+  // plan, made by this grant when it is the first.
+  const openProductId = req.request?.openProductId ?? "";
+  if (openProductId && !req.request!.subscriptionId) {
+    const subscriptionId = await openPlanSubscription(ctx, req.accountId, openProductId);
+    req = { ...req, request: { ...req.request!, subscriptionId } };
+  }
   if (!ctx.openWallets.has(req.accountId)) {
     await ctx.orm.em.fork().transactional((em) => openWallet(em, req.accountId, ctx.config.STARTING_CREDIT_USD));
     ctx.openWallets.add(req.accountId);

@@ -46,15 +46,15 @@ export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<s
     em,
     `insert into lease_budgets (lease_id, subscription_id, status, state, hoster_id, period_index, pricing_model,
        included_tokens, input_price_per_1m_micros, output_price_per_1m_micros, overage_price_per_1m_micros,
-       max_context_tokens, max_output_tokens, rpm_limit)
-     values (?, ?, 'open', 'active', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       max_context_tokens, max_output_tokens, rpm_limit, product_id)
+     values (?, ?, 'open', 'active', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
      on conflict (lease_id, subscription_id) do update set status = 'open', state = 'active', fenced_at = null,
        hoster_id = excluded.hoster_id, period_index = excluded.period_index, pricing_model = excluded.pricing_model,
        included_tokens = excluded.included_tokens, input_price_per_1m_micros = excluded.input_price_per_1m_micros,
        output_price_per_1m_micros = excluded.output_price_per_1m_micros,
        overage_price_per_1m_micros = excluded.overage_price_per_1m_micros,
        max_context_tokens = excluded.max_context_tokens, max_output_tokens = excluded.max_output_tokens,
-       rpm_limit = excluded.rpm_limit`,
+       rpm_limit = excluded.rpm_limit, product_id = excluded.product_id`,
     [
       lease.id,
       plan.subscriptionId,
@@ -68,6 +68,7 @@ export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<s
       plan.maxContextTokens,
       plan.maxOutputTokens,
       plan.rpmLimit,
+      plan.productId || null,
     ],
   );
   const terms: BudgetTerms = {
@@ -79,6 +80,7 @@ export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<s
     maxContextTokens: plan.maxContextTokens,
     maxOutputTokens: plan.maxOutputTokens,
     rpmLimit: plan.rpmLimit,
+    productId: plan.productId,
   };
   const fields = { status: "open" as const, state: "active", periodIndex: plan.periodIndex, terms };
   let budget = lease.budgets.find((b) => b.subscriptionId === plan.subscriptionId);

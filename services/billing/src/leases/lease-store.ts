@@ -123,7 +123,7 @@ export function leasesQuery(where: string): string {
          'pricing_model', b.pricing_model, 'input_price', b.input_price_per_1m_micros::text,
          'output_price', b.output_price_per_1m_micros::text, 'overage_price', b.overage_price_per_1m_micros::text,
          'max_context_tokens', b.max_context_tokens::text, 'max_output_tokens', b.max_output_tokens::text,
-         'rpm_limit', b.rpm_limit::text) order by b.subscription_id)
+         'rpm_limit', b.rpm_limit::text, 'product_id', b.product_id) order by b.subscription_id)
          from lease_budgets b where b.lease_id = l.id), '[]') as budgets,
        coalesce((select json_agg(json_build_object('key_id', k.key_id, 'limit_micros', k.limit_micros::text,
          'limit_reset', k.limit_reset) order by k.key_id)
@@ -168,6 +168,7 @@ export function toLeaseRow(row: Record<string, unknown>): LeaseRow {
         maxContextTokens: int8(b.max_context_tokens),
         maxOutputTokens: int8(b.max_output_tokens),
         rpmLimit: int8(b.rpm_limit),
+        productId: (b.product_id as string | null) ?? "",
       },
     })),
     keyLimits: keyLimitRows(row.key_limits as Array<Record<string, unknown>>),

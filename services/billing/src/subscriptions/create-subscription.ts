@@ -9,6 +9,7 @@ import { fetchPlan, productNotFound } from "./plan.ts";
 import { Subscription, type SubscriptionRow } from "./subscription.entity.ts";
 import { openKey, revokeSubscriptionKey, sealKey } from "./subscription-keys.ts";
 import { LIVE_STATUSES, subscriptionMessage } from "./subscription-view.ts";
+import { keyForImplicitSubscription } from "./implicit-subscription.ts";
 
 /**
  * How long a replay returns the key, and how long its sealed secret is kept
@@ -77,6 +78,9 @@ export async function createSubscription(
       if (!sealedSecret) throw incomplete();
       return runSaga(ctx, earlier, sealedSecret);
     }
+    // A plan the account already uses implicitly (an open plan): its subscription gets the key.
+    const keyed = await keyForImplicitSubscription(ctx, req.accountId, req.productId, secret);
+    if (keyed) return { subscription: subscriptionMessage(keyed.row), apiKey: secret, replayed: false };
     if (await liveSubscription(em, req.accountId, req.productId)) throw alreadySubscribed();
     if (attempt >= 1) throw incomplete();
   }

@@ -8,6 +8,8 @@ import type { PlanPrices, PricingModel } from "./plan-pricing.ts";
  */
 export interface PlanTerms extends PlanPrices {
   subscriptionId: string;
+  /** The plan subscribed to. */
+  productId: string;
   hosterId: string;
   periodIndex: number;
   periodEnd: Date | undefined;
@@ -27,6 +29,7 @@ export function planTerms(row: Record<string, unknown>): PlanTerms {
   const periodEnd = row.period_end as string | Date | null;
   return {
     subscriptionId: row.id as string,
+    productId: (row.product_id as string | null) ?? "",
     hosterId: (row.hoster_id as string | null) ?? "",
     pricingModel: row.pricing_model as PricingModel,
     inputPricePer1m: int8(row.input_price_per_1m_micros),

@@ -19,6 +19,7 @@ export function subscriptionMessage(row: SubscriptionRow): SubscriptionMessage {
     createdAt: iso(row.createdAt),
     cancelledAt: iso(row.cancelledAt),
     terms: snapshotTerms(row),
+    origin: row.origin,
   };
 }
 

@@ -16,6 +16,8 @@ export const Subscription = defineEntity({
     productId: p.uuid(),
     /** pending | active | paused | past_due | cancelled | failed */
     status: p.text(),
+    /** subscribed (POST /v1/subscriptions) | open (made by the account's first call to an open plan) */
+    origin: p.text(),
     hosterId: p.uuid().nullable(),
     productName: p.text().nullable(),
     hosterName: p.text().nullable(),

@@ -5,6 +5,9 @@ import { hosterKeyContext } from "../hosters/hoster.entity.ts";
 import type { HosterStore, RoutableHoster as StoredRoutableHoster } from "../hosters/hoster-store.ts";
 import type { ProductStore } from "../products/product-store.ts";
 import { productView } from "../products/product-view.ts";
+import type { EndpointMinutesStore } from "../hosters/endpoint-minutes-store.ts";
+import type { VerificationStore } from "../verification/verification-store.ts";
+import { openModels } from "./open-routing.ts";
 import type { ConfiguredModel } from "./configured-models.ts";
 import { hosterUpstreamKey } from "./hoster-catalog.ts";
 import {
@@ -52,18 +55,29 @@ export interface CatalogTableSources {
   platformModels: readonly PlatformModel[];
   hosters: Pick<HosterStore, "allRoutable">;
   products: Pick<ProductStore, "activeByHoster">;
+  /** Live figures and verdicts: they decide which open endpoints are fallbacks only. */
+  minutes: Pick<EndpointMinutesStore, "stats">;
+  verification: Pick<VerificationStore, "verdicts">;
+  clock: () => Date;
   /** Opens hosters' sealed tokens: the edge calls them with the plain token. */
   box: SecretBox;
   log: Logger;
 }
 
 /**
- * Builds the routing table (without its version) from configuration and the database: two
- * queries whatever the number of hosters (hosters with their models, then every active plan).
+ * Builds the routing table (without its version) from configuration and the database: four
+ * queries whatever the number of hosters (hosters with their models, every active plan, the
+ * endpoints' figures and their verdicts).
  */
 export async function buildCatalogTable(sources: CatalogTableSources): Promise<CatalogTable> {
-  const [hosters, plans] = await Promise.all([sources.hosters.allRoutable(), sources.products.activeByHoster()]);
+  const [hosters, plans, stats, verdicts] = await Promise.all([
+    sources.hosters.allRoutable(),
+    sources.products.activeByHoster(),
+    sources.minutes.stats(sources.clock()),
+    sources.verification.verdicts(),
+  ]);
   return CatalogTable.fromPartial({
+    openModels: openModels({ hosters, plans, stats, verdicts }),
     platformModels: [...sources.platformModels],
     hosters: hosters.map((h) =>
       RoutableHoster.fromPartial({

@@ -49,13 +49,17 @@ async function verifyOne(ctx: HostersContext, target: VerifyTarget): Promise<voi
   );
 }
 
-/** One verification round over every open endpoint. */
+/**
+ * One verification round over every open endpoint. The routing table is rebuilt after it: a
+ * verdict decides whether an endpoint is a fallback only, and so do the figures its probes add.
+ */
 export async function verifyAllEndpoints(ctx: HostersContext): Promise<void> {
   const queue = await ctx.verification.targets();
   const worker = async () => {
     for (let target = queue.shift(); target; target = queue.shift()) await verifyOne(ctx, target);
   };
   await Promise.all(Array.from({ length: PARALLEL_RUNS }, worker));
+  ctx.announce("");
 }
 
 /**

@@ -287,7 +287,11 @@ export interface Subscription {
   createdAt: string;
   /** Empty unless cancelled. */
   cancelledAt: string;
-  terms?: SubscriptionTerms | undefined;
+  terms?:
+    | SubscriptionTerms
+    | undefined;
+  /** subscribed (POST /v1/subscriptions) | open (made by the account's first call to an open plan) */
+  origin: string;
 }
 
 export interface CreateSubscriptionRequest {
@@ -4223,6 +4227,7 @@ function createBaseSubscription(): Subscription {
     createdAt: "",
     cancelledAt: "",
     terms: undefined,
+    origin: "",
   };
 }
 
@@ -4263,6 +4268,9 @@ export const Subscription: MessageFns<Subscription> = {
     }
     if (message.terms !== undefined) {
       SubscriptionTerms.encode(message.terms, writer.uint32(98).fork()).join();
+    }
+    if (message.origin !== "") {
+      writer.uint32(106).string(message.origin);
     }
     return writer;
   },
@@ -4376,6 +4384,14 @@ export const Subscription: MessageFns<Subscription> = {
             message.terms = SubscriptionTerms.decode(reader, reader.uint32());
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.origin = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4442,6 +4458,7 @@ export const Subscription: MessageFns<Subscription> = {
         ? globalThis.String(object.cancelled_at)
         : "",
       terms: isSet(object.terms) ? SubscriptionTerms.fromJSON(object.terms) : undefined,
+      origin: isSet(object.origin) ? globalThis.String(object.origin) : "",
     };
   },
 
@@ -4483,6 +4500,9 @@ export const Subscription: MessageFns<Subscription> = {
     if (message.terms !== undefined) {
       obj.terms = SubscriptionTerms.toJSON(message.terms);
     }
+    if (message.origin !== "") {
+      obj.origin = message.origin;
+    }
     return obj;
   },
 
@@ -4505,6 +4525,7 @@ export const Subscription: MessageFns<Subscription> = {
     message.terms = (object.terms !== undefined && object.terms !== null)
       ? SubscriptionTerms.fromPartial(object.terms)
       : undefined;
+    message.origin = object.origin ?? "";
     return message;
   },
 };

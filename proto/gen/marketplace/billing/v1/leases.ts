@@ -230,6 +230,8 @@ export interface BudgetTerms {
   maxOutputTokens: bigint;
   /** The plan's requests per minute per subscriber (its x-ratelimit-* headers). */
   rpmLimit: bigint;
+  /** The plan subscribed to: an account key's request to an open endpoint finds its budget by it. */
+  productId?: string | undefined;
 }
 
 /** The request in hand (GrantLease) or the demand (Heartbeat) in each resource's unit. */
@@ -244,6 +246,11 @@ export interface LeaseNeed {
    * key_limit_exceeded) beside the credit.
    */
   keyId: string;
+  /**
+   * Set when an account key's request goes to an endpoint of this open plan: billing opens the
+   * budget of the account's subscription to it, created (origin open) by the first such grant.
+   */
+  openProductId?: string | undefined;
 }
 
 /** What billing holds for one lease, as the edge should now see it. */
@@ -911,6 +918,7 @@ function createBaseBudgetTerms(): BudgetTerms {
     maxContextTokens: 0n,
     maxOutputTokens: 0n,
     rpmLimit: 0n,
+    productId: undefined,
   };
 }
 
@@ -957,6 +965,9 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
         throw new globalThis.Error("value provided for field message.rpmLimit of type int64 too large");
       }
       writer.uint32(64).int64(message.rpmLimit);
+    }
+    if (message.productId !== undefined) {
+      writer.uint32(74).string(message.productId);
     }
     return writer;
   },
@@ -1038,6 +1049,14 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
             message.rpmLimit = reader.int64() as bigint;
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1092,6 +1111,11 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
         : isSet(object.rpm_limit)
         ? BigInt(object.rpm_limit)
         : 0n,
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : undefined,
     };
   },
 
@@ -1120,6 +1144,9 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
     }
     if (message.rpmLimit !== 0n) {
       obj.rpmLimit = message.rpmLimit.toString();
+    }
+    if (message.productId !== undefined) {
+      obj.productId = message.productId;
     }
     return obj;
   },
@@ -1150,12 +1177,13 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
       ? BigInt(object.maxOutputTokens)
       : 0n;
     message.rpmLimit = (object.rpmLimit !== undefined && object.rpmLimit !== null) ? BigInt(object.rpmLimit) : 0n;
+    message.productId = object.productId ?? undefined;
     return message;
   },
 };
 
 function createBaseLeaseNeed(): LeaseNeed {
-  return { creditMicros: 0n, requests: 0n, tokens: 0n, subscriptionId: "", keyId: "" };
+  return { creditMicros: 0n, requests: 0n, tokens: 0n, subscriptionId: "", keyId: "", openProductId: undefined };
 }
 
 export const LeaseNeed: MessageFns<LeaseNeed> = {
@@ -1183,6 +1211,9 @@ export const LeaseNeed: MessageFns<LeaseNeed> = {
     }
     if (message.keyId !== "") {
       writer.uint32(42).string(message.keyId);
+    }
+    if (message.openProductId !== undefined) {
+      writer.uint32(50).string(message.openProductId);
     }
     return writer;
   },
@@ -1240,6 +1271,14 @@ export const LeaseNeed: MessageFns<LeaseNeed> = {
             message.keyId = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.openProductId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1271,6 +1310,11 @@ export const LeaseNeed: MessageFns<LeaseNeed> = {
         : isSet(object.key_id)
         ? globalThis.String(object.key_id)
         : "",
+      openProductId: isSet(object.openProductId)
+        ? globalThis.String(object.openProductId)
+        : isSet(object.open_product_id)
+        ? globalThis.String(object.open_product_id)
+        : undefined,
     };
   },
 
@@ -1291,6 +1335,9 @@ export const LeaseNeed: MessageFns<LeaseNeed> = {
     if (message.keyId !== "") {
       obj.keyId = message.keyId;
     }
+    if (message.openProductId !== undefined) {
+      obj.openProductId = message.openProductId;
+    }
     return obj;
   },
 
@@ -1306,6 +1353,7 @@ export const LeaseNeed: MessageFns<LeaseNeed> = {
     message.tokens = (object.tokens !== undefined && object.tokens !== null) ? BigInt(object.tokens) : 0n;
     message.subscriptionId = object.subscriptionId ?? "";
     message.keyId = object.keyId ?? "";
+    message.openProductId = object.openProductId ?? undefined;
     return message;
   },
 };

@@ -51,6 +51,15 @@ export interface Route {
   maxN: bigint;
   /** chat (empty means chat) | embedding: which API the model answers. */
   kind: string;
+  /**
+   * An endpoint of an open plan reached with an account key: admitted against the account's
+   * implicit subscription to `product_id`, priced at the route's prices.
+   */
+  open: boolean;
+  /** The hoster's name (an open route's; `provider.order` may name it). */
+  hosterName: string;
+  /** The model's quantization (an open route's). */
+  quantization: string;
 }
 
 export interface WatchCatalogRequest {
@@ -76,6 +85,46 @@ export interface CatalogTable {
   platformModels: PlatformModel[];
   /** Every registered hoster, healthy or not, oldest first: for scoped keys, each sees its own. */
   hosters: RoutableHoster[];
+  /**
+   * Every canonical id served on an open plan, with its endpoints as the default routing rule
+   * ranks them (docs/routing.md): for account keys.
+   */
+  openModels: OpenModel[];
+}
+
+/** One public model name and the endpoints (hoster, model, open plan) serving it. */
+export interface OpenModel {
+  canonicalId: string;
+  endpoints: OpenEndpoint[];
+}
+
+/** An endpoint as routing needs it; its server is its hoster's (`hosters`). */
+export interface OpenEndpoint {
+  hosterId: string;
+  /** The hoster's own name for the model (what its server is called with). */
+  modelId: string;
+  /** The open plan it is sold on: the account's implicit subscription is to this plan. */
+  productId: string;
+  inputPricePer1mMicros: bigint;
+  outputPricePer1mMicros: bigint;
+  /** The model's context window and the output cap, each narrowed by the plan. */
+  contextWindow: bigint;
+  maxOutputTokens: bigint;
+  quantization: string;
+  /**
+   * primary (chosen by the rule) | fallback (tried only after every primary: degraded by
+   * verification, or below the uptime floor).
+   */
+  tier: string;
+  /**
+   * The default rule's weight among the primaries that are not free: 1 / (input + output USD per
+   * 1M)². 0 for a free endpoint (free ones are chosen first, uniformly) and for a fallback.
+   */
+  weight: number;
+  /** Live figures over 30 minutes, for `sort`: absent with no sample. */
+  latencyP50Ms?: bigint | undefined;
+  tokensPerSecondP50?: bigint | undefined;
+  maxN: bigint;
 }
 
 /** An OpenAI-compatible server able to serve a model, and how to call it. */
@@ -589,6 +638,9 @@ function createBaseRoute(): Route {
     maxOutputTokensCap: 0n,
     maxN: 0n,
     kind: "",
+    open: false,
+    hosterName: "",
+    quantization: "",
   };
 }
 
@@ -638,6 +690,15 @@ export const Route: MessageFns<Route> = {
     }
     if (message.kind !== "") {
       writer.uint32(82).string(message.kind);
+    }
+    if (message.open !== false) {
+      writer.uint32(88).bool(message.open);
+    }
+    if (message.hosterName !== "") {
+      writer.uint32(98).string(message.hosterName);
+    }
+    if (message.quantization !== "") {
+      writer.uint32(106).string(message.quantization);
     }
     return writer;
   },
@@ -735,6 +796,30 @@ export const Route: MessageFns<Route> = {
             message.kind = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.open = reader.bool();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.hosterName = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.quantization = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -787,6 +872,13 @@ export const Route: MessageFns<Route> = {
         : 0n,
       maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
       kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      open: isSet(object.open) ? globalThis.Boolean(object.open) : false,
+      hosterName: isSet(object.hosterName)
+        ? globalThis.String(object.hosterName)
+        : isSet(object.hoster_name)
+        ? globalThis.String(object.hoster_name)
+        : "",
+      quantization: isSet(object.quantization) ? globalThis.String(object.quantization) : "",
     };
   },
 
@@ -822,6 +914,15 @@ export const Route: MessageFns<Route> = {
     if (message.kind !== "") {
       obj.kind = message.kind;
     }
+    if (message.open !== false) {
+      obj.open = message.open;
+    }
+    if (message.hosterName !== "") {
+      obj.hosterName = message.hosterName;
+    }
+    if (message.quantization !== "") {
+      obj.quantization = message.quantization;
+    }
     return obj;
   },
 
@@ -850,6 +951,9 @@ export const Route: MessageFns<Route> = {
       : 0n;
     message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
     message.kind = object.kind ?? "";
+    message.open = object.open ?? false;
+    message.hosterName = object.hosterName ?? "";
+    message.quantization = object.quantization ?? "";
     return message;
   },
 };
@@ -976,7 +1080,7 @@ export const WatchCatalogResponse: MessageFns<WatchCatalogResponse> = {
 };
 
 function createBaseCatalogTable(): CatalogTable {
-  return { version: 0n, platformModels: [], hosters: [] };
+  return { version: 0n, platformModels: [], hosters: [], openModels: [] };
 }
 
 export const CatalogTable: MessageFns<CatalogTable> = {
@@ -992,6 +1096,9 @@ export const CatalogTable: MessageFns<CatalogTable> = {
     }
     for (const v of message.hosters) {
       RoutableHoster.encode(v!, writer.uint32(26).fork()).join();
+    }
+    for (const v of message.openModels) {
+      OpenModel.encode(v!, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -1033,6 +1140,14 @@ export const CatalogTable: MessageFns<CatalogTable> = {
             message.hosters.push(RoutableHoster.decode(reader, reader.uint32()));
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.openModels.push(OpenModel.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1056,6 +1171,11 @@ export const CatalogTable: MessageFns<CatalogTable> = {
       hosters: globalThis.Array.isArray(object?.hosters)
         ? object.hosters.map((e: any) => RoutableHoster.fromJSON(e))
         : [],
+      openModels: globalThis.Array.isArray(object?.openModels)
+        ? object.openModels.map((e: any) => OpenModel.fromJSON(e))
+        : globalThis.Array.isArray(object?.open_models)
+        ? object.open_models.map((e: any) => OpenModel.fromJSON(e))
+        : [],
     };
   },
 
@@ -1070,6 +1190,9 @@ export const CatalogTable: MessageFns<CatalogTable> = {
     if (message.hosters?.length) {
       obj.hosters = message.hosters.map((e) => RoutableHoster.toJSON(e));
     }
+    if (message.openModels?.length) {
+      obj.openModels = message.openModels.map((e) => OpenModel.toJSON(e));
+    }
     return obj;
   },
 
@@ -1081,6 +1204,444 @@ export const CatalogTable: MessageFns<CatalogTable> = {
     message.version = (object.version !== undefined && object.version !== null) ? BigInt(object.version) : 0n;
     message.platformModels = object.platformModels?.map((e) => PlatformModel.fromPartial(e)) || [];
     message.hosters = object.hosters?.map((e) => RoutableHoster.fromPartial(e)) || [];
+    message.openModels = object.openModels?.map((e) => OpenModel.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseOpenModel(): OpenModel {
+  return { canonicalId: "", endpoints: [] };
+}
+
+export const OpenModel: MessageFns<OpenModel> = {
+  encode(message: OpenModel, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.canonicalId !== "") {
+      writer.uint32(10).string(message.canonicalId);
+    }
+    for (const v of message.endpoints) {
+      OpenEndpoint.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): OpenModel {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOpenModel();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.canonicalId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.endpoints.push(OpenEndpoint.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): OpenModel {
+    return {
+      canonicalId: isSet(object.canonicalId)
+        ? globalThis.String(object.canonicalId)
+        : isSet(object.canonical_id)
+        ? globalThis.String(object.canonical_id)
+        : "",
+      endpoints: globalThis.Array.isArray(object?.endpoints)
+        ? object.endpoints.map((e: any) => OpenEndpoint.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: OpenModel): unknown {
+    const obj: any = {};
+    if (message.canonicalId !== "") {
+      obj.canonicalId = message.canonicalId;
+    }
+    if (message.endpoints?.length) {
+      obj.endpoints = message.endpoints.map((e) => OpenEndpoint.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<OpenModel>, I>>(base?: I): OpenModel {
+    return OpenModel.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<OpenModel>, I>>(object: I): OpenModel {
+    const message = createBaseOpenModel();
+    message.canonicalId = object.canonicalId ?? "";
+    message.endpoints = object.endpoints?.map((e) => OpenEndpoint.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseOpenEndpoint(): OpenEndpoint {
+  return {
+    hosterId: "",
+    modelId: "",
+    productId: "",
+    inputPricePer1mMicros: 0n,
+    outputPricePer1mMicros: 0n,
+    contextWindow: 0n,
+    maxOutputTokens: 0n,
+    quantization: "",
+    tier: "",
+    weight: 0,
+    latencyP50Ms: undefined,
+    tokensPerSecondP50: undefined,
+    maxN: 0n,
+  };
+}
+
+export const OpenEndpoint: MessageFns<OpenEndpoint> = {
+  encode(message: OpenEndpoint, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hosterId !== "") {
+      writer.uint32(10).string(message.hosterId);
+    }
+    if (message.modelId !== "") {
+      writer.uint32(18).string(message.modelId);
+    }
+    if (message.productId !== "") {
+      writer.uint32(26).string(message.productId);
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.inputPricePer1mMicros) !== message.inputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.inputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(32).int64(message.inputPricePer1mMicros);
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.outputPricePer1mMicros) !== message.outputPricePer1mMicros) {
+        throw new globalThis.Error("value provided for field message.outputPricePer1mMicros of type int64 too large");
+      }
+      writer.uint32(40).int64(message.outputPricePer1mMicros);
+    }
+    if (message.contextWindow !== 0n) {
+      if (BigInt.asIntN(64, message.contextWindow) !== message.contextWindow) {
+        throw new globalThis.Error("value provided for field message.contextWindow of type int64 too large");
+      }
+      writer.uint32(48).int64(message.contextWindow);
+    }
+    if (message.maxOutputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.maxOutputTokens) !== message.maxOutputTokens) {
+        throw new globalThis.Error("value provided for field message.maxOutputTokens of type int64 too large");
+      }
+      writer.uint32(56).int64(message.maxOutputTokens);
+    }
+    if (message.quantization !== "") {
+      writer.uint32(66).string(message.quantization);
+    }
+    if (message.tier !== "") {
+      writer.uint32(74).string(message.tier);
+    }
+    if (message.weight !== 0) {
+      writer.uint32(81).double(message.weight);
+    }
+    if (message.latencyP50Ms !== undefined) {
+      if (BigInt.asIntN(64, message.latencyP50Ms) !== message.latencyP50Ms) {
+        throw new globalThis.Error("value provided for field message.latencyP50Ms of type int64 too large");
+      }
+      writer.uint32(88).int64(message.latencyP50Ms);
+    }
+    if (message.tokensPerSecondP50 !== undefined) {
+      if (BigInt.asIntN(64, message.tokensPerSecondP50) !== message.tokensPerSecondP50) {
+        throw new globalThis.Error("value provided for field message.tokensPerSecondP50 of type int64 too large");
+      }
+      writer.uint32(96).int64(message.tokensPerSecondP50);
+    }
+    if (message.maxN !== 0n) {
+      if (BigInt.asIntN(64, message.maxN) !== message.maxN) {
+        throw new globalThis.Error("value provided for field message.maxN of type int64 too large");
+      }
+      writer.uint32(104).int64(message.maxN);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): OpenEndpoint {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOpenEndpoint();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hosterId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.modelId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.productId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.inputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.outputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.contextWindow = reader.int64() as bigint;
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.quantization = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.tier = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 81) {
+              break;
+            }
+
+            message.weight = reader.double();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.latencyP50Ms = reader.int64() as bigint;
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.tokensPerSecondP50 = reader.int64() as bigint;
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.maxN = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): OpenEndpoint {
+    return {
+      hosterId: isSet(object.hosterId)
+        ? globalThis.String(object.hosterId)
+        : isSet(object.hoster_id)
+        ? globalThis.String(object.hoster_id)
+        : "",
+      modelId: isSet(object.modelId)
+        ? globalThis.String(object.modelId)
+        : isSet(object.model_id)
+        ? globalThis.String(object.model_id)
+        : "",
+      productId: isSet(object.productId)
+        ? globalThis.String(object.productId)
+        : isSet(object.product_id)
+        ? globalThis.String(object.product_id)
+        : "",
+      inputPricePer1mMicros: isSet(object.inputPricePer1mMicros)
+        ? BigInt(object.inputPricePer1mMicros)
+        : isSet(object.input_price_per_1m_micros)
+        ? BigInt(object.input_price_per_1m_micros)
+        : 0n,
+      outputPricePer1mMicros: isSet(object.outputPricePer1mMicros)
+        ? BigInt(object.outputPricePer1mMicros)
+        : isSet(object.output_price_per_1m_micros)
+        ? BigInt(object.output_price_per_1m_micros)
+        : 0n,
+      contextWindow: isSet(object.contextWindow)
+        ? BigInt(object.contextWindow)
+        : isSet(object.context_window)
+        ? BigInt(object.context_window)
+        : 0n,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? BigInt(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? BigInt(object.max_output_tokens)
+        : 0n,
+      quantization: isSet(object.quantization) ? globalThis.String(object.quantization) : "",
+      tier: isSet(object.tier) ? globalThis.String(object.tier) : "",
+      weight: isSet(object.weight) ? globalThis.Number(object.weight) : 0,
+      latencyP50Ms: isSet(object.latencyP50Ms)
+        ? BigInt(object.latencyP50Ms)
+        : isSet(object.latency_p50_ms)
+        ? BigInt(object.latency_p50_ms)
+        : undefined,
+      tokensPerSecondP50: isSet(object.tokensPerSecondP50)
+        ? BigInt(object.tokensPerSecondP50)
+        : isSet(object.tokens_per_second_p50)
+        ? BigInt(object.tokens_per_second_p50)
+        : undefined,
+      maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
+    };
+  },
+
+  toJSON(message: OpenEndpoint): unknown {
+    const obj: any = {};
+    if (message.hosterId !== "") {
+      obj.hosterId = message.hosterId;
+    }
+    if (message.modelId !== "") {
+      obj.modelId = message.modelId;
+    }
+    if (message.productId !== "") {
+      obj.productId = message.productId;
+    }
+    if (message.inputPricePer1mMicros !== 0n) {
+      obj.inputPricePer1mMicros = message.inputPricePer1mMicros.toString();
+    }
+    if (message.outputPricePer1mMicros !== 0n) {
+      obj.outputPricePer1mMicros = message.outputPricePer1mMicros.toString();
+    }
+    if (message.contextWindow !== 0n) {
+      obj.contextWindow = message.contextWindow.toString();
+    }
+    if (message.maxOutputTokens !== 0n) {
+      obj.maxOutputTokens = message.maxOutputTokens.toString();
+    }
+    if (message.quantization !== "") {
+      obj.quantization = message.quantization;
+    }
+    if (message.tier !== "") {
+      obj.tier = message.tier;
+    }
+    if (message.weight !== 0) {
+      obj.weight = floatToJson(message.weight);
+    }
+    if (message.latencyP50Ms !== undefined) {
+      obj.latencyP50Ms = message.latencyP50Ms.toString();
+    }
+    if (message.tokensPerSecondP50 !== undefined) {
+      obj.tokensPerSecondP50 = message.tokensPerSecondP50.toString();
+    }
+    if (message.maxN !== 0n) {
+      obj.maxN = message.maxN.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<OpenEndpoint>, I>>(base?: I): OpenEndpoint {
+    return OpenEndpoint.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<OpenEndpoint>, I>>(object: I): OpenEndpoint {
+    const message = createBaseOpenEndpoint();
+    message.hosterId = object.hosterId ?? "";
+    message.modelId = object.modelId ?? "";
+    message.productId = object.productId ?? "";
+    message.inputPricePer1mMicros =
+      (object.inputPricePer1mMicros !== undefined && object.inputPricePer1mMicros !== null)
+        ? BigInt(object.inputPricePer1mMicros)
+        : 0n;
+    message.outputPricePer1mMicros =
+      (object.outputPricePer1mMicros !== undefined && object.outputPricePer1mMicros !== null)
+        ? BigInt(object.outputPricePer1mMicros)
+        : 0n;
+    message.contextWindow = (object.contextWindow !== undefined && object.contextWindow !== null)
+      ? BigInt(object.contextWindow)
+      : 0n;
+    message.maxOutputTokens = (object.maxOutputTokens !== undefined && object.maxOutputTokens !== null)
+      ? BigInt(object.maxOutputTokens)
+      : 0n;
+    message.quantization = object.quantization ?? "";
+    message.tier = object.tier ?? "";
+    message.weight = object.weight ?? 0;
+    message.latencyP50Ms = (object.latencyP50Ms !== undefined && object.latencyP50Ms !== null)
+      ? BigInt(object.latencyP50Ms)
+      : undefined;
+    message.tokensPerSecondP50 = (object.tokensPerSecondP50 !== undefined && object.tokensPerSecondP50 !== null)
+      ? BigInt(object.tokensPerSecondP50)
+      : undefined;
+    message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
     return message;
   },
 };
