@@ -49,17 +49,49 @@ const ports = {
   registryMetrics: env("REGISTRY_METRICS_PORT", "9464"),
   localModel: env("LOCAL_MODEL_PORT", "8090"),
   demoHoster: env("DEMO_HOSTER_PORT", "8091"),
+  demoHoster2: env("DEMO_HOSTER_2_PORT", "8092"),
 };
 
-/** The demo hoster's one model: its server's name for it and the public model it serves. */
-const DEMO_HOSTER = { modelId: "open-8b.Q4_K_M.gguf", canonicalId: "demo/open-8b" } as const;
+/** The public model both demo hosters serve: a newcomer sees routing between two endpoints. */
+const DEMO_MODEL = "demo/open-8b";
+
+/**
+ * Two independent hosters' servers, as hosters would run them, each registered below with the same
+ * public model on an open pay-as-you-go plan: one cheaper and quantized, one dearer in bf16.
+ */
+const DEMO_HOSTERS = [
+  {
+    process: "demo-hoster",
+    name: "Demo GPUs",
+    port: ports.demoHoster,
+    modelId: "open-8b.Q4_K_M.gguf",
+    quantization: "q4_k_m",
+    prices: { input: 0.05, output: 0.1 },
+    emailKey: "DEMO_HOSTER_EMAIL",
+  },
+  {
+    process: "demo-hoster-2",
+    name: "Demo Labs",
+    port: ports.demoHoster2,
+    modelId: "open-8b.bf16.gguf",
+    quantization: "bf16",
+    prices: { input: 0.1, output: 0.2 },
+    emailKey: "DEMO_HOSTER_2_EMAIL",
+  },
+] as const;
 
 // Edge first (stop accepting, drain streams), then what the edge calls, then the dependencies
 // npm start runs itself, so every process can still settle into them while it drains.
 const supervisor = new Supervisor({
   root,
   logDir: join(stateDir, "logs"),
-  stopOrder: [["edge"], ["registry"], ["billing", "accounts"], ["local-model", "demo-hoster"], ["nats", "postgres"]],
+  stopOrder: [
+    ["edge"],
+    ["registry"],
+    ["billing", "accounts"],
+    ["local-model", "demo-hoster", "demo-hoster-2"],
+    ["nats", "postgres"],
+  ],
 });
 
 async function fail(message: string): Promise<never> {
@@ -164,17 +196,16 @@ const services: SupervisedSpec[] = [
     entry: "hoster-server/src/main.ts",
     env: { HOST: "127.0.0.1", PORT: ports.localModel, HOSTER_SERVER_TOKEN: secrets.LOCAL_MODEL_TOKEN! },
   },
-  {
-    // An independent hoster's server, as a hoster would run it: registered below with an open plan.
-    name: "demo-hoster",
+  ...DEMO_HOSTERS.map((hoster) => ({
+    name: hoster.process,
     entry: "hoster-server/src/main.ts",
     env: {
       HOST: "127.0.0.1",
-      PORT: ports.demoHoster,
+      PORT: hoster.port,
       HOSTER_SERVER_TOKEN: secrets.DEMO_HOSTER_TOKEN!,
-      DEMO_MODELS: DEMO_HOSTER.modelId,
+      DEMO_MODELS: hoster.modelId,
     },
-  },
+  })),
   {
     name: "accounts",
     entry: "services/accounts/src/main.ts",
@@ -272,11 +303,11 @@ async function inviteCode(): Promise<string> {
 }
 
 /**
- * The demo hoster: registered once (its e-mail kept in .env.local), with one model on an open
- * pay-as-you-go plan, so that a newcomer sees an open model's endpoints list and its hoster's
- * portal at once. A failure here is reported and the system keeps running.
+ * A demo hoster: registered once (its e-mail kept in .env.local), with its model on an open
+ * pay-as-you-go plan, so that a newcomer sees an open model's endpoints, routing between them and
+ * a hoster's portal at once. A failure here is reported and the system keeps running.
  */
-async function seedDemoHoster(): Promise<string | undefined> {
+async function seedDemoHoster(hoster: (typeof DEMO_HOSTERS)[number]): Promise<string | undefined> {
   const password = secrets.DEMO_HOSTER_PASSWORD!;
   const post = (path: string, body: unknown, cookie?: string) =>
     fetch(`${base}${path}`, {
@@ -285,28 +316,28 @@ async function seedDemoHoster(): Promise<string | undefined> {
       headers: { "content-type": "application/json", ...(cookie ? { cookie, origin: base } : {}) },
       body: JSON.stringify(body),
     });
-  const saved = process.env.DEMO_HOSTER_EMAIL ?? stored.DEMO_HOSTER_EMAIL;
+  const saved = process.env[hoster.emailKey] ?? stored[hoster.emailKey];
   if (saved && (await post("/hosters/login", { email: saved, password })).ok) return saved;
-  const email = `demo-hoster+${Date.now()}@example.com`;
+  const email = `${hoster.process}+${Date.now()}@example.com`;
   const registered = await post("/hosters/register", {
-    name: "Demo GPUs",
+    name: hoster.name,
     email,
-    endpoint_url: `http://127.0.0.1:${ports.demoHoster}`,
+    endpoint_url: `http://127.0.0.1:${hoster.port}`,
     api_key: secrets.DEMO_HOSTER_TOKEN,
     invite_code: await inviteCode(),
     password,
     models: [
       {
-        model_id: DEMO_HOSTER.modelId,
+        model_id: hoster.modelId,
         model_alias: "Open 8B (demo)",
         context_window: 8192,
-        canonical_id: DEMO_HOSTER.canonicalId,
-        quantization: "q4_k_m",
+        canonical_id: DEMO_MODEL,
+        quantization: hoster.quantization,
       },
     ],
   });
   if (!registered.ok) {
-    console.warn(`could not register the demo hoster: ${registered.status} ${await registered.text()}`);
+    console.warn(`could not register ${hoster.name}: ${registered.status} ${await registered.text()}`);
     return undefined;
   }
   const cookie = (registered.headers.getSetCookie()[0] ?? "").split(";")[0]!;
@@ -315,20 +346,23 @@ async function seedDemoHoster(): Promise<string | undefined> {
     {
       name: "Open PAYG",
       pricing_model: "payg",
-      input_price_per_1m_usd: 0.05,
-      output_price_per_1m_usd: 0.1,
+      input_price_per_1m_usd: hoster.prices.input,
+      output_price_per_1m_usd: hoster.prices.output,
       open: true,
     },
     cookie,
   );
-  if (!plan.ok) console.warn(`could not create the demo hoster's open plan: ${plan.status} ${await plan.text()}`);
-  stored.DEMO_HOSTER_EMAIL = email;
+  if (!plan.ok) console.warn(`could not create ${hoster.name}'s open plan: ${plan.status} ${await plan.text()}`);
+  stored[hoster.emailKey] = email;
   saveEnvFile(envPath, stored);
   return email;
 }
 
 const apiKey = await demoApiKey();
-const demoHosterEmail = await seedDemoHoster();
+const [demoHosterEmail, secondDemoHosterEmail] = [
+  await seedDemoHoster(DEMO_HOSTERS[0]),
+  await seedDemoHoster(DEMO_HOSTERS[1]),
+];
 const invite = await inviteCode();
 console.log(`
   Inference marketplace is running.
@@ -339,7 +373,8 @@ console.log(`
   Admin token  ${secrets.ADMIN_TOKEN}
   Invite code  ${invite}   (single use; more with: npm run admin -- invite)
   Demo hoster  ${demoHosterEmail ? `${demoHosterEmail}, password in .env.local (DEMO_HOSTER_PASSWORD)` : "not registered (see above)"}
-  Open model   ${DEMO_HOSTER.canonicalId}: ${base}/v1/models/${DEMO_HOSTER.canonicalId}/endpoints
+  Demo hoster  ${secondDemoHosterEmail ? `${secondDemoHosterEmail}, the same password` : "not registered (see above)"}
+  Open model   ${DEMO_MODEL} (2 endpoints): ${base}/v1/models/${DEMO_MODEL}/endpoints
   PostgreSQL   ${postgres.origin}
   NATS         ${nats.origin}
   Logs         ${join(stateDir, "logs")}/<service>.log

@@ -10,6 +10,7 @@ import { HosterRegisterPage } from "./pages/hoster-register.tsx";
 import { HostersPage } from "./pages/hosters.tsx";
 import { KeysPage } from "./pages/keys.tsx";
 import { LoginPage } from "./pages/login.tsx";
+import { ModelsPage } from "./pages/models.tsx";
 import { OverviewPage } from "./pages/overview.tsx";
 import { PlansPage } from "./pages/plans.tsx";
 import { PlaygroundPage } from "./pages/playground.tsx";
@@ -31,6 +32,7 @@ const CUSTOMER: Pages = {
   "/usage": ["Usage", () => <UsagePage />],
   "/keys": ["API keys", () => <KeysPage />],
   "/playground": ["Playground", () => <PlaygroundPage />],
+  "/models": ["Open models", () => <ModelsPage />],
   "/hosters": ["Hosters and plans", () => <HostersPage />],
   "/subscriptions": ["Subscriptions", () => <SubscriptionsPage />],
 };

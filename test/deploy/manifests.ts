@@ -30,7 +30,7 @@ export interface Process {
  * server that the launcher registers itself. A deployment's hosters run their own servers and
  * register them, so compose and Kubernetes have no such process.
  */
-const LOCAL_DEMO_ONLY = new Set(["demo-hoster"]);
+const LOCAL_DEMO_ONLY = new Set(["demo-hoster", "demo-hoster-2"]);
 
 /** The processes a deployment runs, as `npm start` starts them (scripts/start.ts). */
 export function launcherProcesses(): Process[] {

@@ -135,6 +135,7 @@ const ROUTES = (): Route[] => [
   { method: "DELETE", path: "/v1/keys/:key_id", auth: "key" },
   { method: "GET", path: "/v1/models", auth: "key" },
   { method: "GET", path: "/v1/models/:model", auth: "key" },
+  { method: "GET", path: "/v1/models/:author/:slug", auth: "key" },
   { method: "GET", path: "/v1/models/:id/endpoints", auth: "key" },
   { method: "GET", path: "/v1/models/:author/:slug/endpoints", auth: "key" },
   { method: "GET", path: "/v1/usage", auth: "key" },

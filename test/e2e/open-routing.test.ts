@@ -1,4 +1,8 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startRealHoster } from "../../services/registry/test/hoster-servers.ts";
+import { RECENT_FAULT_MS } from "../../edge/src/relay/outlier-tracker.ts";
 import { startAdversarialUpstream } from "../../services/registry/test/fixtures/adversarial-upstream.ts";
 import { waitFor } from "../../services/registry/test/registry-harness.ts";
 import { apiCall } from "./api-call.ts";
@@ -163,6 +167,57 @@ describe("open models called with an account key", () => {
     expect(none.json.error).toMatchObject({ code: "model_not_found", param: "provider" });
   });
 
+  it("lists each open model once in GET /v1/models, with its endpoints and lowest prices", async () => {
+    const list = await apiCall(system.url, "GET", "/v1/models", { key: apiKey });
+    const shared = (list.body.data as Array<Record<string, unknown>>).filter((m) => m.id === SHARED);
+    const expected = {
+      id: SHARED,
+      object: "model",
+      owned_by: "acme",
+      provider: "open",
+      kind: "chat",
+      context_window: 8192,
+      endpoints: 3,
+      lowest_input_price_per_1m_usd: 0.5,
+      lowest_output_price_per_1m_usd: 0.5,
+    };
+    expect(shared).toEqual([expect.objectContaining(expected)]);
+    const one = await apiCall(system.url, "GET", `/v1/models/${SHARED}`, { key: apiKey });
+    expect(one.status).toBe(200);
+    expect(one.body).toMatchObject(expected);
+  });
+
+  it("honours provider on /v1/responses and /v1/messages too", async () => {
+    const responses = await apiCall(system.url, "POST", "/v1/responses", {
+      key: apiKey,
+      body: { model: SHARED, input: "hello", max_output_tokens: 16, provider: { only: ["Four Dollars"] } },
+    });
+    expect(responses.status).toBe(200);
+    expect(responses.body.model).toBe(four.modelId);
+    const messages = await apiCall(system.url, "POST", "/v1/messages", {
+      key: apiKey,
+      body: {
+        model: SHARED,
+        max_tokens: 16,
+        messages: [{ role: "user", content: "hello" }],
+        provider: { only: ["Two Dollars"] },
+      },
+    });
+    expect(messages.status).toBe(200);
+    expect(messages.body.model).toBe(two.modelId);
+    for (const [path, body] of [
+      ["/v1/responses", { model: SHARED, input: "hello", provider: { only: ["nobody"] } }],
+      [
+        "/v1/messages",
+        { model: SHARED, max_tokens: 16, messages: [{ role: "user", content: "hi" }], provider: { sorted: 1 } },
+      ],
+    ] as const) {
+      const res = await apiCall(system.url, "POST", path, { key: apiKey, body });
+      expect(res.status, path).toBeGreaterThanOrEqual(400);
+      expect(JSON.stringify(res.body), path).toMatch(/provider/);
+    }
+  });
+
   it("refuses an unknown provider field with a 400 naming it", async () => {
     const res = await servedBy({ model: SHARED, provider: { data_collection: "deny" } });
     expect(res.status).toBe(400);
@@ -225,4 +280,181 @@ describe("open models called with an account key", () => {
     expect(pinned.status).toBe(403);
     expect(pinned.json.error.code).toBe("subscription_paused");
   });
+});
+
+/**
+ * A hoster whose server fails a share of its chat requests (a 500 before any byte) while `failing`
+ * is on: a real hoster-server behind a proxy that refuses 3 requests of every 10.
+ */
+async function flakyServer() {
+  const real = await startRealHoster({ models: ["flaky-8b"] });
+  const state = { failing: true, chats: 0 };
+  const server = createServer((req, res) => {
+    void (async () => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of req) chunks.push(chunk as Buffer);
+      const body = Buffer.concat(chunks);
+      if (req.url?.endsWith("/chat/completions") && state.failing && state.chats++ % 10 < 3) {
+        res.writeHead(500, { "content-type": "application/json" }).end('{"error":{"message":"overloaded"}}');
+        return;
+      }
+      const upstream = await fetch(`${real.url}${req.url}`, {
+        method: req.method,
+        headers: { authorization: req.headers.authorization ?? "", "content-type": "application/json" },
+        body: req.method === "GET" ? undefined : body,
+      });
+      res.writeHead(upstream.status, { "content-type": upstream.headers.get("content-type") ?? "application/json" });
+      for await (const chunk of upstream.body ?? []) res.write(chunk);
+      res.end();
+    })().catch(() => res.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    state,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    token: real.token,
+    close: async () => {
+      await new Promise((resolve) => server.close(resolve));
+      await real.close();
+    },
+  };
+}
+
+describe("open models on two edges: plan limits, and an endpoint below 80% uptime", () => {
+  let flakySystem: RunningSystem;
+  let clockOffsetMs = 0;
+  let key: string;
+  let flaky: Awaited<ReturnType<typeof flakyServer>>;
+  const FLAKY = "acme/flaky-8b";
+  const local: RegisteredHoster[] = [];
+
+  beforeAll(async () => {
+    // Verification runs only when the test says (verifyNow), so the proxy counts only its traffic.
+    flakySystem = await startSystem({
+      edges: 2,
+      billing: { TIERS: JSON.stringify({ free: { limit_per_minute: 5_000, limit_per_day: 50_000 } }) },
+      registry: { VERIFY_INTERVAL_MS: "86400000" },
+      registryClock: () => new Date(Date.now() + clockOffsetMs),
+    });
+    key = (await signUp(flakySystem.url)).apiKey;
+    flaky = await flakyServer();
+    for (const [name, price, startServer] of [
+      ["Flaky", 1, async () => flaky],
+      ["Steady", 2, undefined],
+    ] as const) {
+      const hoster = await registerHoster(flakySystem, {
+        name,
+        modelId: name === "Flaky" ? "flaky-8b" : undefined,
+        model: { canonical_id: FLAKY },
+        startServer,
+      });
+      local.push(hoster);
+      const plan = await apiCall(flakySystem.url, "POST", "/hosters/products", {
+        cookie: hoster.cookie,
+        body: {
+          name,
+          pricing_model: "payg",
+          input_price_per_1m_usd: price,
+          output_price_per_1m_usd: 0,
+          rpm_limit: 5_000,
+          open: true,
+        },
+      });
+      expect(plan.status).toBe(201);
+    }
+  });
+  afterAll(async () => {
+    for (const hoster of local) await hoster.server.close();
+    await flakySystem?.close();
+  });
+
+  const ask = async (provider?: unknown) => {
+    const res = await postChat(flakySystem.url, key, {
+      model: FLAKY,
+      messages: [{ role: "user", content: "hello" }],
+      max_tokens: 4,
+      ...(provider !== undefined && { provider }),
+    });
+    return { status: res.status, model: ((await res.json()) as { model?: string }).model };
+  };
+  const servedBy = async (n: number) => {
+    const models: Array<string | undefined> = [];
+    for (let i = 0; i < n; i++) models.push((await ask()).model);
+    return models;
+  };
+
+  it("holds an open plan's limits per account across two edges (its implicit subscription's budget)", async () => {
+    const LIMITED = "acme/limited-8b";
+    const hoster = await registerHoster(flakySystem, { name: "Limited", model: { canonical_id: LIMITED } });
+    local.push(hoster);
+    const plan = await apiCall(flakySystem.url, "POST", "/hosters/products", {
+      cookie: hoster.cookie,
+      body: { name: "Three a minute", pricing_model: "free", rpm_limit: 3, open: true },
+    });
+    expect(plan.status).toBe(201);
+    const call = (url: string) =>
+      postChat(url, key, { model: LIMITED, messages: [{ role: "user", content: "hi" }], max_tokens: 4 });
+    for (const url of flakySystem.urls) {
+      await waitFor(
+        () => postChat(url, key, { model: LIMITED, n: 2, messages: [{ role: "user", content: "hi" }] }),
+        (res) => res.status === 400,
+      );
+    }
+    // Wait for a fresh minute, so that the plan's three fit in it whatever the clock says.
+    const second = new Date().getSeconds();
+    if (second > 45) await new Promise((resolve) => setTimeout(resolve, (61 - second) * 1000));
+    const statuses: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      const res = await call(flakySystem.urls[i % 2]!);
+      await res.text();
+      statuses.push(res.status);
+    }
+    expect(statuses.filter((s) => s === 200)).toHaveLength(3);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(5);
+  });
+
+  it(
+    "becomes fallback only, then comes back once its probes and traffic succeed past the window",
+    { timeout: 90_000 },
+    async () => {
+      const [flakyHoster, steady] = local as [RegisteredHoster, RegisteredHoster];
+      await waitFor(
+        () => ask({ only: ["Steady"] }),
+        (res) => res.status === 200,
+      );
+      // 40 requests pinned to it: 12 fail, uptime 70% over 40 judged.
+      const pinned = [];
+      for (let i = 0; i < 40; i++) pinned.push((await ask({ only: ["Flaky"] })).status);
+      expect(pinned.filter((s) => s !== 200)).toHaveLength(12);
+      const listed = async () =>
+        (
+          (await (
+            await fetch(`${flakySystem.url}/v1/models/${FLAKY}/endpoints`, {
+              headers: { authorization: `Bearer ${key}` },
+            })
+          ).json()) as { data: { endpoints: Array<{ hoster_id: string; stats: { last_30m: { uptime: number } } }> } }
+        ).data.endpoints.find((e) => e.hoster_id === flakyHoster.hosterId)!;
+      await waitFor(listed, (e) => e.stats.last_30m.uptime < 0.8);
+      await flakySystem.verifyNow();
+      // Fallback only: every request goes to the steady hoster first, though it costs twice as much.
+      const whileFlaky = await waitFor(
+        () => servedBy(20),
+        (models) => models.every((m) => m === steady.modelId),
+      );
+      expect(whileFlaky).toHaveLength(20);
+
+      // It recovers: no more failures, and registry's clock moves past the 30-minute window. The
+      // edge itself tries it after the others until RECENT_FAULT_MS (its own clock) after its last
+      // fault, so the test waits that long once.
+      flaky.state.failing = false;
+      clockOffsetMs = 31 * 60_000;
+      await flakySystem.verifyNow();
+      await new Promise((resolve) => setTimeout(resolve, RECENT_FAULT_MS));
+      const recovered = await waitFor(
+        () => servedBy(20),
+        (models) => models.filter((m) => m === flakyHoster.modelId).length > 5,
+      );
+      expect(recovered.filter((m) => m === flakyHoster.modelId).length).toBeGreaterThan(5);
+    },
+  );
 });

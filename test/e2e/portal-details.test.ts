@@ -110,7 +110,7 @@ describe.each(WIDTHS)("a customer at %s width", (width) => {
       expect(new URL(page.url()).pathname).toBe("/portal/keys");
       // Focus moved to the new page's heading (a screen reader announces it); the menu is behind it.
       expect(await page.evaluate("document.activeElement?.tagName")).toBe("H1");
-      expect(await tabTo(page, "Usage", { backwards: true })).toBe(5);
+      expect(await tabTo(page, "Usage", { backwards: true })).toBe(6);
       await page.keyboard.press("Enter");
       await page.getByRole("heading", { name: "Usage" }).waitFor();
       expect(new URL(page.url()).pathname).toBe("/portal/usage");

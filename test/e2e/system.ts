@@ -33,6 +33,8 @@ export interface RunningSystem {
   grpcAddresses: { accounts: string; billing: string; registry: string };
   /** Runs one billing renewal pass as of `now` (a test's clock for renewals: a period ends when it says). */
   renewSubscriptions(now: Date): Promise<RenewalResult>;
+  /** Runs one verification round of every open endpoint now (then registry rebuilds the routing table). */
+  verifyNow(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -71,6 +73,8 @@ export async function startSystem(
     postgresUrl?: string;
     /** A nats-server of the test's own (fault tests stop it); the shared one by default. */
     natsUrl?: string;
+    /** Registry's clock (its live figures' windows); the real one by default. */
+    registryClock?: () => Date;
   } = {},
 ): Promise<RunningSystem & RestartableRegistry> {
   const log = createLogger("e2e", process.env.E2E_LOG_LEVEL ?? "silent");
@@ -116,7 +120,8 @@ export async function startSystem(
     ALLOW_PRIVATE_UPSTREAMS: "true",
     ...overrides.registry,
   });
-  let registry = await startRegistry(registryConfig, log);
+  const registryOptions = { clock: overrides.registryClock };
+  let registry = await startRegistry(registryConfig, log, registryOptions);
   const registryPort = registry.port;
   // Registry starts before billing, on a port the OS picks: billing calls registry (when a
   // customer subscribes), never the other way round. A port reserved up front could be taken by
@@ -173,9 +178,10 @@ export async function startSystem(
       registry: `127.0.0.1:${registry.port}`,
     },
     renewSubscriptions: (now) => billing.renewSubscriptions(now),
+    verifyNow: () => registry.verifyNow(),
     stopRegistry: () => registry.close(0),
     async restartRegistry() {
-      registry = await startRegistry({ ...registryConfig, GRPC_PORT: registryPort }, log);
+      registry = await startRegistry({ ...registryConfig, GRPC_PORT: registryPort }, log, registryOptions);
     },
     async close() {
       try {

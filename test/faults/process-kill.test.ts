@@ -256,6 +256,7 @@ async function startSystemWith(killed: "registry" | "billing") {
       databaseUrl: databases.databaseUrl,
       eventsPrefix,
       adminToken,
+      verifyNow: () => Promise.reject(new Error("registry runs as its own process here")),
       readyzUrls: {
         accounts: `http://127.0.0.1:${accounts.metricsPort}/readyz`,
         billing: billingReadyz,

@@ -80,13 +80,22 @@ function namespaceProcesses(launch: Launch): Array<{ pid: number; cmdline: strin
 }
 
 /** One chat answer through the official SDK, from inside the namespace. */
-function chat(launch: Launch, apiKey: string): { content: string } {
+function chat(launch: Launch, apiKey: string, model = "auto"): { model: string; content: string } {
   const out = execFileSync(
     "nsenter",
-    ["-t", String(launch.child.pid), "-n", process.execPath, "test/scripts/fixtures/chat-client.ts", BASE, apiKey],
+    [
+      "-t",
+      String(launch.child.pid),
+      "-n",
+      process.execPath,
+      "test/scripts/fixtures/chat-client.ts",
+      BASE,
+      apiKey,
+      model,
+    ],
     { cwd: root, encoding: "utf8", timeout: 20_000, stdio: ["ignore", "pipe", "pipe"] },
   );
-  return JSON.parse(out) as { content: string };
+  return JSON.parse(out) as { model: string; content: string };
 }
 
 /** GET a path of the API with a key, from inside the namespace: the JSON answer. */
@@ -131,13 +140,23 @@ it("starts with embedded PostgreSQL and its own nats-server, survives a killed c
   expect(output).toContain(`PostgreSQL   embedded, 127.0.0.1:5432 (data in ${stateDir}/.data/postgres/data)`);
   expect(output).toMatch(/NATS\s+\S*nats-server, 127\.0\.0\.1:4222 \(JetStream store in /);
   expect(chat(first, apiKey).content.length).toBeGreaterThan(0);
-  // The demo hoster is registered with its model on an open plan: the endpoints list shows it.
+  // The demo hosters are registered with one public model on open plans: the endpoints list shows
+  // both, cheaper first, and an account key's call to it is routed to one of them.
   const demoHoster = /Demo hoster\s+(\S+@example\.com),/.exec(output)?.[1];
   expect(demoHoster).toBeDefined();
-  expect(output).toContain("Open model   demo/open-8b: http://127.0.0.1:8080/v1/models/demo/open-8b/endpoints");
+  expect(output).toContain(
+    "Open model   demo/open-8b (2 endpoints): http://127.0.0.1:8080/v1/models/demo/open-8b/endpoints",
+  );
   expect(getJson(first, apiKey, "/models/demo/open-8b/endpoints")).toMatchObject({
-    data: { id: "demo/open-8b", endpoints: [{ hoster_name: "Demo GPUs", plan: { open: true } }] },
+    data: {
+      id: "demo/open-8b",
+      endpoints: [
+        { hoster_name: "Demo GPUs", quantization: "q4_k_m", plan: { open: true } },
+        { hoster_name: "Demo Labs", quantization: "bf16", plan: { open: true } },
+      ],
+    },
   });
+  expect(["open-8b.Q4_K_M.gguf", "open-8b.bf16.gguf"]).toContain(chat(first, apiKey, "demo/open-8b").model);
 
   // kill -9 billing: it comes back, and chat works again (settlement needs it).
   const billing = namespaceProcesses(first).find((p) => p.cmdline.includes("services/billing/src/main.ts"))!;
@@ -181,7 +200,7 @@ it("starts with embedded PostgreSQL and its own nats-server, survives a killed c
     "■ stopped edge",
     "■ stopped registry",
     "■ stopped billing, accounts",
-    "■ stopped local-model, demo-hoster",
+    "■ stopped local-model, demo-hoster, demo-hoster-2",
     "■ stopped nats, postgres",
   ]);
   expect(leftovers()).toEqual([]);

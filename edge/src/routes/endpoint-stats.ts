@@ -19,10 +19,16 @@ function renderFigures(f: EndpointFigures = EndpointFigures.fromPartial({})) {
   };
 }
 
-/** A hoster model's live figures over the last 30 minutes and the last day. */
+/** A hoster model's live figures over the last 30 minutes and the last day, and the day hour by hour. */
 export const renderStats = (stats: EndpointStats | undefined) => ({
   last_30m: renderFigures(stats?.last30m),
   last_1d: renderFigures(stats?.last1d),
+  hours: (stats?.hours ?? []).map((h) => ({
+    hour_start: h.hourStart,
+    successes: Number(h.successes),
+    faults: Number(h.faults),
+    uptime: h.uptime ?? null,
+  })),
 });
 
 const figuresSchema = object({
@@ -39,7 +45,19 @@ const figuresSchema = object({
 });
 
 export const statsSchema = object(
-  { last_30m: figuresSchema, last_1d: figuresSchema },
+  {
+    last_30m: figuresSchema,
+    last_1d: figuresSchema,
+    hours: arrayOf(
+      object({
+        hour_start: string("ISO 8601 UTC"),
+        successes: integer(),
+        faults: integer(),
+        uptime: nullableNumber("null with neither successes nor faults in the hour"),
+      }),
+      "The last 24 hours, oldest first, the current hour last; empty for a model with no figures yet",
+    ),
+  },
   "Live figures from the answers the gateway relayed (docs/api-tour.md#hosters-plans-and-subscriptions)",
 );
 

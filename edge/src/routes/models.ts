@@ -6,13 +6,17 @@ import {
   type ModelInfo,
 } from "@mkt/proto/registry/v1/registry";
 import { AppError } from "@mkt/runtime/errors";
+import { microsToUsd } from "@mkt/runtime/money";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { productSchema, renderProduct } from "../products/render-product.ts";
 import { renderStats, renderVerification, statsSchema, verificationSchema } from "./endpoint-stats.ts";
 import { arrayOf, integer, listOf, object, replies, string, usd } from "./response-schemas.ts";
 
-/** One model in OpenAI's shape, plus our alias, provider and context window. */
+/**
+ * One model in OpenAI's shape, plus our alias, provider and context window; an open model (provider
+ * `open`, called by its canonical_id) with how many endpoints serve it and their lowest prices.
+ */
 const renderModel = (model: ModelInfo) => ({
   id: model.modelId,
   object: "model",
@@ -22,6 +26,11 @@ const renderModel = (model: ModelInfo) => ({
   provider: model.provider,
   context_window: Number(model.contextWindow),
   kind: model.kind || "chat",
+  ...(model.provider === "open" && {
+    endpoints: Number(model.endpoints),
+    lowest_input_price_per_1m_usd: microsToUsd(model.lowestInputPricePer1mMicros),
+    lowest_output_price_per_1m_usd: microsToUsd(model.lowestOutputPricePer1mMicros),
+  }),
 });
 
 const modelSchema = object({
@@ -34,6 +43,11 @@ const modelSchema = object({
   context_window: integer(),
   kind: string("`chat` (chat completions and the APIs translated onto them) or `embedding` (/v1/embeddings)"),
   alias_for: string("Only on an alias (MODEL_ALIASES): the model that serves it"),
+  endpoints: integer(
+    "Only on an open model (provider `open`): the endpoints serving it (GET /v1/models/{id}/endpoints)",
+  ),
+  lowest_input_price_per_1m_usd: usd("Only on an open model: the lowest input price among its endpoints"),
+  lowest_output_price_per_1m_usd: usd("Only on an open model: the lowest output price among its endpoints"),
 });
 
 /**
@@ -165,26 +179,38 @@ export function modelRoutes(app: FastifyInstance, deps: RouteDeps): void {
   // The openai SDK's `models.retrieve(id)`. Only ids the key may call are found (as in the list,
   // the operator's aliases included); a model's own alias is not an id here, as OpenAI's own
   // endpoint knows no aliases.
+  const oneModel = async (request: FastifyRequest, id: string) => {
+    const models = await modelsOf(request);
+    const model = models.find((m) => m.modelId === id);
+    if (model) return renderModel(model);
+    const aliased = aliasEntries(deps, models).find((m) => m.id.toLowerCase() === id.toLowerCase());
+    if (!aliased) throw new AppError("model_not_found", `The model \`${id}\` does not exist.`, { param: "model" });
+    return aliased;
+  };
+  const oneModelSchema = {
+    summary: "One model your key may call",
+    response: replies(200, modelSchema),
+    tags: ["chat"],
+    security: [{ apiKey: [] }],
+  };
   app.get<{ Params: { model: string } }>(
     "/v1/models/:model",
     {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
-        summary: "One model your key may call",
-        response: replies(200, modelSchema),
-        tags: ["chat"],
-        security: [{ apiKey: [] }],
+        ...oneModelSchema,
         params: { type: "object", properties: { model: { type: "string", minLength: 1, maxLength: 256 } } },
       },
     },
-    async (request) => {
-      const id = request.params.model;
-      const models = await modelsOf(request);
-      const model = models.find((m) => m.modelId === id);
-      if (model) return renderModel(model);
-      const aliased = aliasEntries(deps, models).find((m) => m.id.toLowerCase() === id.toLowerCase());
-      if (!aliased) throw new AppError("model_not_found", `The model \`${id}\` does not exist.`, { param: "model" });
-      return aliased;
+    (request) => oneModel(request, request.params.model),
+  );
+  // An open model's `author/slug` id, as the openai SDK sends it (two path segments).
+  app.get<{ Params: { author: string; slug: string } }>(
+    "/v1/models/:author/:slug",
+    {
+      onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
+      schema: { ...oneModelSchema, params: { type: "object", properties: { author: segment, slug: segment } } },
     },
+    (request) => oneModel(request, `${request.params.author}/${request.params.slug}`),
   );
 }

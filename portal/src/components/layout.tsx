@@ -10,6 +10,7 @@ const CUSTOMER_PAGES = [
   ["/usage", "Usage"],
   ["/keys", "API keys"],
   ["/playground", "Playground"],
+  ["/models", "Models"],
   ["/hosters", "Hosters"],
   ["/subscriptions", "Subscriptions"],
 ] as const;

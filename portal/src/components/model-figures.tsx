@@ -2,7 +2,7 @@ import { count, when } from "../lib/format.ts";
 import { Table, type Column } from "./ui.tsx";
 import { ms, uptime, type Figures, type Stats, type Verification } from "../lib/endpoint-figures.ts";
 
-const WINDOWS: Array<[keyof Stats, string]> = [
+const WINDOWS: Array<["last_30m" | "last_1d", string]> = [
   ["last_30m", "Last 30 minutes"],
   ["last_1d", "Last day"],
 ];

@@ -12,9 +12,18 @@ export interface Figures {
   tokens_per_second_p50: number | null;
 }
 
+/** One hour's uptime (the last 24, oldest first). */
+export interface HourUptime {
+  hour_start: string;
+  successes: number;
+  faults: number;
+  uptime: number | null;
+}
+
 export interface Stats {
   last_30m: Figures;
   last_1d: Figures;
+  hours: HourUptime[];
 }
 
 /** What verification found (docs/verification.md). */

@@ -29,6 +29,9 @@ export function registryService(
             contextWindow: m.contextWindow,
             created: m.created,
             kind: m.kind,
+            endpoints: m.open?.endpoints,
+            lowestInputPricePer1mMicros: m.open?.lowestInputPricePer1mMicros,
+            lowestOutputPricePer1mMicros: m.open?.lowestOutputPricePer1mMicros,
           }),
         ),
       });

@@ -15,6 +15,7 @@ import { CatalogFeed } from "./catalog/catalog-feed.ts";
 import { followCatalogNudges } from "./catalog/catalog-nudges.ts";
 import { buildCatalogTable, platformTableModels, type PlatformOffer } from "./catalog/catalog-table.ts";
 import { hosterCatalog } from "./catalog/hoster-catalog.ts";
+import { openCatalog } from "./catalog/open-catalog.ts";
 import { compositeCatalog, type ModelCatalog } from "./catalog/model-catalog.ts";
 import { platformCatalog } from "./catalog/platform-catalog.ts";
 import type { RegistryConfig } from "./config.ts";
@@ -166,6 +167,7 @@ export async function startRegistry(
   const catalog: ModelCatalog = compositeCatalog(
     ...offers.map((offer) => platformCatalog(offer.provider, offer.models, startedAt)),
     hosterRows,
+    openCatalog(() => catalogFeed.table()),
   );
   let usageFigures: HosterUsageConsumer | undefined;
   const cleanup = async () => {

@@ -11,7 +11,7 @@ const window = (successes: number, faults: number): EndpointStats => {
     faults: BigInt(faults),
     uptime: successes + faults > 0 ? successes / (successes + faults) : undefined,
   });
-  return { last30m: figures, last1d: figures };
+  return { last30m: figures, last1d: figures, hours: [] };
 };
 
 function hoster(id: string, status: "healthy" | "unhealthy", canonicalId: string, kind = "chat"): RoutableHoster {

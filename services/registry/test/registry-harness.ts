@@ -21,6 +21,8 @@ import {
   type GetHosterResponse,
   type GetProductRequest,
   type GetProductResponse,
+  type ListEndpointsRequest,
+  type ListEndpointsResponse,
   type ListHostersResponse,
   type ListModelsResponse,
   type ListProductsRequest,
@@ -212,6 +214,7 @@ export async function startHarness(
     registerHoster(request: RegisterHosterRequest): Promise<RegisterHosterResponse>;
     getHoster(request: GetHosterRequest): Promise<GetHosterResponse>;
     listHosters(request: object): Promise<ListHostersResponse>;
+    listEndpoints(request: ListEndpointsRequest): Promise<ListEndpointsResponse>;
     createProduct(request: CreateProductRequest): Promise<CreateProductResponse>;
     listProducts(request: ListProductsRequest): Promise<ListProductsResponse>;
     getProduct(request: GetProductRequest): Promise<GetProductResponse>;

@@ -159,6 +159,9 @@ describe("verification probes", () => {
     expect(detail).toMatch(/^reported \d+ prompt tokens; the gateway counts \d+$/);
     const listed = (await h.client.listHosters({})).hosters.find((x) => x.hosterId === hosters.lying_usage)!;
     expect(listed.models[0]!.verification!.status).toBe("degraded");
+    const { endpoints } = await h.client.listEndpoints({ canonicalId: MODEL });
+    const degraded = endpoints.filter((e) => e.model!.verification!.status === "degraded").map((e) => e.hosterId);
+    expect(degraded.sort()).toEqual(Object.values(hosters).sort());
 
     // Fixed, one passing run restores it.
     states.lying_usage.mode = "honest";

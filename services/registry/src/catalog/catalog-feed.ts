@@ -68,6 +68,12 @@ export class CatalogFeed {
     );
   }
 
+  /** The latest table, built now when none has been yet. */
+  async table(): Promise<CatalogTable> {
+    if (!this.#latest) await this.#refresh();
+    return this.#latest ?? CatalogTable.fromPartial({});
+  }
+
   /** Tables sent to watchers so far are numbered up to this (0 before the first). */
   get version(): bigint {
     return this.#version;

@@ -12,6 +12,8 @@ export interface CatalogModel {
   contextWindow: bigint;
   /** chat | embedding */
   kind: string;
+  /** An open model's endpoints and their lowest prices (micro-USD per 1M tokens). */
+  open?: { endpoints: bigint; lowestInputPricePer1mMicros: bigint; lowestOutputPricePer1mMicros: bigint };
 }
 
 /**

@@ -1,9 +1,25 @@
 import type { Orm } from "@mkt/runtime/db";
-import type { EndpointStats } from "@mkt/proto/registry/v1/registry";
+import { HourUptime, type EndpointStats } from "@mkt/proto/registry/v1/registry";
 import { figuresOf, type EndpointMinute } from "./endpoint-figures.ts";
 
 const THIRTY_MINUTES_MS = 30 * 60_000;
 const ONE_DAY_MS = 24 * 60 * 60_000;
+const ONE_HOUR_MS = 60 * 60_000;
+
+/** The 24 hours ending with the one holding `now`, each endpoint's counts filled in where it has them. */
+function hourSeries(now: Date, counts: ReadonlyMap<number, { successes: number; faults: number }>): HourUptime[] {
+  const current = Math.floor(now.getTime() / ONE_HOUR_MS);
+  return Array.from({ length: 24 }, (_, i) => {
+    const hour = current - 23 + i;
+    const { successes, faults } = counts.get(hour) ?? { successes: 0, faults: 0 };
+    return HourUptime.fromPartial({
+      hourStart: new Date(hour * ONE_HOUR_MS).toISOString(),
+      successes: BigInt(successes),
+      faults: BigInt(faults),
+      uptime: successes + faults > 0 ? successes / (successes + faults) : undefined,
+    });
+  });
+}
 
 /** A window's figures from its sums as the stats query names them (`requests_30m`, ...). */
 function windowOf(row: Record<string, unknown>, window: string) {
@@ -83,9 +99,9 @@ export class EndpointMinutesStore {
   /**
    * Every endpoint's figures (or, with `hosterId`, that hoster's) over the 30 minutes and the day
    * before `now` (the hosters' clock), keyed `hosterId/modelId`. One statement: the day's minutes,
-   * summed per window.
+   * summed per window. With `hours`, each one's uptime hour by hour too (a second statement).
    */
-  async stats(now: Date, hosterId?: string): Promise<Map<string, EndpointStats>> {
+  async stats(now: Date, hosterId?: string, options: { hours?: boolean } = {}): Promise<Map<string, EndpointStats>> {
     const dayStart = new Date(now.getTime() - ONE_DAY_MS);
     const recentStart = new Date(now.getTime() - THIRTY_MINUTES_MS);
     const rows = (await this.#orm.em.fork().execute(
@@ -95,14 +111,38 @@ export class EndpointMinutesStore {
         group by hoster_id, model_id`,
       [...Array.from({ length: 7 }, () => recentStart), dayStart, now, hosterId ?? null, hosterId ?? null],
     )) as Array<Record<string, unknown>>;
+    const hours = options.hours ? await this.#hours(now, hosterId) : undefined;
     const stats = new Map<string, EndpointStats>();
     for (const row of rows) {
-      stats.set(`${String(row.hoster_id)}/${String(row.model_id)}`, {
+      const key = `${String(row.hoster_id)}/${String(row.model_id)}`;
+      stats.set(key, {
         last30m: windowOf(row, "30m"),
         last1d: windowOf(row, "1d"),
+        hours: hours ? hourSeries(now, hours.get(key) ?? new Map()) : [],
       });
     }
     return stats;
+  }
+
+  /** Successes and faults per endpoint and hour (hours since the epoch) over the last 24 hours. */
+  async #hours(now: Date, hosterId?: string) {
+    const start = new Date((Math.floor(now.getTime() / ONE_HOUR_MS) - 23) * ONE_HOUR_MS);
+    const rows = (await this.#orm.em.fork().execute(
+      `select hoster_id, model_id, floor(extract(epoch from minute) / 3600)::int as hour,
+              sum(successes)::int as successes, sum(faults)::int as faults
+         from endpoint_minutes
+        where minute >= ? and minute <= ? and (?::uuid is null or hoster_id = ?::uuid)
+        group by 1, 2, 3`,
+      [start, now, hosterId ?? null, hosterId ?? null],
+    )) as Array<{ hoster_id: string; model_id: string; hour: number; successes: number; faults: number }>;
+    const byEndpoint = new Map<string, Map<number, { successes: number; faults: number }>>();
+    for (const r of rows) {
+      const key = `${r.hoster_id}/${r.model_id}`;
+      const hours = byEndpoint.get(key) ?? new Map();
+      hours.set(r.hour, { successes: r.successes, faults: r.faults });
+      byEndpoint.set(key, hours);
+    }
+    return byEndpoint;
   }
 
   /** Removes minutes older than a day before `now`. */

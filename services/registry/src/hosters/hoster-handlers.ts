@@ -18,7 +18,7 @@ import type { HostersContext } from "./hosters-context.ts";
  */
 export async function figuresByModel(ctx: HostersContext, hosterId?: string): Promise<EndpointFiguresByModel> {
   const [stats, verdicts] = await Promise.all([
-    ctx.minutes.stats(ctx.clock(), hosterId),
+    ctx.minutes.stats(ctx.clock(), hosterId, { hours: true }),
     ctx.verification.verdicts(hosterId),
   ]);
   return { stats, verdicts };

@@ -8,7 +8,11 @@ import {
 import type { StoredHoster } from "./hoster-store.ts";
 
 /** A model with no usage in the last day: zero counts, no uptime or percentiles. */
-const NO_FIGURES: EndpointStats = { last30m: EndpointFigures.fromPartial({}), last1d: EndpointFigures.fromPartial({}) };
+const NO_FIGURES: EndpointStats = {
+  last30m: EndpointFigures.fromPartial({}),
+  last1d: EndpointFigures.fromPartial({}),
+  hours: [],
+};
 
 /** A model no verification run has reached (none yet, or it is on no open plan). */
 const UNVERIFIED: Verification = { status: "unverified", lastRunAt: "", checks: [] };

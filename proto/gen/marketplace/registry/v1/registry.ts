@@ -211,6 +211,13 @@ export interface ModelInfo {
   created: bigint;
   /** chat | embedding. */
   kind: string;
+  /**
+   * An open model's (provider `open`): how many endpoints serve it, and the lowest prices among
+   * them (micro-USD per 1M tokens, each its own minimum).
+   */
+  endpoints: bigint;
+  lowestInputPricePer1mMicros: bigint;
+  lowestOutputPricePer1mMicros: bigint;
 }
 
 /** A model a hoster's server serves. */
@@ -270,7 +277,23 @@ export interface VerificationCheck {
 /** A hoster's model's live figures over the last 30 minutes and the last day. */
 export interface EndpointStats {
   last30m?: EndpointFigures | undefined;
-  last1d?: EndpointFigures | undefined;
+  last1d?:
+    | EndpointFigures
+    | undefined;
+  /**
+   * The last 24 hours' uptime, one entry per hour, oldest first, the current hour last (views of
+   * one endpoint only; empty in the routing table).
+   */
+  hours: HourUptime[];
+}
+
+export interface HourUptime {
+  /** ISO 8601 UTC of the hour's start. */
+  hourStart: string;
+  successes: bigint;
+  faults: bigint;
+  /** successes / (successes + faults); absent with neither. */
+  uptime?: number | undefined;
 }
 
 /** Live figures of one endpoint (a hoster's model) over a window, from the edges' usage events. */
@@ -2466,7 +2489,18 @@ export const ListModelsResponse: MessageFns<ListModelsResponse> = {
 };
 
 function createBaseModelInfo(): ModelInfo {
-  return { modelId: "", modelAlias: "", provider: "", ownedBy: "", contextWindow: 0n, created: 0n, kind: "" };
+  return {
+    modelId: "",
+    modelAlias: "",
+    provider: "",
+    ownedBy: "",
+    contextWindow: 0n,
+    created: 0n,
+    kind: "",
+    endpoints: 0n,
+    lowestInputPricePer1mMicros: 0n,
+    lowestOutputPricePer1mMicros: 0n,
+  };
 }
 
 export const ModelInfo: MessageFns<ModelInfo> = {
@@ -2497,6 +2531,28 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     }
     if (message.kind !== "") {
       writer.uint32(58).string(message.kind);
+    }
+    if (message.endpoints !== 0n) {
+      if (BigInt.asIntN(64, message.endpoints) !== message.endpoints) {
+        throw new globalThis.Error("value provided for field message.endpoints of type int64 too large");
+      }
+      writer.uint32(64).int64(message.endpoints);
+    }
+    if (message.lowestInputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.lowestInputPricePer1mMicros) !== message.lowestInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.lowestInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(72).int64(message.lowestInputPricePer1mMicros);
+    }
+    if (message.lowestOutputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.lowestOutputPricePer1mMicros) !== message.lowestOutputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.lowestOutputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(80).int64(message.lowestOutputPricePer1mMicros);
     }
     return writer;
   },
@@ -2570,6 +2626,30 @@ export const ModelInfo: MessageFns<ModelInfo> = {
             message.kind = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.endpoints = reader.int64() as bigint;
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.lowestInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.lowestOutputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2607,6 +2687,17 @@ export const ModelInfo: MessageFns<ModelInfo> = {
         : 0n,
       created: isSet(object.created) ? BigInt(object.created) : 0n,
       kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      endpoints: isSet(object.endpoints) ? BigInt(object.endpoints) : 0n,
+      lowestInputPricePer1mMicros: isSet(object.lowestInputPricePer1mMicros)
+        ? BigInt(object.lowestInputPricePer1mMicros)
+        : isSet(object.lowest_input_price_per_1m_micros)
+        ? BigInt(object.lowest_input_price_per_1m_micros)
+        : 0n,
+      lowestOutputPricePer1mMicros: isSet(object.lowestOutputPricePer1mMicros)
+        ? BigInt(object.lowestOutputPricePer1mMicros)
+        : isSet(object.lowest_output_price_per_1m_micros)
+        ? BigInt(object.lowest_output_price_per_1m_micros)
+        : 0n,
     };
   },
 
@@ -2633,6 +2724,15 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     if (message.kind !== "") {
       obj.kind = message.kind;
     }
+    if (message.endpoints !== 0n) {
+      obj.endpoints = message.endpoints.toString();
+    }
+    if (message.lowestInputPricePer1mMicros !== 0n) {
+      obj.lowestInputPricePer1mMicros = message.lowestInputPricePer1mMicros.toString();
+    }
+    if (message.lowestOutputPricePer1mMicros !== 0n) {
+      obj.lowestOutputPricePer1mMicros = message.lowestOutputPricePer1mMicros.toString();
+    }
     return obj;
   },
 
@@ -2650,6 +2750,15 @@ export const ModelInfo: MessageFns<ModelInfo> = {
       : 0n;
     message.created = (object.created !== undefined && object.created !== null) ? BigInt(object.created) : 0n;
     message.kind = object.kind ?? "";
+    message.endpoints = (object.endpoints !== undefined && object.endpoints !== null) ? BigInt(object.endpoints) : 0n;
+    message.lowestInputPricePer1mMicros =
+      (object.lowestInputPricePer1mMicros !== undefined && object.lowestInputPricePer1mMicros !== null)
+        ? BigInt(object.lowestInputPricePer1mMicros)
+        : 0n;
+    message.lowestOutputPricePer1mMicros =
+      (object.lowestOutputPricePer1mMicros !== undefined && object.lowestOutputPricePer1mMicros !== null)
+        ? BigInt(object.lowestOutputPricePer1mMicros)
+        : 0n;
     return message;
   },
 };
@@ -3114,7 +3223,7 @@ export const VerificationCheck: MessageFns<VerificationCheck> = {
 };
 
 function createBaseEndpointStats(): EndpointStats {
-  return { last30m: undefined, last1d: undefined };
+  return { last30m: undefined, last1d: undefined, hours: [] };
 }
 
 export const EndpointStats: MessageFns<EndpointStats> = {
@@ -3124,6 +3233,9 @@ export const EndpointStats: MessageFns<EndpointStats> = {
     }
     if (message.last1d !== undefined) {
       EndpointFigures.encode(message.last1d, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.hours) {
+      HourUptime.encode(v!, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -3157,6 +3269,14 @@ export const EndpointStats: MessageFns<EndpointStats> = {
             message.last1d = EndpointFigures.decode(reader, reader.uint32());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.hours.push(HourUptime.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3181,6 +3301,7 @@ export const EndpointStats: MessageFns<EndpointStats> = {
         : isSet(object.last_1d)
         ? EndpointFigures.fromJSON(object.last_1d)
         : undefined,
+      hours: globalThis.Array.isArray(object?.hours) ? object.hours.map((e: any) => HourUptime.fromJSON(e)) : [],
     };
   },
 
@@ -3191,6 +3312,9 @@ export const EndpointStats: MessageFns<EndpointStats> = {
     }
     if (message.last1d !== undefined) {
       obj.last1d = EndpointFigures.toJSON(message.last1d);
+    }
+    if (message.hours?.length) {
+      obj.hours = message.hours.map((e) => HourUptime.toJSON(e));
     }
     return obj;
   },
@@ -3206,6 +3330,134 @@ export const EndpointStats: MessageFns<EndpointStats> = {
     message.last1d = (object.last1d !== undefined && object.last1d !== null)
       ? EndpointFigures.fromPartial(object.last1d)
       : undefined;
+    message.hours = object.hours?.map((e) => HourUptime.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseHourUptime(): HourUptime {
+  return { hourStart: "", successes: 0n, faults: 0n, uptime: undefined };
+}
+
+export const HourUptime: MessageFns<HourUptime> = {
+  encode(message: HourUptime, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hourStart !== "") {
+      writer.uint32(10).string(message.hourStart);
+    }
+    if (message.successes !== 0n) {
+      if (BigInt.asIntN(64, message.successes) !== message.successes) {
+        throw new globalThis.Error("value provided for field message.successes of type int64 too large");
+      }
+      writer.uint32(16).int64(message.successes);
+    }
+    if (message.faults !== 0n) {
+      if (BigInt.asIntN(64, message.faults) !== message.faults) {
+        throw new globalThis.Error("value provided for field message.faults of type int64 too large");
+      }
+      writer.uint32(24).int64(message.faults);
+    }
+    if (message.uptime !== undefined) {
+      writer.uint32(33).double(message.uptime);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HourUptime {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHourUptime();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hourStart = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.successes = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.faults = reader.int64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 33) {
+              break;
+            }
+
+            message.uptime = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HourUptime {
+    return {
+      hourStart: isSet(object.hourStart)
+        ? globalThis.String(object.hourStart)
+        : isSet(object.hour_start)
+        ? globalThis.String(object.hour_start)
+        : "",
+      successes: isSet(object.successes) ? BigInt(object.successes) : 0n,
+      faults: isSet(object.faults) ? BigInt(object.faults) : 0n,
+      uptime: isSet(object.uptime) ? globalThis.Number(object.uptime) : undefined,
+    };
+  },
+
+  toJSON(message: HourUptime): unknown {
+    const obj: any = {};
+    if (message.hourStart !== "") {
+      obj.hourStart = message.hourStart;
+    }
+    if (message.successes !== 0n) {
+      obj.successes = message.successes.toString();
+    }
+    if (message.faults !== 0n) {
+      obj.faults = message.faults.toString();
+    }
+    if (message.uptime !== undefined) {
+      obj.uptime = floatToJson(message.uptime);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HourUptime>, I>>(base?: I): HourUptime {
+    return HourUptime.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HourUptime>, I>>(object: I): HourUptime {
+    const message = createBaseHourUptime();
+    message.hourStart = object.hourStart ?? "";
+    message.successes = (object.successes !== undefined && object.successes !== null) ? BigInt(object.successes) : 0n;
+    message.faults = (object.faults !== undefined && object.faults !== null) ? BigInt(object.faults) : 0n;
+    message.uptime = object.uptime ?? undefined;
     return message;
   },
 };
