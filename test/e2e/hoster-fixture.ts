@@ -104,3 +104,40 @@ export async function subscribeToFreePlan(
   }
   return { scopedKey: subscription.body.api_key as string, subscriber };
 }
+
+/**
+ * A hoster's model on an open plan (docs/routing.md): registers the hoster (as registerHoster, its
+ * model's `canonical_id` given) and publishes one open plan with `plan`'s terms over payg defaults.
+ * `onServer` points the registration at a server already running (a test upstream shared by
+ * several hosters), which closing the hoster leaves alone.
+ */
+export async function registerOpenHoster(
+  system: RunningSystem,
+  options: {
+    name: string;
+    canonicalId: string;
+    plan: Record<string, unknown>;
+    modelId?: string;
+    quantization?: string;
+    onServer?: { url: string; token: string };
+    serverEnv?: Record<string, string>;
+  },
+): Promise<RegisteredHoster> {
+  const shared = options.onServer;
+  const hoster = await registerHoster(system, {
+    name: options.name,
+    modelId: options.modelId,
+    serverEnv: options.serverEnv,
+    model: { canonical_id: options.canonicalId, quantization: options.quantization ?? "bf16" },
+    startServer: shared ? async () => ({ ...shared, close: async () => {} }) : undefined,
+  });
+  const plan = await apiCall(system.url, "POST", "/hosters/products", {
+    cookie: hoster.cookie,
+    body: { name: `${options.name} open`, pricing_model: "payg", open: true, ...options.plan },
+  });
+  if (plan.status !== 201) {
+    await hoster.server.close();
+    throw new Error(`the open plan was refused: ${plan.status} ${JSON.stringify(plan.body)}`);
+  }
+  return hoster;
+}

@@ -116,6 +116,7 @@ describe("POST /hosters/register through the edge", () => {
         stats: {
           last_30m: expect.objectContaining({ requests: 0, uptime: null, latency_p50_ms: null }),
           last_1d: expect.objectContaining({ requests: 0, uptime: null }),
+          hours: [],
         },
         // On no open plan: never verified.
         verification: { status: "unverified", last_run_at: null, checks: [] },

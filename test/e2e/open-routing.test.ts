@@ -7,7 +7,7 @@ import { startAdversarialUpstream } from "../../services/registry/test/fixtures/
 import { waitFor } from "../../services/registry/test/registry-harness.ts";
 import { apiCall } from "./api-call.ts";
 import { postChat } from "./billing-db.ts";
-import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
+import { registerHoster, registerOpenHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
 // Account keys calling an open model by its canonical_id: the default rule's shares, the
@@ -31,29 +31,21 @@ async function openHoster(
   pricePer1m: number,
   options: { modelId?: string; quantization?: string; onAdversarial?: boolean } = {},
 ) {
-  const hoster = await registerHoster(system, {
+  const hoster = await registerOpenHoster(system, {
     name,
+    canonicalId,
     modelId: options.modelId,
-    model: { canonical_id: canonicalId, quantization: options.quantization ?? "bf16" },
-    startServer: options.onAdversarial
-      ? async () => ({ url: adversarial.url, token: adversarial.token, close: async () => {} })
-      : undefined,
-  });
-  hosters.push(hoster);
-  const plan = await apiCall(system.url, "POST", "/hosters/products", {
-    cookie: hoster.cookie,
-    body: {
-      name: `${name} open`,
-      pricing_model: "payg",
+    quantization: options.quantization,
+    onServer: options.onAdversarial ? adversarial : undefined,
+    plan: {
       input_price_per_1m_usd: pricePer1m / 2,
       output_price_per_1m_usd: pricePer1m / 2,
       rpm_limit: 5_000,
       tpm_limit: 1_000_000,
       max_concurrent: 50,
-      open: true,
     },
   });
-  expect(plan.status).toBe(201);
+  hosters.push(hoster);
   return hoster;
 }
 
@@ -218,6 +210,50 @@ describe("open models called with an account key", () => {
     }
   });
 
+  it("sorts by measured latency with sort: latency, though the slow endpoint is cheaper", async () => {
+    const SPEED = "acme/speed-8b";
+    const quick = await registerOpenHoster(system, {
+      name: "Quick",
+      canonicalId: SPEED,
+      plan: { input_price_per_1m_usd: 2, rpm_limit: 5_000 },
+    });
+    hosters.push(quick);
+    const slow = await registerOpenHoster(system, {
+      name: "Slow",
+      canonicalId: SPEED,
+      serverEnv: { DEMO_TOKENS_PER_SECOND: "40" },
+      plan: { input_price_per_1m_usd: 1, rpm_limit: 5_000 },
+    });
+    hosters.push(slow);
+    for (const name of ["Quick", "Slow"]) {
+      await waitFor(
+        () => servedBy({ model: SPEED, n: 2, provider: { only: [name] } }),
+        (res) => res.status === 400,
+      );
+      for (let i = 0; i < 3; i++) {
+        expect((await servedBy({ model: SPEED, max_tokens: 16, provider: { only: [name] } })).status).toBe(200);
+      }
+    }
+    // Registry has the latencies once their events are in; a verification round rebuilds the table.
+    await waitFor(
+      () => apiCall(system.url, "GET", `/v1/models/${SPEED}/endpoints`, { key: apiKey }),
+      (res) =>
+        (res.body.data as { endpoints: Array<{ stats: { last_30m: { requests: number } } }> }).endpoints.every(
+          (e) => e.stats.last_30m.requests >= 3,
+        ),
+    );
+    await system.verifyNow();
+    const fastest = await waitFor(
+      () => servedBy({ model: SPEED, provider: { sort: "latency" } }),
+      (res) => res.json.model === quick.modelId,
+    );
+    expect(fastest.json.model).toBe(quick.modelId);
+    for (let i = 0; i < 5; i++) {
+      expect((await servedBy({ model: SPEED, provider: { sort: "latency" } })).json.model).toBe(quick.modelId);
+      expect((await servedBy({ model: `${SPEED}:floor` })).json.model).toBe(slow.modelId);
+    }
+  });
+
   it("refuses an unknown provider field with a 400 naming it", async () => {
     const res = await servedBy({ model: SHARED, provider: { data_collection: "deny" } });
     expect(res.status).toBe(400);
@@ -279,6 +315,32 @@ describe("open models called with an account key", () => {
     const pinned = await servedBy({ model: SHARED, provider: { only: ["One Dollar"] } });
     expect(pinned.status).toBe(403);
     expect(pinned.json.error.code).toBe("subscription_paused");
+    // The hoster's subscriber list has the implicit subscriber, paused.
+    const listed = await apiCall(system.url, "GET", "/v1/hoster/subscribers", { cookie: one.cookie });
+    expect(listed.body.subscribers).toEqual([
+      expect.objectContaining({ subscription_id: ofOne.subscription_id, status: "paused" }),
+    ]);
+  });
+
+  it("takes a hoster the customer cancelled out of their routing for good", async () => {
+    const subs = await apiCall(system.url, "GET", "/v1/subscriptions", { key: apiKey });
+    const ofFour = (subs.body.data as Array<Record<string, string>>).find(
+      (s) => s.origin === "open" && s.hoster_id === four.hosterId,
+    )!;
+    const cancelled = await apiCall(system.url, "DELETE", `/v1/subscriptions/${ofFour.subscription_id}`, {
+      key: apiKey,
+    });
+    expect(cancelled.status).toBe(200);
+    for (let i = 0; i < 10; i++) {
+      const { status, json } = await servedBy({ model: SHARED, provider: { sort: "price", ignore: ["Two Dollars"] } });
+      // One Dollar is paused (above), Four Dollars cancelled: nothing is left.
+      expect(status, JSON.stringify(json)).toBe(403);
+    }
+    const pinned = await servedBy({ model: SHARED, provider: { only: ["Four Dollars"] } });
+    expect(pinned.status).toBe(403);
+    expect(pinned.json.error).toMatchObject({ code: "forbidden" });
+    expect(pinned.json.error.message).toContain("cancelled");
+    expect((await servedBy({ model: SHARED })).json.model).toBe(two.modelId);
   });
 });
 
@@ -385,13 +447,12 @@ describe("open models on two edges: plan limits, and an endpoint below 80% uptim
 
   it("holds an open plan's limits per account across two edges (its implicit subscription's budget)", async () => {
     const LIMITED = "acme/limited-8b";
-    const hoster = await registerHoster(flakySystem, { name: "Limited", model: { canonical_id: LIMITED } });
-    local.push(hoster);
-    const plan = await apiCall(flakySystem.url, "POST", "/hosters/products", {
-      cookie: hoster.cookie,
-      body: { name: "Three a minute", pricing_model: "free", rpm_limit: 3, open: true },
+    const hoster = await registerOpenHoster(flakySystem, {
+      name: "Limited",
+      canonicalId: LIMITED,
+      plan: { name: "Three a minute", pricing_model: "free", rpm_limit: 3 },
     });
-    expect(plan.status).toBe(201);
+    local.push(hoster);
     const call = (url: string) =>
       postChat(url, key, { model: LIMITED, messages: [{ role: "user", content: "hi" }], max_tokens: 4 });
     for (const url of flakySystem.urls) {

@@ -4,7 +4,7 @@ import { startAdversarialUpstream } from "../../services/registry/test/fixtures/
 import { waitFor } from "../../services/registry/test/registry-harness.ts";
 import { apiCall } from "./api-call.ts";
 import { postChat } from "./billing-db.ts";
-import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
+import { registerOpenHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { checkPage, launchChromium, openPortal, VIEWPORTS, type ViewportName } from "./portal-browser.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
@@ -19,26 +19,15 @@ let customer: { apiKey: string; email: string };
 const hosters: RegisteredHoster[] = [];
 
 async function openHoster(name: string, price: number, modelId?: string) {
-  const hoster = await registerHoster(system, {
+  const hoster = await registerOpenHoster(system, {
     name,
+    canonicalId: MODEL,
     modelId,
-    model: { canonical_id: MODEL, quantization: modelId ? "fp8" : "q4_k_m" },
-    startServer: modelId
-      ? async () => ({ url: adversarial.url, token: adversarial.token, close: async () => {} })
-      : undefined,
+    quantization: modelId ? "fp8" : "q4_k_m",
+    onServer: modelId ? adversarial : undefined,
+    plan: { input_price_per_1m_usd: price, output_price_per_1m_usd: price },
   });
   hosters.push(hoster);
-  const plan = await apiCall(system.url, "POST", "/hosters/products", {
-    cookie: hoster.cookie,
-    body: {
-      name: `${name} open`,
-      pricing_model: "payg",
-      input_price_per_1m_usd: price,
-      output_price_per_1m_usd: price,
-      open: true,
-    },
-  });
-  expect(plan.status).toBe(201);
   return hoster;
 }
 
