@@ -155,8 +155,6 @@ describe("RoutingTable.resolve for a scoped key", () => {
       maxN: 1n,
       kind: "chat",
       open: false,
-      hosterName: "",
-      quantization: "",
     });
     expect(t.resolve("QWEN2.5-7B", scopeOf(ACME.toUpperCase())).modelId).toBe("qwen2.5-7b");
     expect(t.resolve("auto", scopeOf(ACME)).modelId).toBe("llama-3-8b.gguf");

@@ -24,6 +24,8 @@ let one: RegisteredHoster;
 let two: RegisteredHoster;
 let four: RegisteredHoster;
 let apiKey: string;
+/** What each answer of the shares test cost (micro-USD), by the model that served it. */
+const costsByModel = new Map<string, bigint[]>();
 
 async function openHoster(
   name: string,
@@ -102,6 +104,9 @@ describe("open models called with an account key", () => {
         const { status, json } = await servedBy({ model: SHARED });
         expect(status).toBe(200);
         counts.set(json.model, (counts.get(json.model) ?? 0) + 1);
+        const costs = costsByModel.get(json.model) ?? [];
+        costs.push(BigInt(Math.round(json.usage.cost * 1_000_000)));
+        costsByModel.set(json.model, costs);
       }
     };
     await Promise.all(Array.from({ length: 8 }, worker));
@@ -118,6 +123,55 @@ describe("open models called with an account key", () => {
     const open = data.filter((s) => s.origin === "open");
     expect(open.map((s) => s.hoster_id).sort()).toEqual([one.hosterId, two.hosterId, four.hosterId].sort());
     for (const s of open) expect(s).toMatchObject({ status: "active", pricing_model: "payg" });
+    // Each hoster earns exactly 80% of each request it served (the platform's 20% rounded down,
+    // request by request), from its implicit subscriber's usage.
+    for (const hoster of [one, two, four]) {
+      const costs = costsByModel.get(hoster.modelId) ?? [];
+      const gross = costs.reduce((sum, c) => sum + c, 0n);
+      const earned = costs.reduce((sum, c) => sum + c - (c * 20n) / 100n, 0n);
+      const earnings = await waitFor(
+        () => apiCall(system.url, "GET", "/v1/earnings/by-model", { cookie: hoster.cookie }),
+        (res) => (res.body.by_model as Array<{ requests: number }> | undefined)?.[0]?.requests === costs.length,
+      );
+      expect(earnings.body.by_model, hoster.modelId).toEqual([
+        expect.objectContaining({
+          model_id: hoster.modelId,
+          requests: costs.length,
+          gross_usd: Number(gross) / 1_000_000,
+          earned_usd: Number(earned) / 1_000_000,
+        }),
+      ]);
+    }
+  });
+
+  it("holds credit at the dearest endpoint the balance affords, leaving dearer ones out", async () => {
+    const AFFORD = "acme/afford-8b";
+    for (const [name, output] of [
+      ["Gold Plated", 1_000],
+      ["Plain", 1],
+    ] as const) {
+      hosters.push(
+        await registerOpenHoster(system, {
+          name,
+          canonicalId: AFFORD,
+          plan: { input_price_per_1m_usd: 1, output_price_per_1m_usd: output, max_output_tokens: 8_000 },
+        }),
+      );
+    }
+    // A new account has 5 USD: 6,000 output tokens at 1,000 USD per 1M would be 6.
+    const poor = (await signUp(system.url)).apiKey;
+    const ask = (provider: unknown) => servedBy({ model: AFFORD, max_tokens: 6_000, provider }, poor);
+    for (const name of ["Gold Plated", "Plain"]) {
+      await waitFor(
+        () => servedBy({ model: AFFORD, n: 2, provider: { only: [name] } }, poor),
+        (res) => res.status === 400,
+      );
+    }
+    const pinned = await ask({ only: ["Gold Plated"] });
+    expect(pinned.status).toBe(402);
+    const served = await ask({ order: ["Gold Plated", "Plain"] });
+    expect(served.status, JSON.stringify(served.json)).toBe(200);
+    expect(served.json.model).toBe(hosters.at(-1)!.modelId);
   });
 
   it("gives a scoped key for the implicit subscription on POST /v1/subscriptions, once", async () => {

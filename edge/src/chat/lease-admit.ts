@@ -39,13 +39,17 @@ export interface ChatNeed {
  * Step one of admission (docs/architecture.md#admission-on-a-lease): one request of the account's rate windows (and on a
  * scoped key one of its plan's minute and one of its slots), taken before the prompt is counted.
  * A cold account asks billing once for the request and what its worst case is known to be at
- * least (the output cap × n at the dearest route's price), so the usual cold request makes one
- * round trip, not two.
+ * least (the output cap × n at the dearest route's price, or the cheapest open endpoint's), so the
+ * usual cold request makes one round trip, not two.
  */
 export function admitRequest(leases: LeaseTable, need: ChatNeed): Promise<Ticket> {
   const output = (need.requested > 0n ? need.requested : 1n) * need.choices;
   const prices = routePricings(need.routes);
-  const credit = worstCaseCharge({ inputTokens: 0n, outputTokens: output }, prices);
+  // At least the dearest route's worst case; for an open model's endpoints the cheapest one's, as
+  // the balance may afford only that one (step two then leaves the dearer ones out).
+  const charges = prices.map((p) => worstCaseCharge({ inputTokens: 0n, outputTokens: output }, [p]));
+  const pick = need.routes.every((r) => r.open) ? min : max;
+  const credit = charges.reduce((chosen, charge) => pick(chosen, charge));
   // Without max_tokens the worst case is likely the model's output cap (or less when the prompt
   // or the balance leaves less): a cold grant lends that ahead, so step two needs no second one.
   const likely =
@@ -98,7 +102,7 @@ export async function admitWorstCase(
   need: ChatNeed,
   prompt: bigint,
 ): Promise<Admitted> {
-  const { requested, choices } = need;
+  const { requested } = need;
   const terms = need.subscriptionId ? termsOf(ticket, need.routes) : undefined;
   const fitting: Array<{ route: Route; cap: bigint }> = [];
   let refusal: AppError | undefined;
@@ -122,6 +126,34 @@ export async function admitWorstCase(
     fitting.push({ route, cap: min(limits.maxOutputTokensCap, limits.contextWindow - prompt) });
   }
   if (fitting.length === 0) throw refusal!;
+  // An open model's endpoints the balance cannot cover are left out, dearest first, rather than
+  // the request refused: credit is held at the dearest endpoint the balance affords.
+  for (let left = fitting; ;) {
+    try {
+      return await takeFor(leases, ticket, need, left, terms, prompt);
+    } catch (err) {
+      const dearest = left.reduce((most, f) => max(most, pricePer1m(f.route)), 0n);
+      const cheaper = left.filter((f) => pricePer1m(f.route) < dearest);
+      const open = left.every((f) => f.route.open);
+      if (!(err instanceof AppError && err.code === "insufficient_credits" && open && cheaper.length > 0)) throw err;
+      left = cheaper;
+    }
+  }
+}
+
+/** A route's input and output price per 1M tokens together (micro-USD). */
+const pricePer1m = (route: Route) => route.inputPricePer1mMicros + route.outputPricePer1mMicros;
+
+/** The worst case over `fitting`'s routes, taken from the lease (or a grant). */
+async function takeFor(
+  leases: LeaseTable,
+  ticket: Ticket,
+  need: ChatNeed,
+  fitting: ReadonlyArray<{ route: Route; cap: bigint }>,
+  terms: BudgetTerms | undefined,
+  prompt: bigint,
+): Promise<Admitted> {
+  const { requested, choices } = need;
   const routes = fitting.map((f) => f.route);
   const { price, affordable } = pricing(routes, terms, need.subscriptionId, prompt, choices);
   if (requested > 0n) return { ticket: await leases.takeWorstCase(ticket, price(requested)), routes, terms };

@@ -110,6 +110,3 @@ export function providerPreferences(value: unknown): ProviderPreferences {
   }
   return prefs;
 }
-
-/** True when a request asked for anything routing must honour. */
-export const hasPreferences = (prefs: ProviderPreferences) => prefs !== NO_PREFERENCES;

@@ -51,11 +51,11 @@ const SORT_SUFFIXES = { ":floor": "price", ":nitro": "throughput" } as const;
 export type OutlierView = EjectionView & { recovered?(key: string): void; faultedRecently?(key: string): boolean };
 
 /** An open endpoint's route: reached with an account key, priced at its plan's prices. */
-function openRoute(e: OpenEndpoint, hoster: RoutableHoster): Route {
+function openRoute(e: OpenEndpoint): Route {
   return Route.fromPartial({
     modelId: e.modelId,
     provider: "hoster",
-    hosterId: hoster.hosterId,
+    hosterId: e.hosterId,
     productId: e.productId,
     inputPricePer1mMicros: e.inputPricePer1mMicros,
     outputPricePer1mMicros: e.outputPricePer1mMicros,
@@ -64,8 +64,6 @@ function openRoute(e: OpenEndpoint, hoster: RoutableHoster): Route {
     maxN: e.maxN > 0n ? e.maxN : 1n,
     kind: "chat",
     open: true,
-    hosterName: hoster.name,
-    quantization: e.quantization,
   });
 }
 
@@ -295,7 +293,7 @@ export class RoutingTable implements UpstreamDirectory {
         { param: "provider" },
       );
     }
-    return ordered.map((e) => openRoute(e, this.#hosters.get(e.hosterId.toLowerCase())!.hoster));
+    return ordered.map(openRoute);
   }
 
   /** `auto` is the first healthy model of the kind asked (an embedding model answers no chat). */

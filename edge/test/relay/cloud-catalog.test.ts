@@ -111,8 +111,6 @@ describe("the cloud catalog", () => {
       maxN: 1n,
       kind: "chat",
       open: false,
-      hosterName: "",
-      quantization: "",
     };
     for (const name of ["gpt-cloud", "cloud gpt", "GPT-CLOUD"]) {
       expect(await h.route(name), name).toEqual(expected);

@@ -124,8 +124,6 @@ describe("the edge's routing table, for a scoped key", () => {
       maxN: 1n,
       kind: "chat",
       open: false,
-      hosterName: "",
-      quantization: "",
     });
   });
 

@@ -27,8 +27,6 @@ describe("the edge's routing table, for an account key", () => {
       maxN: 1n,
       kind: "chat",
       open: false,
-      hosterName: "",
-      quantization: "",
     });
   });
 

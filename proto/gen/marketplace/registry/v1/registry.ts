@@ -56,10 +56,6 @@ export interface Route {
    * implicit subscription to `product_id`, priced at the route's prices.
    */
   open: boolean;
-  /** The hoster's name (an open route's; `provider.order` may name it). */
-  hosterName: string;
-  /** The model's quantization (an open route's). */
-  quantization: string;
 }
 
 export interface WatchCatalogRequest {
@@ -662,8 +658,6 @@ function createBaseRoute(): Route {
     maxN: 0n,
     kind: "",
     open: false,
-    hosterName: "",
-    quantization: "",
   };
 }
 
@@ -716,12 +710,6 @@ export const Route: MessageFns<Route> = {
     }
     if (message.open !== false) {
       writer.uint32(88).bool(message.open);
-    }
-    if (message.hosterName !== "") {
-      writer.uint32(98).string(message.hosterName);
-    }
-    if (message.quantization !== "") {
-      writer.uint32(106).string(message.quantization);
     }
     return writer;
   },
@@ -827,22 +815,6 @@ export const Route: MessageFns<Route> = {
             message.open = reader.bool();
             continue;
           }
-          case 12: {
-            if (tag !== 98) {
-              break;
-            }
-
-            message.hosterName = reader.string();
-            continue;
-          }
-          case 13: {
-            if (tag !== 106) {
-              break;
-            }
-
-            message.quantization = reader.string();
-            continue;
-          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -896,12 +868,6 @@ export const Route: MessageFns<Route> = {
       maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
       kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
       open: isSet(object.open) ? globalThis.Boolean(object.open) : false,
-      hosterName: isSet(object.hosterName)
-        ? globalThis.String(object.hosterName)
-        : isSet(object.hoster_name)
-        ? globalThis.String(object.hoster_name)
-        : "",
-      quantization: isSet(object.quantization) ? globalThis.String(object.quantization) : "",
     };
   },
 
@@ -940,12 +906,6 @@ export const Route: MessageFns<Route> = {
     if (message.open !== false) {
       obj.open = message.open;
     }
-    if (message.hosterName !== "") {
-      obj.hosterName = message.hosterName;
-    }
-    if (message.quantization !== "") {
-      obj.quantization = message.quantization;
-    }
     return obj;
   },
 
@@ -975,8 +935,6 @@ export const Route: MessageFns<Route> = {
     message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
     message.kind = object.kind ?? "";
     message.open = object.open ?? false;
-    message.hosterName = object.hosterName ?? "";
-    message.quantization = object.quantization ?? "";
     return message;
   },
 };
