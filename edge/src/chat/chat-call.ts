@@ -150,7 +150,11 @@ export async function startChatCall(
       worstCaseMicros: ticket.worstCaseMicros,
       worstCaseTokens: ticket.worstCaseTokens,
       subscriptionId: ticket.subscriptionId,
-      enterRoute: subscriptionId ? undefined : (next) => enterRoute(deps, ticket, relayed, next),
+      // Only an open endpoint's plan room moves with the request: other requests need no hook.
+      enterRoute:
+        !subscriptionId && admitted.routes.some((r) => r.open)
+          ? (next) => enterRoute(deps, ticket, relayed, next)
+          : undefined,
       // So the answer's usage.cost is what settlement will post.
       includedTokens: ticket.includedTokens,
       subscriptionPricing: admitted.terms && {

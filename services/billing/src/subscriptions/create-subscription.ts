@@ -7,7 +7,7 @@ import { requireAccount } from "../usage/usage-summary.ts";
 import { activateSubscription } from "./activate-subscription.ts";
 import { fetchPlan, productNotFound } from "./plan.ts";
 import { Subscription, type SubscriptionRow } from "./subscription.entity.ts";
-import { openKey, revokeSubscriptionKey, sealKey } from "./subscription-keys.ts";
+import { issueSubscriptionKey, openKey, revokeSubscriptionKey, sealKey } from "./subscription-keys.ts";
 import { LIVE_STATUSES, subscriptionMessage } from "./subscription-view.ts";
 import { keyForImplicitSubscription } from "./implicit-subscription.ts";
 
@@ -102,15 +102,7 @@ async function runSaga(ctx: BillingContext, row: SubscriptionRow, secret: string
     // From here on a key may exist, so a failure must revoke it.
     const markRequested = `update subscriptions set key_requested_at = coalesce(key_requested_at, ?) where id = ?`;
     await ctx.orm.em.fork().execute(markRequested, [ctx.clock(), row.id]);
-    const { key } = await ctx.accounts.issueScopedKey(
-      {
-        accountId: row.accountId,
-        scope: { subscriptionId: row.id, productId: plan.productId, hosterId: plan.hosterId },
-        apiKey: secret,
-        name: plan.terms.name.slice(0, 100),
-      },
-      { timeoutMs: 10_000 },
-    );
+    const key = await issueSubscriptionKey(ctx, row, plan, secret);
     // Revoked already: this attempt was given up (by a racing retry or the janitor) meanwhile.
     if (!key || key.revokedAt !== "") throw incomplete();
     outcome = await activateSubscription(ctx, row.id, plan, key.keyId);

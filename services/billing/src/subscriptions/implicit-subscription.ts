@@ -5,7 +5,7 @@ import { addCalendarMonth } from "./calendar-month.ts";
 import { fetchPlan } from "./plan.ts";
 import { SNAPSHOT_SET, snapshotParams } from "./terms-snapshot.ts";
 import { Subscription, type SubscriptionRow } from "./subscription.entity.ts";
-import { revokeSubscriptionKey, sealKey } from "./subscription-keys.ts";
+import { issueSubscriptionKey, revokeSubscriptionKey, sealKey } from "./subscription-keys.ts";
 
 const LIVE = `status in ('pending', 'active', 'paused', 'past_due')`;
 
@@ -104,17 +104,9 @@ export async function keyForImplicitSubscription(
   if (!claimed) return undefined;
   const row = em.map(Subscription, claimed);
   try {
-    const plan = await fetchPlan(ctx, productId);
-    const { key } = await ctx.accounts.issueScopedKey(
-      {
-        accountId,
-        scope: { subscriptionId: id, productId, hosterId: plan.hosterId },
-        apiKey: secret,
-        name: plan.terms.name.slice(0, 100),
-      },
-      { timeoutMs: 10_000 },
-    );
-    if (!key) throw new AppError("service_unavailable", "The key could not be issued; try again.");
+    const key = await issueSubscriptionKey(ctx, row, await fetchPlan(ctx, productId), secret);
+    if (!key || key.revokedAt !== "")
+      throw new AppError("service_unavailable", "The key could not be issued; try again.");
     const [keyed] = await em.execute(`update subscriptions set key_id = ? where id = ? returning *`, [key.keyId, id]);
     return { row: em.map(Subscription, keyed!) };
   } catch (err) {

@@ -1,6 +1,7 @@
 import { fenceWaitMs } from "@mkt/runtime/fence-wait";
 import { SecretBoxError } from "@mkt/runtime/secret-box";
 import type { BillingContext } from "../context.ts";
+import type { Plan } from "./plan.ts";
 import { Subscription, type SubscriptionRow } from "./subscription.entity.ts";
 
 /** Bound into the sealed secret, so a ciphertext copied onto another row does not open. */
@@ -22,6 +23,24 @@ export function openKey(ctx: BillingContext, row: SubscriptionRow): string {
     ctx.log.error({ err, subscriptionId: row.id }, "a subscription's sealed key does not open");
     return "";
   }
+}
+
+/**
+ * Asks accounts for the subscription's scoped key with its drawn secret (idempotent on the secret:
+ * a retry gets the same key), named after the plan. The key, revoked already when the attempt was
+ * given up meanwhile, or undefined.
+ */
+export async function issueSubscriptionKey(ctx: BillingContext, row: SubscriptionRow, plan: Plan, secret: string) {
+  const { key } = await ctx.accounts.issueScopedKey(
+    {
+      accountId: row.accountId,
+      scope: { subscriptionId: row.id, productId: plan.productId, hosterId: plan.hosterId },
+      apiKey: secret,
+      name: plan.terms.name.slice(0, 100),
+    },
+    { timeoutMs: 10_000 },
+  );
+  return key;
 }
 
 /**
