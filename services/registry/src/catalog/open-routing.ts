@@ -15,7 +15,7 @@ export const FIGURES_TO_JUDGE = 20n;
 const usdPer1m = (micros: bigint) => Number(micros) / 1_000_000;
 
 /** Input and output together, USD per 1M tokens: what the default weight and `sort: "price"` use. */
-const endpointPrice = (e: Pick<OpenEndpoint, "inputPricePer1mMicros" | "outputPricePer1mMicros">) =>
+export const endpointPrice = (e: Pick<OpenEndpoint, "inputPricePer1mMicros" | "outputPricePer1mMicros">) =>
   usdPer1m(e.inputPricePer1mMicros + e.outputPricePer1mMicros);
 
 export interface OpenRoutingSources {

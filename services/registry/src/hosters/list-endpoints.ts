@@ -1,5 +1,6 @@
 import { AppError } from "@mkt/runtime/errors";
 import type { ListEndpointsRequest, ListEndpointsResponse, ModelEndpoint } from "@mkt/proto/registry/v1/registry";
+import { endpointPrice } from "../catalog/open-routing.ts";
 import { productView } from "../products/product-view.ts";
 import { figuresByModel } from "./hoster-handlers.ts";
 import { hosterView } from "./hoster-view.ts";
@@ -7,10 +8,6 @@ import type { HostersContext } from "./hosters-context.ts";
 
 /** Longer than any canonical_id registration accepts: a longer one names no endpoint. */
 const MAX_CANONICAL_ID_CHARS = 256;
-
-/** A plan's price per 1M tokens, input and output together: what "cheapest" orders by. */
-const pricePer1m = (endpoint: ModelEndpoint) =>
-  (endpoint.plan?.terms?.inputPricePer1mMicros ?? 0n) + (endpoint.plan?.terms?.outputPricePer1mMicros ?? 0n);
 
 /**
  * GET /v1/models/{canonical_id}/endpoints: every registered hoster's model of that public name on
@@ -46,10 +43,9 @@ export async function listEndpoints(ctx: HostersContext, req: ListEndpointsReque
     }
   }
   if (endpoints.length === 0) throw modelNotFound(req.canonicalId);
-  endpoints.sort((a, b) => {
-    const byPrice = pricePer1m(a) - pricePer1m(b);
-    return byPrice !== 0n ? (byPrice < 0n ? -1 : 1) : a.hosterName.localeCompare(b.hosterName);
-  });
+  // Cheapest first, as routing's rule prices an endpoint (input and output together).
+  const price = (e: ModelEndpoint) => endpointPrice(e.plan!.terms!);
+  endpoints.sort((a, b) => price(a) - price(b) || a.hosterName.localeCompare(b.hosterName));
   return { endpoints };
 }
 
