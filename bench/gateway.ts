@@ -57,7 +57,8 @@
  *   BENCH_CPU_PROFILE              (none)  our processes to profile, e.g. edge,billing: each writes a V8
  *                                          <name>.cpuprofile into <logs>/profiles when it stops (open it in
  *                                          Chrome's DevTools; profiling slows the process)
- *   LOG_LEVEL                      warn    the services' log level
+ *   LOG_LEVEL                      info    the services' log level (info: what operators run, an access-log line
+ *                                          per request in the edge's log)
  *   DATABASE_URL, NATS_URL                 where the fresh database and stream are made
  */
 import { mkdirSync } from "node:fs";

@@ -1,7 +1,7 @@
 /**
  * Settlement throughput: how many usage.completed events billing consumes from JetStream and
- * commits per second (usage row, hourly rollup, balanced ledger entry, wallet and lease hold
- * updates, all durable: synchronous_commit stays on).
+ * commits per second (usage row, hourly rollup, one balanced journal entry per batch with a leg per
+ * account, wallet and lease hold updates, all durable: synchronous_commit stays on).
  *
  *   npm run bench:settlement                      # 20,000 events
  *   BENCH_EVENTS=50000 SETTLE_BATCH_SIZE=500 npm run bench:settlement
@@ -19,6 +19,7 @@ import pg from "pg";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
+import { newRequestId } from "@mkt/runtime/ids";
 import { createLogger } from "@mkt/runtime/logger";
 import { eventNames } from "@mkt/runtime/nats";
 import { costMicros, splitRevenue } from "@mkt/runtime/money";
@@ -27,6 +28,7 @@ import { testCertificates } from "@mkt/testkit/test-certificates";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { loadBillingConfig } from "../services/billing/src/config.ts";
+import { reconcile } from "../services/billing/src/wallets/reconciliation.ts";
 import { LOAD_GENERATOR, measureProcesses, pidsNamed } from "./gateway/process-stats.ts";
 import { startBilling } from "../services/billing/src/server.ts";
 
@@ -54,6 +56,7 @@ const config = loadBillingConfig({
   METRICS_PORT: "0",
   SECRETS_KEY: randomBytes(32).toString("hex"),
   ...(process.env.SETTLE_BATCH_SIZE ? { SETTLE_BATCH_SIZE: process.env.SETTLE_BATCH_SIZE } : {}),
+  ...(process.env.SETTLE_BATCH_WINDOW_MS ? { SETTLE_BATCH_WINDOW_MS: process.env.SETTLE_BATCH_WINDOW_MS } : {}),
 });
 const worstCase = costMicros(TOKENS.input, TOKENS.maxOutput, PRICES.input, PRICES.output);
 const cost = costMicros(TOKENS.input, TOKENS.output, PRICES.input, PRICES.output);
@@ -106,7 +109,7 @@ try {
   const requests = Array.from({ length: EVENTS }, (_, i) => {
     const hosted = HOSTER_EVERY > 0 && i % HOSTER_EVERY === 0;
     return {
-      requestId: `bench-${i}`,
+      requestId: newRequestId(),
       lease: accounts[i % ACCOUNTS]!,
       provider: hosted ? "hoster" : "local",
       hosterId: hosted ? HOSTER_ID : "",
@@ -150,6 +153,7 @@ try {
   //    50 ms is noise next to it); PostgreSQL's is that of the backends connected to this run's
   //    database, so other databases on a shared server do not count.
   t = performance.now();
+  const writesBefore = await tableWrites(db);
   const cpu = measureProcesses({ [POSTGRES]: () => backendsOf(databaseUrl) });
   const billing = await startBilling(config, log, options);
   let settled = 0;
@@ -158,8 +162,12 @@ try {
     settled = Number((await db.query(`select count(*) as n from usage_records`)).rows[0].n);
   }
   const settleMs = ms(t);
+  // The rollups are folded off the settlement transaction: their cost counts once folded.
+  while (await rollupsPending(db)) await new Promise((resolve) => setTimeout(resolve, 50));
+  const foldedMs = ms(t);
   const spent = cpu.stop();
   await billing.close();
+  const writes = await writesSince(db, writesBefore);
 
   // 5. The run counts only if it settled everything exactly once and kept the books straight.
   const check = (
@@ -184,27 +192,91 @@ try {
     Number(check.mismatched) === 0 &&
     BigInt(check.hoster_earned) === BigInt(hosterEvents) * splitRevenue(cost, true).hosterEarned &&
     BigInt(check.hoster_rollup) === BigInt(check.hoster_earned);
+  // Every batch entry's legs the sums of its records, every split exact, wallets and holds right.
+  const discrepancies = await reconcile(async (sql) => (await db.query(sql)).rows);
+  const entries = (await db.query(`select count(*)::int as n from journal_entries where kind = 'usage_batch'`)).rows[0]
+    .n;
   console.log(
     `settled ${EVENTS} events in ${settleMs} ms: ${rate(EVENTS, settleMs)} events/s consumed and committed ` +
-      `(SETTLE_BATCH_SIZE=${config.SETTLE_BATCH_SIZE}, synchronous_commit=${check.synchronous_commit}, ` +
+      `(SETTLE_BATCH_SIZE=${config.SETTLE_BATCH_SIZE}, SETTLE_BATCH_WINDOW_MS=${config.SETTLE_BATCH_WINDOW_MS}, synchronous_commit=${check.synchronous_commit}, ` +
       `${ACCOUNTS} accounts, ${hosterEvents} served by a hoster; includes billing start-up)`,
   );
   const perEvent = (cpuMs: number) => ((cpuMs * 1000) / EVENTS).toFixed(1);
+  console.log(`rollups folded ${foldedMs - settleMs} ms after the last record`);
   console.log(
     `CPU per settled event: billing ${perEvent(spent[LOAD_GENERATOR]!.cpuMs)} µs, ` +
       `PostgreSQL ${perEvent(spent[POSTGRES]!.cpuMs)} µs (this database's backends; billing's start-up included)`,
+  );
+  console.log(
+    `row writes per settled event: ${(writes.total / EVENTS).toFixed(2)} ` +
+      `(${writes.tables.map(([table, n]) => `${table} ${(n / EVENTS).toFixed(2)}`).join(", ")}); ` +
+      `HOT updates ${writes.hotShare}`,
   );
   console.log(
     ok
       ? "check: every event settled once, lease holds released, ledger balanced, hoster shares and rollup exact"
       : `CHECK FAILED: ${JSON.stringify(check)}`,
   );
-  if (!ok) process.exitCode = 1;
+  console.log(
+    discrepancies.length === 0
+      ? `reconciliation: nothing found (${entries} batch journal entries)`
+      : `RECONCILIATION FAILED: ${JSON.stringify(discrepancies.slice(0, 10))} (${discrepancies.length} in all)`,
+  );
+  if (!ok || discrepancies.length > 0) process.exitCode = 1;
 } finally {
   await db.end();
   await (await jetstreamManager(nc)).streams.delete(names.usageStream).catch(() => undefined);
   await nc.close();
   await dropDatabase(databaseUrl);
+}
+
+/** Whether settled batches' rollup deltas still wait for their fold (none before rollups were folded). */
+async function rollupsPending(db: pg.Client): Promise<boolean> {
+  const { rows } = await db.query(`select to_regclass('usage_rollup_queue') is not null as queued`);
+  if (!rows[0].queued) return false;
+  return (await db.query(`select exists (select 1 from usage_rollup_queue) as pending`)).rows[0].pending as boolean;
+}
+
+type Writes = Map<string, { rows: number; updates: number; hot: number }>;
+
+/**
+ * Rows inserted, updated and deleted per table of billing's schema so far (pg_stat_user_tables,
+ * this database only; a backend reports its counts when it goes idle or exits). A partition's
+ * rows count as its table's (usage_records' months).
+ */
+async function tableWrites(db: pg.Client): Promise<Writes> {
+  await db.query(`select pg_stat_clear_snapshot()`);
+  const { rows } = await db.query(
+    `select coalesce(p.relname, s.relname) as relname, sum(s.n_tup_ins + s.n_tup_upd + s.n_tup_del) as rows,
+       sum(s.n_tup_upd) as updates, sum(s.n_tup_hot_upd) as hot
+     from pg_stat_user_tables s
+     left join pg_inherits i on i.inhrelid = s.relid left join pg_class p on p.oid = i.inhparent
+     where s.schemaname = 'billing' group by 1`,
+  );
+  return new Map(
+    rows.map((r) => [r.relname as string, { rows: Number(r.rows), updates: Number(r.updates), hot: Number(r.hot) }]),
+  );
+}
+
+/** Row writes per table since `before`, once billing's backends have exited and reported them. */
+async function writesSince(db: pg.Client, before: Writes) {
+  await new Promise((resolve) => setTimeout(resolve, 1_500));
+  const after = await tableWrites(db);
+  const tables: Array<[string, number]> = [];
+  let updates = 0;
+  let hot = 0;
+  for (const [table, now] of after) {
+    const was = before.get(table) ?? { rows: 0, updates: 0, hot: 0 };
+    if (now.rows > was.rows) tables.push([table, now.rows - was.rows]);
+    updates += now.updates - was.updates;
+    hot += now.hot - was.hot;
+  }
+  tables.sort((a, b) => b[1] - a[1]);
+  return {
+    total: tables.reduce((sum, [, n]) => sum + n, 0),
+    tables,
+    hotShare: updates > 0 ? `${Math.round((hot * 100) / updates)}%` : "n/a",
+  };
 }
 
 /** The PostgreSQL backends serving `url`'s database (their command line names it). */

@@ -1,17 +1,23 @@
 /**
  * `npm run render:nats-config`: writes the nats-server users and permissions
  * (packages/runtime/src/nats-server-config.ts) to the files the deployments mount:
- * deploy/nats/nats-server.conf (docker-compose.yml) and its copy in the Kubernetes base
- * (kustomize refuses files outside the base's directory). test/deploy fails when either differs
- * from the rendering, so run this after changing the permissions table.
+ * deploy/nats/nats-server.conf (docker-compose.yml's single server, whose JetStream syncs every
+ * write), deploy/nats/nats-dev.conf (its dev profile's NATS without users, syncing too) and the users
+ * alone in the Kubernetes base (kustomize refuses files outside the base's
+ * directory; the Helm chart of your NATS writes the JetStream block, docs/deploy.md). test/deploy
+ * fails when either differs from its rendering, so run this after changing the permissions table.
  */
 import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { renderNatsServerConfig } from "@mkt/runtime/nats-server-config";
+import { renderNatsDevConfig, renderNatsServerConfig } from "@mkt/runtime/nats-server-config";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
-const text = renderNatsServerConfig();
-for (const path of ["deploy/nats/nats-server.conf", "deploy/k8s/base/config/nats-server.conf"]) {
+const renderings = {
+  "deploy/nats/nats-server.conf": renderNatsServerConfig("", { syncEveryWrite: true }),
+  "deploy/k8s/base/config/nats-server.conf": renderNatsServerConfig(""),
+  "deploy/nats/nats-dev.conf": renderNatsDevConfig(),
+};
+for (const [path, text] of Object.entries(renderings)) {
   writeFileSync(`${root}${path}`, text);
   console.log(`wrote ${path}`);
 }

@@ -57,7 +57,9 @@ const DEMO_MODEL = "demo/open-8b";
 
 /**
  * Two independent hosters' servers, as hosters would run them, each registered below with the same
- * public model on an open pay-as-you-go plan: one cheaper and quantized, one dearer in bf16.
+ * public model on an open pay-as-you-go plan: one cheaper and quantized, one dearer in bf16. Each
+ * prices cached input at a tenth of its input price, as the big APIs do, and the demo model keeps a
+ * prefix cache, so a conversation's second turn shows a cache hit and what it saved.
  */
 const DEMO_HOSTERS = [
   {
@@ -66,7 +68,7 @@ const DEMO_HOSTERS = [
     port: ports.demoHoster,
     modelId: "open-8b.Q4_K_M.gguf",
     quantization: "q4_k_m",
-    prices: { input: 0.05, output: 0.1 },
+    prices: { input: 0.05, cachedInput: 0.005, output: 0.1 },
     emailKey: "DEMO_HOSTER_EMAIL",
   },
   {
@@ -75,7 +77,7 @@ const DEMO_HOSTERS = [
     port: ports.demoHoster2,
     modelId: "open-8b.bf16.gguf",
     quantization: "bf16",
-    prices: { input: 0.1, output: 0.2 },
+    prices: { input: 0.1, cachedInput: 0.01, output: 0.2 },
     emailKey: "DEMO_HOSTER_2_EMAIL",
   },
 ] as const;
@@ -347,6 +349,7 @@ async function seedDemoHoster(hoster: (typeof DEMO_HOSTERS)[number]): Promise<st
       name: "Open PAYG",
       pricing_model: "payg",
       input_price_per_1m_usd: hoster.prices.input,
+      cached_input_price_per_1m_usd: hoster.prices.cachedInput,
       output_price_per_1m_usd: hoster.prices.output,
       open: true,
     },

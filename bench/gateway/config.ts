@@ -51,7 +51,10 @@ export const config = {
   settleTimeoutSeconds: num("BENCH_SETTLE_TIMEOUT_SECONDS", 90),
   rssSampleMs: num("BENCH_RSS_SAMPLE_MS", 100),
   targets: (process.env.BENCH_TARGETS ?? "direct,ours,peer").split(",").map((t) => t.trim()),
-  logLevel: process.env.LOG_LEVEL ?? "warn",
+  // The services' own default and what npm start, compose and Kubernetes run: at info the edge writes
+  // one access-log line per request, which an operator pays for (bench/README.md, "Why two gateway
+  // benches disagreed").
+  logLevel: process.env.LOG_LEVEL ?? "info",
   cpuProfiles: profiledProcesses(process.env.BENCH_CPU_PROFILE ?? ""),
 };
 

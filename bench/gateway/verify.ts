@@ -250,8 +250,9 @@ export class Verifier {
         coalesce((select sum(p.amount_micros) from ledger_postings p
           where p.ledger_account = 'customer:' || w.account_id), 0) as postings,
         coalesce((select -sum(p.amount_micros) from ledger_postings p join journal_entries e on e.id = p.entry_id
-          where e.kind = 'usage' and p.ledger_account = 'customer:' || w.account_id), 0) as debits,
-        coalesce((select sum(u.cost_micros) from usage_records u where u.account_id = w.account_id), 0) as charged
+          where e.kind in ('usage', 'usage_batch') and p.ledger_account = 'customer:' || w.account_id), 0) as debits,
+        coalesce((select sum(u.cost_micros - u.write_off_micros) from usage_records u
+          where u.account_id = w.account_id), 0) as charged
       from wallets w`);
     for (const w of rows) {
       if (BigInt(w.postings) !== BigInt(w.posted)) {

@@ -1,7 +1,7 @@
-import { randomUUID } from "node:crypto";
 import cookie from "@fastify/cookie";
 import Fastify, { LogController, type FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
+import { newRequestId } from "@mkt/runtime/ids";
 import type { Logger } from "@mkt/runtime/logger";
 import { setHttpRoute, traceResponseHeader } from "@mkt/runtime/trace-context";
 import type { Backends } from "./backends.ts";
@@ -73,8 +73,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // request.ip honours X-Forwarded-For only from these hops (per-IP sign-up limits).
     trustProxy: deps.config.TRUSTED_PROXIES.length > 0 ? deps.config.TRUSTED_PROXIES : false,
     // Our own id for every request: it keys the admitted request and its usage record, so a
-    // client-supplied one is never trusted.
-    genReqId: () => randomUUID(),
+    // client-supplied one is never trusted. A UUIDv7, time-ordered (docs/adr/0045-usage-records-append.md).
+    genReqId: () => newRequestId(),
     // One access-log line per request comes from the onResponse hook below, not Fastify's pair.
     logController: new LogController({ requestIdLogLabel: "requestId", disableRequestLogging: true }),
     // A streamed answer can run for minutes; Node's default request timeout would cut it.

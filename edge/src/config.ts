@@ -59,16 +59,13 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       REGISTRY_ADDR: str({ default: "127.0.0.1:50053" }),
       // A secret: no default, never logged.
       ADMIN_TOKEN: secret(),
-      // Admission leases (docs/leases.md#settings): billing's setting of the same name, which the
-      // edge must match: heartbeats go every half of it and a lease is trusted at most this long
-      // past one. Cached principals (docs/architecture.md#authentication) follow the same clock:
-      // revalidated with accounts every half of it while in use, used at most this long past a
-      // check, and at most this long past losing NATS.
-      LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
-      // Billing's setting of the same name, which the edge must match: answers still running when
-      // no lease call has been answered for this long end with an error event, since billing
-      // releases what this edge's leases hold at their deadline + this.
-      EDGE_ISOLATION_MS: intBetween(1_000, 24 * 3600_000)({ default: 60_000 }),
+      // LEASE_TTL_MS, EDGE_ISOLATION_MS and MAX_REQUEST_MS are billing's (docs/leases.md#settings):
+      // the edge takes them from every lease reply, and the TTL of its cached principals from
+      // accounts' replies. An environment that still sets one here is checked against billing's
+      // first reply at start, and the edge refuses to start when they differ (server.ts).
+      LEASE_TTL_MS: intBetween(200, 60_000)({ default: undefined }),
+      EDGE_ISOLATION_MS: intBetween(1_000, 24 * 3600_000)({ default: undefined }),
+      MAX_REQUEST_MS: intBetween(1_000, 24 * 3600_000)({ default: undefined }),
       // A lease with nothing admitted and nothing in flight this long is returned to billing with
       // its final totals; until then the heartbeat keeps it open at no per-lease cost, so an
       // account sending now and then is admitted in memory. Its credit beyond one request's worst
@@ -104,6 +101,7 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
       UPSTREAM_CONNECT_TIMEOUT_MS: millis({ default: 5_000 }),
       UPSTREAM_FIRST_BYTE_TIMEOUT_MS: millis({ default: 30_000 }),
       UPSTREAM_IDLE_TIMEOUT_MS: millis({ default: 30_000 }),
+      // Clamped to billing's MAX_REQUEST_MS − 10 s (a log line says so) when that is shorter.
       UPSTREAM_TOTAL_TIMEOUT_MS: millis({ default: 600_000 }),
       // A body past this is cut (a hoster streaming a multi-GB body); 32 MiB holds ~100k streamed
       // tokens, or ~20k with top_logprobs=20.
@@ -128,10 +126,6 @@ export function loadEdgeConfig(env: NodeJS.ProcessEnv = process.env) {
     },
     env,
   );
-  // Shorter than a lease, the edge would cut answers while its leases are still valid.
-  if (config.EDGE_ISOLATION_MS <= config.LEASE_TTL_MS) {
-    throw new ConfigError("invalid configuration:\n  EDGE_ISOLATION_MS: must be more than LEASE_TTL_MS");
-  }
   // With a port the OS picks, every such edge on the host would default to the same id, and each
   // would close the others' leases as it started.
   if (config.EDGE_ID === "" && config.PORT === 0) {

@@ -1,6 +1,9 @@
 import { createHash } from "node:crypto";
 import type { Principal } from "@mkt/proto/accounts/v1/accounts";
 
+/** Accounts' PRINCIPAL_TTL_MS default: the TTL before its first reply, and of a reply without one. */
+export const DEFAULT_PRINCIPAL_TTL_MS = 2_000;
+
 /** Accounts' RevalidateKeys takes at most this many key ids per call; more go in several calls. */
 const MAX_KEYS_PER_CALL = 10_000;
 
@@ -13,8 +16,12 @@ interface Entry {
 }
 
 export interface PrincipalCacheOptions {
-  /** LEASE_TTL_MS: how long one successful check lets a principal be used. */
-  ttlMs: number;
+  /**
+   * How long one successful check lets a principal be used until accounts' first reply says
+   * (its PRINCIPAL_TTL_MS, in every Authenticate and RevalidateKeys reply: `trustFor`); accounts'
+   * default when omitted.
+   */
+  ttlMs?: number;
   /**
    * The edge process's id, sent with every check: accounts records this edge as holding the key,
    * and a revocation waits for its ack (docs/adr/0018-revocation-waits-for-the-edges.md). ''
@@ -36,10 +43,9 @@ export interface PrincipalCacheOptions {
  * meanwhile are lost.
  */
 export class PrincipalCache {
-  readonly ttlMs: number;
   readonly edgeId: string;
-  /** Like the lease table's: room for the check's reply to have been delayed on the way. */
-  readonly marginMs: number;
+  #ttlMs: number;
+  #onTtlChange: (() => void) | undefined;
   readonly #now: () => number;
   readonly #maxEntries: number;
   readonly #entries = new Map<string, Entry>();
@@ -51,11 +57,37 @@ export class PrincipalCache {
   #generation = 0;
 
   constructor(options: PrincipalCacheOptions) {
-    this.ttlMs = options.ttlMs;
+    this.#ttlMs = options.ttlMs ?? DEFAULT_PRINCIPAL_TTL_MS;
     this.edgeId = options.edgeId ?? "";
-    this.marginMs = Math.max(10, Math.floor(options.ttlMs / 10));
     this.#now = options.now ?? (() => performance.now());
     this.#maxEntries = options.maxEntries ?? 100_000;
+  }
+
+  /** Accounts' PRINCIPAL_TTL_MS, as its latest reply gave it. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
+  /** Like the lease table's: room for the check's reply to have been delayed on the way. */
+  get marginMs(): number {
+    return Math.max(10, Math.floor(this.#ttlMs / 10));
+  }
+
+  /**
+   * Accounts' reply said how long its principals may be used (0: an accounts from before it said
+   * so, which had the default). Called by `authenticate` and `revalidate`'s check before they
+   * return, so what they answer is kept for that long.
+   */
+  trustFor(principalTtlMs: number): void {
+    const ttlMs = principalTtlMs > 0 ? principalTtlMs : DEFAULT_PRINCIPAL_TTL_MS;
+    if (ttlMs === this.#ttlMs) return;
+    this.#ttlMs = ttlMs;
+    this.#onTtlChange?.();
+  }
+
+  /** Called when accounts' TTL changes (the revalidation loop re-times its next check). */
+  onTtlChange(listener: (() => void) | undefined): void {
+    this.#onTtlChange = listener;
   }
 
   /** Returns the key's principal, calling `authenticate` at most once per key at a time. */

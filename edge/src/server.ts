@@ -5,6 +5,8 @@ import { buildApp } from "./app.ts";
 import { connectBackends } from "./backends.ts";
 import { PromptTokenCounter } from "./chat/prompt-tokens.ts";
 import type { EdgeConfig } from "./config.ts";
+import { ConfigError } from "@mkt/runtime/config";
+import { BillingLeaseSettings, disagreements } from "./leases/lease-settings.ts";
 import { followKeyRevocations } from "./key-revocations.ts";
 import { startLeaseHeartbeat } from "./leases/lease-heartbeat.ts";
 import { followLeaseRecalls } from "./leases/lease-recall.ts";
@@ -42,7 +44,8 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
     throw err;
   });
   const edgeId = config.EDGE_ID;
-  const principals = new PrincipalCache({ ttlMs: config.LEASE_TTL_MS, edgeId });
+  // The TTL of a cached principal is accounts' (its replies carry it).
+  const principals = new PrincipalCache({ edgeId });
   const names = eventNames(config.EVENTS_PREFIX);
   const stopRevocations = followKeyRevocations(nc, names.keysRevoked, principals, log);
   // Chat routes resolve from registry's table, in memory; while registry is down the edge keeps
@@ -51,14 +54,15 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const outliers = edgeOutliers(config);
   const routing = new RoutingTable(outliers, new ModelAliases(config.MODEL_ALIASES));
   const stopCatalogWatch = watchCatalog(backends.registryStream, routing, log);
+  // Billing's LEASE_TTL_MS, EDGE_ISOLATION_MS and MAX_REQUEST_MS, from its lease replies.
+  const leaseSettings = new BillingLeaseSettings({ upstreamTotalTimeoutMs: config.UPSTREAM_TOTAL_TIMEOUT_MS, log });
   const isolation: IsolationWatch = new IsolationWatch({
-    isolationMs: config.EDGE_ISOLATION_MS,
     log,
     inFlight: (): number => leases.inFlight(),
   });
   const leases: LeaseTable = new LeaseTable({
     billing: backends.billing,
-    ttlMs: config.LEASE_TTL_MS,
+    settings: leaseSettings,
     idleMs: config.LEASE_IDLE_MS,
     log,
     edgeId,
@@ -68,6 +72,28 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   // The subscriptions are live at the server before any key is cached or lease granted.
   await nc.flush();
   const stopHeartbeat = startLeaseHeartbeat(leases, log);
+  const ownSettings = {
+    leaseTtlMs: config.LEASE_TTL_MS,
+    edgeIsolationMs: config.EDGE_ISOLATION_MS,
+    maxRequestMs: config.MAX_REQUEST_MS,
+  };
+  if (Object.values(ownSettings).some((value) => value !== undefined)) {
+    // An environment from before billing owned these: it is checked against billing's first reply
+    // (the heartbeat at start), waiting for billing if need be, and the edge does not start when
+    // they differ: its operator meant another value than the one it would run by.
+    const differ = disagreements(ownSettings, await leaseSettings.first);
+    if (differ.length > 0) {
+      await stopHeartbeat();
+      isolation.stop();
+      stopRecalls();
+      stopCatalogWatch();
+      stopRevocations();
+      await nc.close();
+      backends.close();
+      throw new ConfigError(`invalid configuration:\n  ${differ.join("\n  ")}`);
+    }
+    log.warn(ownSettings, "lease settings in the edge's environment are billing's (they agree): remove them");
+  }
   const stopRevalidation = startPrincipalRevalidation(principals, backends.accounts, log);
   const promptTokens = new PromptTokenCounter({
     threads: config.PROMPT_TOKEN_THREADS,
@@ -79,6 +105,7 @@ export async function startEdge(config: EdgeConfig, log: Logger): Promise<EdgeHa
   const relay = startRelay(config, {
     nc,
     subject: names.usageCompleted,
+    upstreamTotalMs: () => leaseSettings.upstreamTotalMs(),
     upstreams: routing,
     outliers,
     metrics,

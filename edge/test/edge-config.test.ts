@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { loadEdgeConfig } from "../src/config.ts";
 import { defaultEdgeId } from "../src/edge-id.ts";
+import { disagreements } from "../src/leases/lease-settings.ts";
 
 const required = { ADMIN_TOKEN: "admin token", TLS_MODE: "off" };
 
@@ -23,10 +24,26 @@ describe("the edge's identity and isolation settings", () => {
     expect(loadEdgeConfig({ ...required, PORT: "0", EDGE_ID: "test-edge" }).EDGE_ID).toBe("test-edge");
   });
 
-  it("refuses an EDGE_ISOLATION_MS not above LEASE_TTL_MS", () => {
-    expect(loadEdgeConfig(required).EDGE_ISOLATION_MS).toBe(60_000);
-    expect(() => loadEdgeConfig({ ...required, EDGE_ISOLATION_MS: "2000" })).toThrow(
-      /EDGE_ISOLATION_MS: must be more than LEASE_TTL_MS/,
-    );
+  it("has no lease settings of its own: billing's come in its replies", () => {
+    const config = loadEdgeConfig(required);
+    expect(config.LEASE_TTL_MS).toBeUndefined();
+    expect(config.EDGE_ISOLATION_MS).toBeUndefined();
+    expect(config.MAX_REQUEST_MS).toBeUndefined();
+  });
+});
+
+describe("lease settings an edge's environment still sets", () => {
+  const billing = { leaseTtlMs: 1_000, edgeIsolationMs: 10_000, maxRequestMs: 630_000 };
+
+  it("disagree with billing's in a line naming both values", () => {
+    expect(disagreements({ leaseTtlMs: 2_000, edgeIsolationMs: 10_000 }, billing)).toEqual([
+      "LEASE_TTL_MS: this edge's environment sets 2000, billing's is 1000; billing owns it and sends it to the edges: remove it from the edge's environment",
+    ]);
+    expect(disagreements({ edgeIsolationMs: 60_000, maxRequestMs: 20_000 }, billing)).toHaveLength(2);
+  });
+
+  it("agree, or are not set", () => {
+    expect(disagreements({ leaseTtlMs: 1_000 }, billing)).toEqual([]);
+    expect(disagreements({}, billing)).toEqual([]);
   });
 });

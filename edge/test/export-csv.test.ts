@@ -42,6 +42,7 @@ function row(n: number): UsageExportRow {
     costMicros: BigInt(n * 10 + 1),
     latencyMs: 5n,
     success: n % 2 === 0,
+    cachedTokens: BigInt(Math.floor(n / 2)),
   };
 }
 
@@ -54,7 +55,15 @@ async function exportUsage(call: ServerWritableStream<ExportUsageRequest, Export
   try {
     if (scenario === "odd-rows") {
       const odd = { ...row(0), modelId: '=SUM(1,2) "née" 模型', costMicros: 12_345_678n };
-      const empty = { ...row(1), modelId: "", provider: "", inputTokens: 0n, outputTokens: 0n, costMicros: 0n };
+      const empty = {
+        ...row(1),
+        modelId: "",
+        provider: "",
+        inputTokens: 0n,
+        outputTokens: 0n,
+        costMicros: 0n,
+        cachedTokens: 0n,
+      };
       await writeWithBackpressure(call, { rows: [odd, { ...empty, latencyMs: 0n, success: false }] });
       return;
     }
@@ -129,26 +138,26 @@ describe("the usage export's CSV stream", () => {
     const lines = (await res.text()).split("\n");
     expect(lines.at(-1)).toBe(""); // every record ends with \n
     expect(lines[0]).toBe(
-      "timestamp,model,provider,input_tokens,output_tokens,total_tokens,cost_usd,latency_ms,success",
+      "timestamp,model,provider,input_tokens,output_tokens,total_tokens,cost_usd,latency_ms,success,cached_tokens",
     );
     expect(lines).toHaveLength(30 * ROWS_PER_PAGE + 2);
-    expect(lines[1]).toBe(`2026-11-01T00:00:00.000Z,${MODEL},local,0,2,2,0.000001,5,true`);
-    expect(lines.at(-2)).toBe(`2026-11-01T00:49:59.000Z,${MODEL},local,2999,2,3001,0.029991,5,false`);
+    expect(lines[1]).toBe(`2026-11-01T00:00:00.000Z,${MODEL},local,0,2,2,0.000001,5,true,0`);
+    expect(lines.at(-2)).toBe(`2026-11-01T00:49:59.000Z,${MODEL},local,2999,2,3001,0.029991,5,false,1499`);
   });
 
   it("answers an empty export with the header only", async () => {
     const res = await fetch(`${base}/export?pages=0`);
     expect(res.status).toBe(200);
     expect(await res.text()).toBe(
-      "timestamp,model,provider,input_tokens,output_tokens,total_tokens,cost_usd,latency_ms,success\n",
+      "timestamp,model,provider,input_tokens,output_tokens,total_tokens,cost_usd,latency_ms,success,cached_tokens\n",
     );
   });
 
   it("quotes and defuses text, keeps non-ASCII text, and writes empty and zero fields", async () => {
     const res = await fetch(`${base}/export?pages=1&scenario=odd-rows`);
     expect((await res.text()).split("\n").slice(1)).toEqual([
-      `2026-11-01T00:00:00.000Z,"'=SUM(1,2) ""née"" 模型",local,0,2,2,12.345678,5,true`,
-      "2026-11-01T00:00:01.000Z,,,0,0,0,0.000000,0,false",
+      `2026-11-01T00:00:00.000Z,"'=SUM(1,2) ""née"" 模型",local,0,2,2,12.345678,5,true,0`,
+      "2026-11-01T00:00:01.000Z,,,0,0,0,0.000000,0,false,0",
       "",
     ]);
   });

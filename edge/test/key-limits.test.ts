@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { newRequestId } from "@mkt/runtime/ids";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import type { ServiceTls } from "@mkt/runtime/service-tls";
 import { testCertificates } from "@mkt/testkit/test-certificates";
@@ -81,7 +82,7 @@ async function request(table: LeaseTable, accountId: string, keyId: string): Pro
       table.release(ticket);
     }
     await t.publishUsage({
-      requestId: `req_${randomUUID()}`,
+      requestId: newRequestId(),
       accountId,
       keyId,
       modelId: "demo-small",

@@ -205,7 +205,9 @@ describe("the edge's lease table against a real billing", () => {
   it("admits on a prompt's byte bound from memory only, and only where the bound changes nothing", async () => {
     const { table, calls } = edge();
     const accountId = randomUUID();
-    expect(await admitOne(table, accountId, "big", 100n)).not.toBeNull();
+    // A first request dear enough that the beat's demand (over half a TTL at least) lends the
+    // lease room for the three below.
+    expect(await admitOne(table, accountId, "big", 1_000n)).not.toBeNull();
     await table.beat();
     const route = Route.fromPartial({
       modelId: "m",
@@ -232,8 +234,12 @@ describe("the edge's lease table against a real billing", () => {
     const second = await admitRequest(table, need);
     before = held();
     expect(admitOnBound(table, second, need, 950n)).toBeUndefined();
-    // max_tokens above the cap is refused by the count's path, with its message.
-    expect(admitOnBound(table, second, { ...need, requested: 101n }, 10n)).toBeUndefined();
+    // max_tokens above the cap is lowered to it, as the count's path lowers it.
+    const lowered = admitOnBound(table, second, { ...need, requested: 101n }, 10n);
+    expect(lowered?.ticket.maxOutputTokens).toBe(100n);
+    expect(held() - before).toBe(110n);
+    table.release(lowered!.ticket);
+    before = held();
     // A worst case the lease cannot cover from memory: nothing taken, billing not asked for it.
     const dear = { ...need, routes: [{ ...route, inputPricePer1mMicros: 1_000_000_000_000n }] };
     expect(admitOnBound(table, second, dear, 200n)).toBeUndefined();
@@ -683,6 +689,37 @@ describe("the edge's lease table against a real billing", () => {
     } finally {
       await near.close();
     }
+  });
+
+  it("ends the heartbeats' backoff once billing answers a grant: they renew its session from the next beat", async () => {
+    // Billing unreachable, then back: every call fails while `unreachable`, as a lost connection does.
+    let unreachable = false;
+    let beats = 0;
+    const lost = () => Object.assign(new Error("14 UNAVAILABLE: connection refused"), { code: grpcStatus.UNAVAILABLE });
+    const counted = countedBilling(t.billing.port);
+    clients.push(counted.client);
+    const billing: LeaseBilling = {
+      grantLease: (...args) => (unreachable ? Promise.reject(lost()) : counted.billing.grantLease(...args)),
+      returnLeases: (...args) => (unreachable ? Promise.reject(lost()) : counted.billing.returnLeases(...args)),
+      heartbeat: (...args) => {
+        beats += 1;
+        return unreachable ? Promise.reject(lost()) : counted.billing.heartbeat(...args);
+      },
+    };
+    // The edge's clock stands still: the backoff (TTL / 4 at least) never runs out by itself.
+    const table = new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing, ttlMs: TTL, log, now: () => 0 });
+    const accountId = randomUUID();
+    expect(await admitOne(table, accountId, "big", 10n)).not.toBeNull();
+    unreachable = true;
+    await table.beat(); // fails: the heartbeats back off
+    unreachable = false;
+    await table.beat(); // still backing off: not sent
+    expect(beats).toBe(1);
+    // A grant answered: billing is back. The heartbeats no longer wait out their backoff, which
+    // left the session the grant renewed to lapse a TTL later, fencing every lease of the edge.
+    expect(await admitOne(table, randomUUID(), "big", 10n)).not.toBeNull();
+    await table.beat();
+    expect(beats).toBe(2);
   });
 
   it("with billing stopped admits until the lease lapses, then answers 503 with retry-after", async () => {

@@ -9,34 +9,31 @@ const events = (frames: string) =>
 
 describe("a Messages request as a chat body", () => {
   it("puts tool results right after the calls, before the user's other blocks, and maps tool_choice", () => {
-    const chat = chatBodyFromMessages(
-      {
-        model: "m",
-        max_tokens: 10,
-        system: [{ type: "text", text: "Be brief.", cache_control: { type: "ephemeral" } }],
-        tools: [{ name: "f", input_schema: { type: "object" } }],
-        tool_choice: { type: "any", disable_parallel_tool_use: true },
-        stop_sequences: ["END"],
-        messages: [
-          { role: "user", content: "call f" },
-          {
-            role: "assistant",
-            content: [
-              { type: "thinking", thinking: "…", signature: "s" },
-              { type: "tool_use", id: "t1", name: "f", input: { a: 1 } },
-            ],
-          },
-          {
-            role: "user",
-            content: [
-              { type: "text", text: "and then?" },
-              { type: "tool_result", tool_use_id: "t1", content: [{ type: "text", text: "ok" }], is_error: true },
-            ],
-          },
-        ],
-      },
-      10,
-    );
+    const chat = chatBodyFromMessages({
+      model: "m",
+      max_tokens: 10,
+      system: [{ type: "text", text: "Be brief.", cache_control: { type: "ephemeral" } }],
+      tools: [{ name: "f", input_schema: { type: "object" } }],
+      tool_choice: { type: "any", disable_parallel_tool_use: true },
+      stop_sequences: ["END"],
+      messages: [
+        { role: "user", content: "call f" },
+        {
+          role: "assistant",
+          content: [
+            { type: "thinking", thinking: "…", signature: "s" },
+            { type: "tool_use", id: "t1", name: "f", input: { a: 1 } },
+          ],
+        },
+        {
+          role: "user",
+          content: [
+            { type: "text", text: "and then?" },
+            { type: "tool_result", tool_use_id: "t1", content: [{ type: "text", text: "ok" }], is_error: true },
+          ],
+        },
+      ],
+    });
     expect(chat).toEqual({
       model: "m",
       max_tokens: 10,
@@ -61,7 +58,7 @@ describe("a Messages request as a chat body", () => {
   it("refuses what runs on Anthropic's side or lives in its Files API, naming the field", () => {
     const refused = (body: object) => {
       try {
-        chatBodyFromMessages({ model: "m", max_tokens: 1, messages: [{ role: "user", content: "hi" }], ...body }, 1);
+        chatBodyFromMessages({ model: "m", max_tokens: 1, messages: [{ role: "user", content: "hi" }], ...body });
       } catch (err) {
         return (err as AppError).param;
       }
@@ -73,6 +70,48 @@ describe("a Messages request as a chat body", () => {
       }),
     ).toBe("messages[0].content[0].source.type");
     expect(refused({ tool_choice: { type: "tool", name: "f" } })).toBe("tool_choice");
+    expect(
+      refused({ messages: [{ role: "system", content: [{ type: "image", source: { type: "url", url: "u" } }] }] }),
+    ).toBe("messages[0].content[0].type");
+  });
+
+  it("keeps a system message where it stands and asks for reasoning at the effort given", () => {
+    const chat = chatBodyFromMessages({
+      model: "m",
+      max_tokens: 64_000,
+      system: "Be brief.",
+      thinking: { type: "adaptive" },
+      output_config: { effort: "high" },
+      context_management: { edits: [{ type: "clear_thinking_20251015", keep: "all" }] },
+      metadata: { user_id: "u" },
+      messages: [
+        { role: "user", content: [{ type: "text", text: "hi", cache_control: { type: "ephemeral" } }] },
+        { role: "system", content: "Agent types: one." },
+      ],
+    });
+    expect(chat).toEqual({
+      model: "m",
+      max_tokens: 64_000,
+      reasoning_effort: "high",
+      messages: [
+        { role: "system", content: "Be brief." },
+        { role: "user", content: [{ type: "text", text: "hi" }] },
+        { role: "system", content: "Agent types: one." },
+      ],
+    });
+  });
+
+  it("maps thinking and effort to reasoning_effort: thinking off asks for none, an unknown effort is left out", () => {
+    const effort = (fields: object) =>
+      chatBodyFromMessages({ model: "m", max_tokens: 1, messages: [{ role: "user", content: "hi" }], ...fields })
+        .reasoning_effort;
+    expect(effort({ thinking: { type: "enabled", budget_tokens: 1024 } })).toBe("medium");
+    expect(effort({ thinking: { type: "adaptive" } })).toBe("medium");
+    expect(effort({ thinking: { type: "adaptive" }, output_config: { effort: "max" } })).toBe("high");
+    expect(effort({ output_config: { effort: "low" } })).toBe("low");
+    expect(effort({ thinking: { type: "disabled" }, output_config: { effort: "high" } })).toBeUndefined();
+    expect(effort({ output_config: { effort: "ultra" } })).toBeUndefined();
+    expect(effort({})).toBeUndefined();
   });
 });
 

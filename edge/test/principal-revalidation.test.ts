@@ -13,7 +13,8 @@ import { PrincipalCache } from "../src/principal-cache.ts";
 import { startPrincipalRevalidation } from "../src/principal-revalidation.ts";
 
 // An edge's principal cache as server.ts wires it (keys.revoked followed, revalidation running)
-// against a real accounts, its calls counted by a gRPC interceptor.
+// against a real accounts, its calls counted by a gRPC interceptor. The TTL is accounts': the
+// cache starts at the default and takes accounts' from its replies.
 const TTL = 400;
 const log = createLogger("principal-revalidation-test", "silent");
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -22,7 +23,7 @@ let t: TestAccounts;
 let proxy: NatsProxy;
 const cleanups: Array<() => Promise<void>> = [];
 beforeAll(async () => {
-  t = await startTestAccounts();
+  t = await startTestAccounts({ PRINCIPAL_TTL_MS: String(TTL) });
   proxy = await startNatsProxy();
 });
 afterEach(async () => {
@@ -53,7 +54,7 @@ async function edgeCache(natsUrl = TEST_NATS_URL, edgeId = "") {
   });
   const accounts = promiseClient(client);
   const nc: NatsConnection = await connect({ servers: natsUrl, reconnectTimeWait: 50, maxReconnectAttempts: -1 });
-  const cache = new PrincipalCache({ ttlMs: TTL, edgeId });
+  const cache = new PrincipalCache({ edgeId });
   const stopFollowing = followKeyRevocations(nc, t.names.keysRevoked, cache, log);
   await nc.flush();
   const stopRevalidating = startPrincipalRevalidation(cache, accounts, log);
@@ -66,7 +67,11 @@ async function edgeCache(natsUrl = TEST_NATS_URL, edgeId = "") {
   const count = (method: string) => calls.filter((m) => m === method).length;
   /** One request's authentication, as the API-key hook does it. */
   const use = (apiKey: string) =>
-    cache.get(apiKey, async () => (await accounts.authenticate({ edgeId, apiKey }, { timeoutMs: 5_000 })).principal!);
+    cache.get(apiKey, async () => {
+      const reply = await accounts.authenticate({ edgeId, apiKey }, { timeoutMs: 5_000 });
+      cache.trustFor(Number(reply.principalTtlMs));
+      return reply.principal!;
+    });
   return { cache, nc, revalidated, count, use };
 }
 
@@ -94,6 +99,8 @@ describe("revalidating cached principals with accounts", () => {
     const e = await edgeCache();
     const held = await keys(20);
     for (const k of held) await e.use(k.apiKey);
+    // Accounts' PRINCIPAL_TTL_MS, from its Authenticate replies (the cache starts at the default).
+    expect(e.cache.ttlMs).toBe(TTL);
 
     const before = e.count("RevalidateKeys");
     const start = performance.now();

@@ -120,6 +120,19 @@ describe("RoutingTable.resolve for an account key", () => {
     expect(t.resolve("embed-first", undefined).kind).toBe("embedding");
   });
 
+  it("carries a platform model's cached-input price to its route, absent where none is configured", () => {
+    const withCached = CatalogTable.fromPartial({
+      ...TABLE,
+      platformModels: [
+        { ...platform("demo-small", "local"), cachedInputPricePer1mMicros: 50_000n },
+        platform("gpt-4o-mini", "cloud"),
+      ],
+    });
+    const t = table([], withCached);
+    expect(t.resolve("demo-small", undefined).cachedInputPricePer1mMicros).toBe(50_000n);
+    expect(t.resolve("gpt-4o-mini", undefined).cachedInputPricePer1mMicros).toBeUndefined();
+  });
+
   it("counts a model whose every server is ejected as unhealthy", () => {
     const err = refusal(() => table([`local ${LOCAL} demo-small`]).resolve("Demo Small", undefined));
     expect(err).toMatchObject({

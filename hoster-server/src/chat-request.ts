@@ -19,6 +19,8 @@ export interface ChatRequest {
   toolChoice: "none" | "auto" | "required" | { name: string };
   /** The JSON schema of `response_format` json_schema (an object schema for json_object); undefined: text. */
   responseSchema: unknown;
+  /** Whether the client asks for reasoning (`reasoning_effort`, or a `reasoning` object), at any effort but `none`. */
+  reasoning: boolean;
 }
 
 /** A function tool as the demo model sees it. */
@@ -92,6 +94,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
     toolDefinitions: body.tools,
     toolChoice,
     responseSchema: parseResponseFormat(body.response_format),
+    reasoning: parseReasoningAsked(body),
   };
 }
 
@@ -118,6 +121,24 @@ function parseToolChoice(choice: unknown, tools: readonly DemoTool[]): ChatReque
     throw bad("tool_choice", `tool_choice names the function '${name}', which is not in tools.`);
   }
   return { name };
+}
+
+/**
+ * `reasoning_effort` is OpenAI's and vLLM's field; `reasoning: {effort}` is OpenRouter's and the
+ * Responses API's, which agents send to chat endpoints too. Any effort is taken (providers keep
+ * adding levels); only `none`, or OpenRouter's `enabled: false`, turns reasoning off.
+ */
+function parseReasoningAsked(body: Record<string, unknown>): boolean {
+  const { reasoning_effort: effort, reasoning } = body;
+  if (effort !== undefined && effort !== null && typeof effort !== "string") {
+    throw bad("reasoning_effort", "reasoning_effort must be a string.");
+  }
+  if (reasoning !== undefined && reasoning !== null && !isObject(reasoning)) {
+    throw bad("reasoning", "reasoning must be an object.");
+  }
+  const byEffort = typeof effort === "string" && effort !== "none";
+  const byObject = isObject(reasoning) && reasoning.effort !== "none" && reasoning.enabled !== false;
+  return byEffort || byObject;
 }
 
 function parseResponseFormat(format: unknown): unknown {

@@ -127,6 +127,37 @@ describe("tools", () => {
     expect(final.choices[0]!.message.content!.length).toBeGreaterThan(0);
   });
 
+  it("calls when only instructions follow the user's request, as a system message from Claude Code does", async () => {
+    for (const role of ["system", "developer"] as const) {
+      const asked = await client.chat.completions.create({
+        model: "demo-small",
+        messages: [user, { role, content: "Agents available: general-purpose, Explore." }],
+        tools,
+      });
+      expect(asked.choices[0]!.finish_reason).toBe("tool_calls");
+      const call = asked.choices[0]!.message.tool_calls![0]!;
+      expect(call.type === "function" && call.function.name).toBe("get_weather");
+    }
+  });
+
+  it("answers text after the tool's result even when a system message follows it, so the loop ends", async () => {
+    const first = await client.chat.completions.create({ model: "demo-small", messages: [user], tools });
+    const assistant = first.choices[0]!.message;
+    const final = await client.chat.completions.create({
+      model: "demo-small",
+      messages: [
+        user,
+        assistant,
+        { role: "tool", tool_call_id: assistant.tool_calls![0]!.id, content: '{"temperature": 21}' },
+        { role: "system", content: "Agents available: general-purpose, Explore." },
+      ],
+      tools,
+    });
+    expect(final.choices[0]!.finish_reason).toBe("stop");
+    expect(final.choices[0]!.message.tool_calls).toBeUndefined();
+    expect(final.choices[0]!.message.content!.length).toBeGreaterThan(0);
+  });
+
   it("cuts the arguments at max_tokens with finish_reason length", async () => {
     const cut = await client.chat.completions.create({ model: "demo-small", messages: [user], tools, max_tokens: 3 });
     expect(cut.choices[0]!.finish_reason).toBe("length");

@@ -14,6 +14,19 @@ describe("answerUsageLine", () => {
     );
   });
 
+  it("says how many tokens in were read from the model's prompt cache", () => {
+    const usage = {
+      prompt_tokens: 1850,
+      completion_tokens: 40,
+      total_tokens: 1890,
+      prompt_tokens_details: { cached_tokens: 1795 },
+      cost: 0.000178,
+    };
+    expect(answerUsageLine(usage)).toBe("1,850 tokens in (1,795 from cache), 40 tokens out · cost $0.000178");
+    const none = { ...usage, prompt_tokens_details: { cached_tokens: 0 } };
+    expect(answerUsageLine(none)).toBe("1,850 tokens in, 40 tokens out · cost $0.000178");
+  });
+
   it("makes up no cost when the usage has none", () => {
     expect(answerUsageLine({ prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 })).toBe(
       "3 tokens in, 2 tokens out · its cost will appear under Usage once it is settled (seconds)",

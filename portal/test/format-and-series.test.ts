@@ -60,4 +60,30 @@ describe("priceLine", () => {
     expect(priceLine(plan)).toBe("$9.99 a month, 5,000,000 tokens included, then $0.50 per 1M tokens");
     expect(priceLine({ ...plan, pricing_model: "free" })).toBe("Free");
   });
+
+  it("shows a cached-input price beside the price it discounts, and nothing when the plan has none", () => {
+    const payg = {
+      pricing_model: "payg",
+      input_price_per_1m_usd: 0.2,
+      output_price_per_1m_usd: 0.6,
+      cached_input_price_per_1m_usd: 0.02,
+    } as Plan;
+    expect(priceLine(payg)).toBe("Pay as you go: $0.20 in ($0.02 cached) / $0.60 out per 1M tokens");
+    expect(priceLine({ ...payg, cached_input_price_per_1m_usd: 0 })).toBe(
+      "Pay as you go: $0.20 in ($0.00 cached) / $0.60 out per 1M tokens",
+    );
+    expect(priceLine({ ...payg, cached_input_price_per_1m_usd: null })).toBe(
+      "Pay as you go: $0.20 in / $0.60 out per 1M tokens",
+    );
+    const overage = {
+      pricing_model: "subscription_overage",
+      monthly_price_usd: 9.99,
+      included_tokens: 5_000_000,
+      overage_price_per_1m_usd: 0.5,
+      cached_input_price_per_1m_usd: 0.05,
+    } as Plan;
+    expect(priceLine(overage)).toBe(
+      "$9.99 a month, 5,000,000 tokens included, then $0.50 per 1M tokens ($0.05 cached)",
+    );
+  });
 });

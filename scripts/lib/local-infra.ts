@@ -2,7 +2,14 @@ import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "no
 import { userInfo } from "node:os";
 import { dirname, join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { answers, findNatsServer, SBIN } from "@mkt/testkit/local-servers";
+import {
+  answers,
+  findNatsServer,
+  natsServerSyncsEveryWrite,
+  natsServerVersion,
+  SBIN,
+} from "@mkt/testkit/local-servers";
+import { renderNatsJetStreamBlock } from "@mkt/runtime/nats-server-config";
 import type { SupervisedSpec } from "./supervisor.ts";
 
 /**
@@ -78,8 +85,10 @@ export const NATS_HINT =
 
 /**
  * NATS: NATS_URL when set; else the default address when something answers there; else a
- * nats-server with JetStream on that port, its store in `<dataDir>/nats`; else an error whose
- * message is one line saying how to get one.
+ * nats-server on that port with JetStream, its store in `<dataDir>/nats`, from a configuration
+ * file rendered beside it (`<dataDir>/nats-server.conf`): syncing every write to disk before its
+ * ack needs a file, there is no flag for it (nats-server 2.10 and later; an older one runs without,
+ * and the console line says so); else an error whose message is one line saying how to get one.
  */
 export async function natsFor(
   env: NodeJS.ProcessEnv,
@@ -95,9 +104,16 @@ export async function natsFor(
   if (!server) throw new Error(NATS_HINT);
   const store = join(dataDir, "nats");
   mkdirSync(store, { recursive: true });
+  const syncEveryWrite = natsServerSyncsEveryWrite(server);
+  // Beside the store, not in it: the server owns what is under its store directory.
+  const configPath = join(dataDir, "nats-server.conf");
+  writeFileSync(configPath, renderNatsJetStreamBlock({ storeDir: store, syncEveryWrite }));
+  const sync = syncEveryWrite
+    ? "every write synced to disk"
+    : `nats-server ${natsServerVersion(server) ?? "(unknown version)"} cannot sync every write: 2.10+ can`;
   return {
     url,
-    origin: `${server}, ${host}:${port} (JetStream store in ${store})`,
-    spec: { name: "nats", command: server, args: ["-a", host, "-p", String(port), "-js", "-sd", store], env: {} },
+    origin: `${server}, ${host}:${port} (JetStream store in ${store}; ${sync})`,
+    spec: { name: "nats", command: server, args: ["-c", configPath, "-a", host, "-p", String(port)], env: {} },
   };
 }

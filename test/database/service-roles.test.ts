@@ -152,6 +152,30 @@ describe("a service's runtime role", () => {
     expect(await outcome(billing, "TRUNCATE billing.wallets")).toBe("42501");
   });
 
+  it("makes and detaches billing's usage record partitions only through the functions its owner made", async () => {
+    const billing = await connectAs(db.services.billing.url);
+    // No search path of billing's: the functions carry their own.
+    const made = await billing.query(
+      "SELECT billing.usage_records_add_partitions('2040-01-15T00:00:00Z', '2040-02-15T00:00:00Z') AS name",
+    );
+    expect(made.rows.map((r: { name: string }) => r.name)).toEqual([
+      "usage_records_y2040m01",
+      "usage_records_y2040m02",
+    ]);
+    const owner = roleNames("billing").owner;
+    const owners = await billing.query(
+      "SELECT c.relname, pg_get_userbyid(c.relowner) AS owner FROM pg_class c WHERE c.relname LIKE 'usage_records_y2040m%'",
+    );
+    expect(owners.rows.every((r: { owner: string }) => r.owner === owner)).toBe(true);
+    const detached = await billing.query(
+      "SELECT billing.usage_records_detach_partitions('2040-02-01T00:00:00Z') AS name",
+    );
+    expect(detached.rows.map((r: { name: string }) => r.name)).toContain("usage_records_y2040m01");
+    expect(
+      await outcome(billing, "ALTER TABLE billing.usage_records DETACH PARTITION billing.usage_records_y2040m02"),
+    ).toBe("42501");
+  });
+
   it("may use a table a later migration adds (default privileges), with no new grant", async () => {
     const owner = await connectAs(db.services.billing.migrateUrl);
     await owner.query("CREATE TABLE billing.later (id bigint generated always as identity primary key, note text)");

@@ -35,7 +35,7 @@ import {
 } from "./manifests.ts";
 import { PROCESS_ENV } from "../../scripts/lib/processes.ts";
 import { NATS_USERS } from "@mkt/runtime/nats-permissions";
-import { natsPasswordVariable, renderNatsServerConfig } from "@mkt/runtime/nats-server-config";
+import { natsPasswordVariable, renderNatsDevConfig, renderNatsServerConfig } from "@mkt/runtime/nats-server-config";
 import { serviceDnsNames } from "@mkt/runtime/service-certificates";
 import { DATABASE_SERVICES, serviceRoleNames } from "@mkt/runtime/database-roles";
 import { SERVICE_NAMES, spiffeId } from "@mkt/runtime/service-identity";
@@ -76,16 +76,20 @@ const LAZY_ADDRESSES: Record<string, string[]> = { billing: ["REGISTRY_ADDR"] };
 const NOT_YET_READ: Record<string, string> = { SECRETS_KEY: "the services' encryption key" };
 
 /**
- * Settings billing and the edge must agree on (docs/leases.md): the lease TTL, and how long an
- * edge cut off from billing may run before billing releases what it holds.
+ * Billing's lease settings (docs/leases.md#settings): billing sends them in every lease reply and
+ * the edges run by those, so no edge's environment sets one (an edge whose environment sets one
+ * that differs from billing's refuses to start).
  */
-const SHARED_LEASE_SETTINGS = ["LEASE_TTL_MS", "EDGE_ISOLATION_MS"] as const;
+const BILLING_LEASE_SETTINGS = ["LEASE_TTL_MS", "EDGE_ISOLATION_MS", "MAX_REQUEST_MS"] as const;
 
-/** Billing's and the edge's lease settings agree, as their loaders read `envOf` each. */
-function expectSameLeaseSettings(envOf: (process: string) => Env) {
-  const billing = configs.get("billing")!.load(envOf("billing"));
-  const edge = configs.get("edge")!.load(envOf("edge"));
-  for (const name of SHARED_LEASE_SETTINGS) expect(edge[name], name).toBe(billing[name]);
+/** Only billing's environment may set the lease settings, as `envOf` gives each process's. */
+function expectLeaseSettingsOnBillingOnly(envOf: (process: string) => Env) {
+  const edge = envOf("edge");
+  for (const name of BILLING_LEASE_SETTINGS) expect(edge[name], `the edge sets ${name}`).toBeUndefined();
+  expect(
+    envOf("accounts").LEASE_TTL_MS,
+    "accounts sets LEASE_TTL_MS (its setting is PRINCIPAL_TTL_MS)",
+  ).toBeUndefined();
 }
 
 /** The port a process listens on, from its environment. */
@@ -112,13 +116,13 @@ describe("docker-compose.yml", () => {
   const vars = operatorVariables();
   const env = (service: string) => composeEnv(file.services[service]!, vars);
 
-  it("gives every edge service its own fixed EDGE_ID, a NATS subject token, and billing's lease settings", () => {
+  it("gives every edge service its own fixed EDGE_ID, a NATS subject token, and no lease settings of its own (billing's)", () => {
     const edges = Object.entries(file.services).filter(([, service]) => service.command?.join(" ").includes("edge/"));
     expect(edges.length).toBeGreaterThan(0);
     const ids = edges.map(([name]) => env(name).EDGE_ID);
     for (const id of ids) expect(id).toMatch(/^[A-Za-z0-9_-]{1,100}$/);
     expect(new Set(ids).size).toBe(ids.length);
-    expectSameLeaseSettings(env);
+    expectLeaseSettingsOnBillingOnly(env);
   });
 
   it("runs PostgreSQL 15, NATS 2.10 with JetStream and a data volume, and Envoy 1.31", () => {
@@ -249,7 +253,13 @@ describe("docker-compose.yml", () => {
   it("offers a NATS without users, for npm start and npm test, only under the dev profile and on loopback", () => {
     const dev = file.services["nats-dev"]!;
     expect(dev.profiles).toEqual(["dev"]);
-    expect(dev.command).not.toContain("-c");
+    // Its file has the JetStream block alone: no users, and every write synced before the ack.
+    const configPath = dev.command![dev.command!.indexOf("-c") + 1];
+    expect(dev.volumes).toContain(`./deploy/nats/nats-dev.conf:${configPath}:ro`);
+    const devConfig = read("deploy/nats/nats-dev.conf");
+    expect(devConfig).toBe(renderNatsDevConfig());
+    expect(devConfig).toMatch(/^jetstream \{\n {2}sync_interval: always\n\}$/m);
+    expect(devConfig).not.toMatch(/^\s*(user|authorization|accounts)\b/m);
     expect(dev.ports!.map((p) => interpolate(p, vars))).toEqual(["127.0.0.1:4222:4222"]);
     for (const [name, service] of Object.entries(file.services)) {
       expect(Object.keys(service.depends_on ?? {}), name).not.toContain("nats-dev");
@@ -402,8 +412,14 @@ describe("deploy/nats/nats-server.conf", () => {
   const text = read("deploy/nats/nats-server.conf");
 
   it("is the rendering of the permissions table (npm run render:nats-config), as is the Kubernetes base's copy", () => {
-    expect(text).toBe(renderNatsServerConfig());
-    expect(read(`${K8S_BASE}/config/nats-server.conf`)).toBe(text);
+    expect(text).toBe(renderNatsServerConfig("", { syncEveryWrite: true }));
+    // The users alone: the Helm chart of the cluster's NATS writes the JetStream block itself.
+    expect(read(`${K8S_BASE}/config/nats-server.conf`)).toBe(renderNatsServerConfig(""));
+  });
+
+  it("has compose's single server sync every write to disk before it acks (an acked usage event survives a host crash)", () => {
+    expect(text).toMatch(/^jetstream \{\n {2}sync_interval: always\n\}$/m);
+    expect(read(`${K8S_BASE}/config/nats-server.conf`)).not.toMatch(/^jetstream/m);
   });
 
   it("takes one password per service user from the server's environment, and writes none", () => {
@@ -424,11 +440,11 @@ describe("deploy/k8s/base", () => {
   const servicePorts = (name: string) =>
     (service(name)!.spec as { ports: Array<{ name: string; port: number; targetPort: string }> }).ports;
 
-  it("names each edge pod's EDGE_ID after the pod (downward API), and gives it billing's lease settings", () => {
+  it("names each edge pod's EDGE_ID after the pod (downward API), and no lease settings of its own (billing's)", () => {
     const edgeId = container("edge").env?.find((entry) => entry.name === "EDGE_ID");
     expect(edgeId?.valueFrom?.fieldRef?.fieldPath).toBe("metadata.name");
     expect(containerEnv(container("edge")).EDGE_ID).toMatch(/^[A-Za-z0-9_-]{1,100}$/);
-    expectSameLeaseSettings((name) => containerEnv(container(name)));
+    expectLeaseSettingsOnBillingOnly((name) => containerEnv(container(name)));
   });
 
   it("lists resource files that exist, one per process plus the namespace and Envoy", () => {
@@ -799,7 +815,7 @@ describe("deploy/k8s/base", () => {
     expect(envoyConfig.data!["envoy.yaml"]).toBe(read("deploy/envoy/envoy.yaml"));
     // Named as is (no hash suffix), so the operator's NATS can mount it.
     const natsConfig = rendered.find((o) => o.kind === "ConfigMap" && o.metadata.name === "nats-server-config")!;
-    expect(natsConfig.data!["nats-server.conf"]).toBe(read("deploy/nats/nats-server.conf"));
+    expect(natsConfig.data!["nats-server.conf"]).toBe(read(`${K8S_BASE}/config/nats-server.conf`));
   });
 });
 

@@ -3,7 +3,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openBillingDb, type BillingDb } from "./billing-db.ts";
 import { NODE, root } from "./child-process.ts";
+import { registerOpenHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, waitForUsage, type RunningSystem } from "./system.ts";
 
 // OpenAI's Codex CLI (the @openai/codex dev dependency, a native binary per platform) pointed at
@@ -48,13 +50,13 @@ afterAll(async () => {
 });
 
 /** One headless `codex exec` turn with a fresh CODEX_HOME whose config names the gateway. */
-async function codexExec(apiKey: string, prompt: string, flags: string[] = []): Promise<CodexRun> {
+async function codexExec(apiKey: string, prompt: string, flags: string[] = [], model = "gpt-5.5"): Promise<CodexRun> {
   const home = mkdtempSync(join(tmpdir(), "codex-home-"));
   homes.push(home);
   writeFileSync(
     join(home, "config.toml"),
     [
-      'model = "gpt-5.5"',
+      `model = "${model}"`,
       'model_provider = "marketplace"',
       "[model_providers.marketplace]",
       'name = "Marketplace"',
@@ -159,4 +161,63 @@ describe.skipIf(missing !== undefined)("Codex CLI (codex exec, wire_api response
     const usage = await waitForUsage<Usage>(system.url, apiKey, (u) => u.usage_30d.total_requests >= 2);
     expect(usage.usage_30d.total_requests).toBe(2);
   }, 120_000);
+
+  describe("on an open model with three endpoints", () => {
+    const hosters: RegisteredHoster[] = [];
+    let db: BillingDb;
+    beforeAll(async () => {
+      db = await openBillingDb(system.databaseUrl);
+      for (const name of ["Alpha", "Beta", "Gamma"]) {
+        hosters.push(
+          await registerOpenHoster(system, {
+            name,
+            canonicalId: "acme/codex-coder",
+            plan: { input_price_per_1m_usd: 1, cached_input_price_per_1m_usd: 0.1, output_price_per_1m_usd: 2 },
+          }),
+        );
+      }
+      // The edge routes from registry's table, which it is sent after every plan change: wait until
+      // it lists the three endpoints.
+      const { apiKey } = await signUp(system.url);
+      const headers = { authorization: `Bearer ${apiKey}` };
+      for (;;) {
+        const res = await fetch(`${system.url}/v1/models`, { headers });
+        const models = ((await res.json()) as { data?: Array<Record<string, unknown>> }).data ?? [];
+        if (models.some((m) => m.id === "acme/codex-coder" && m.endpoints === 3)) break;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }, 60_000);
+    afterAll(async () => {
+      await db?.close();
+      for (const hoster of hosters) await hoster.server.close();
+    });
+
+    it("keeps a turn's requests on one endpoint by its prompt_cache_key: the second is a cache hit, charged the cached price", async () => {
+      const { apiKey, accountId } = await signUp(system.url);
+      const run = await codexExec(
+        apiKey,
+        'call exec_command {"cmd":"echo cached-turn","login":false}',
+        [],
+        "acme/codex-coder",
+      );
+      expect(run.code, run.output).toBe(0);
+      await waitForUsage<Usage>(system.url, apiKey, (u) => u.usage_30d.total_requests >= 2);
+      const records = await db.query<Record<string, string>>(
+        `select hoster_id, input_tokens, cached_input_tokens, output_tokens, cost_micros
+           from usage_records where account_id = $1 order by created_at`,
+        [accountId],
+      );
+      expect(records).toHaveLength(2);
+      const [call, answer] = records as [Record<string, string>, Record<string, string>];
+      // Both requests carried Codex's conversation id: one endpoint served them.
+      expect(answer.hoster_id).toBe(call.hoster_id);
+      expect(Number(call.cached_input_tokens)).toBe(0);
+      const cached = BigInt(answer.cached_input_tokens!);
+      const input = BigInt(answer.input_tokens!);
+      expect(cached).toBeGreaterThan(0n);
+      // ceil(((input − cached) × 1 + cached × 0.1 + output × 2) micro-USD), the cost rule.
+      const scaled = (input - cached) * 1_000_000n + cached * 100_000n + BigInt(answer.output_tokens!) * 2_000_000n;
+      expect(BigInt(answer.cost_micros!)).toBe((scaled + 999_999n) / 1_000_000n);
+    }, 120_000);
+  });
 });

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { costMicros } from "@mkt/runtime/money";
 import { ledgerInvariants } from "../../services/billing/test/billing-harness.ts";
+import { reconcile } from "../../services/billing/src/wallets/reconciliation.ts";
 import { openBillingDb, postChat, type BillingDb } from "./billing-db.ts";
 import { DEMO_PRICES, signUp, startSystem, type RunningSystem } from "./system.ts";
 
@@ -196,14 +197,17 @@ describe("money is conserved after a mixed workload through the edges", () => {
     }
 
     // Ledger-wide: grants − charges = balances, usage records = customer charge postings,
-    // platform and hoster shares = their postings, every entry sums to zero.
+    // platform and hoster shares = their postings, every entry sums to zero; and each settled
+    // batch's legs are the sums of its records (the reconciliation finds nothing).
     const postingsOf = (kind: string, accountPattern: string) =>
       db.figure(
         `select sum(p.amount_micros)::text as v from ledger_postings p join journal_entries e on e.id = p.entry_id
-         where e.kind = $1 and p.ledger_account like $2`,
-        [kind, accountPattern],
+         where e.kind = any($1) and p.ledger_account like $2`,
+        [kind === "usage" ? ["usage", "usage_batch"] : [kind], accountPattern],
       );
     const granted = await postingsOf("grant", "customer:%");
+    // Nothing is written off here (every request is paid from its hold), so the customer legs are the costs.
+    expect(await db.figure(`select coalesce(sum(write_off_micros), 0)::text as v from usage_records`)).toBe(0n);
     const charges = -(await postingsOf("usage", "customer:%"));
     const balances = await db.figure(`select sum(posted_micros)::text as v from wallets`);
     expect(granted).toBe(GRANT_MICROS * BigInt(accounts.length));
@@ -217,5 +221,6 @@ describe("money is conserved after a mixed workload through the edges", () => {
     expect(await postingsOf("usage", "platform:revenue")).toBe(BigInt(sums[0]!.fee));
     expect(await postingsOf("usage", "hoster:%")).toBe(BigInt(sums[0]!.earned));
     expect(await ledgerInvariants(db)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
+    expect(await reconcile((sql) => db.query(sql))).toEqual([]);
   }, 120_000);
 });

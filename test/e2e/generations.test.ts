@@ -1,5 +1,6 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { REQUEST_CHARGE_SQL } from "../../services/billing/test/billing-harness.ts";
 import { openBillingDb, type BillingDb } from "./billing-db.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
@@ -40,13 +41,8 @@ async function settledGeneration(id: string): Promise<Json> {
   }
 }
 
-/** What the ledger charged the customer for the request (the customer leg of its usage entry). */
-const postedChargeMicros = (requestId: string) =>
-  db.figure(
-    `select -sum(p.amount_micros) as v from ledger_postings p join journal_entries e on e.id = p.entry_id
-     where e.kind = 'usage' and e.reference = $1 and p.ledger_account like 'customer:%'`,
-    [requestId],
-  );
+/** What the ledger charged the customer for the request: its record's cost, in its batch entry's customer leg (REQUEST_CHARGE_SQL). */
+const postedChargeMicros = (requestId: string) => db.figure(REQUEST_CHARGE_SQL, [requestId]);
 
 describe("the id of an answer is ours", () => {
   it("a non-streamed completion's id is chatcmpl-<x-request-id>", async () => {

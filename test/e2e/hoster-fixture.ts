@@ -87,11 +87,17 @@ export async function registerHoster(
 export async function subscribeToFreePlan(
   system: RunningSystem,
   hoster: RegisteredHoster,
-  limits: { rpmLimit: number; maxConcurrent: number },
+  limits: { rpmLimit: number; maxConcurrent: number; tpmLimit?: number },
 ): Promise<{ scopedKey: string; subscriber: Awaited<ReturnType<typeof signUp>> }> {
   const plan = await apiCall(system.url, "POST", "/hosters/products", {
     cookie: hoster.cookie,
-    body: { name: "Free", pricing_model: "free", rpm_limit: limits.rpmLimit, max_concurrent: limits.maxConcurrent },
+    body: {
+      name: "Free",
+      pricing_model: "free",
+      rpm_limit: limits.rpmLimit,
+      max_concurrent: limits.maxConcurrent,
+      ...(limits.tpmLimit === undefined ? {} : { tpm_limit: limits.tpmLimit }),
+    },
   });
   if (plan.status !== 201) throw new Error(`plan refused: ${plan.status} ${JSON.stringify(plan.body)}`);
   const subscriber = await signUp(system.url);

@@ -213,6 +213,14 @@ const ROUTES = (): Route[] => [
   { method: "GET", path: "/v1/earnings/by-model", auth: "hoster", query: ["days"] },
   { method: "POST", path: "/admin/invites", auth: "admin", body: { count: 1 } },
   { method: "POST", path: "/admin/accounts/:account_id/credits", auth: "admin", body: { amount_usd: 1 } },
+  { method: "GET", path: "/admin/usage/dead-letters", auth: "admin", query: ["service"] },
+  {
+    method: "POST",
+    path: "/admin/usage/dead-letters/replay",
+    auth: "admin",
+    body: { ids: [] },
+    query: ["service"],
+  },
   { method: "GET", path: "/healthz", auth: "none" },
   { method: "GET", path: "/readyz", auth: "none" },
   { method: "GET", path: "/metrics", auth: "none" },
@@ -345,7 +353,7 @@ describe("hostile values on every route: never a 5xx, always the OpenAI error sh
         }
         for (const param of route.query ?? []) {
           const outcome = await send(route, `${fillPath(route.path)}?${param}=${value}`, body);
-          // `days` is 1..365 and `interval` an enum word: none of these values is either.
+          // `days` is 1..365, `interval` and `service` enum words: none of these values is either.
           check(`${route.method} ${route.path}?${param}=${name}`, outcome, 400);
         }
       }

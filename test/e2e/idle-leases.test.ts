@@ -19,9 +19,8 @@ let db: BillingDb;
 beforeAll(async () => {
   system = await startSystem({
     billing: { LEASE_TTL_MS: TTL_MS },
-    edge: { LEASE_TTL_MS: TTL_MS },
     // Every account signs up from this one address.
-    accounts: { LEASE_TTL_MS: TTL_MS, SIGNUP_LIMIT_PER_IP_PER_HOUR: "1000" },
+    accounts: { PRINCIPAL_TTL_MS: TTL_MS, SIGNUP_LIMIT_PER_IP_PER_HOUR: "1000" },
     model: { DEMO_COMPLETION_TOKENS: "4", DEMO_TOKENS_PER_SECOND: "100000" },
   });
   db = await openBillingDb(system.databaseUrl);

@@ -13,7 +13,6 @@ beforeAll(async () => {
   system = await startSystem({
     edges: 2,
     billing: { LEASE_TTL_MS: String(TTL), TIERS },
-    edge: { LEASE_TTL_MS: String(TTL) },
   });
 });
 afterAll(async () => {

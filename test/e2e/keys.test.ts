@@ -2,12 +2,17 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
-// Two edges, as behind a load balancer; LEASE_TTL_MS is also how long an edge trusts a cached key
+// Two edges, as behind a load balancer; accounts' PRINCIPAL_TTL_MS is how long an edge trusts a cached key
 // past its last check with accounts (docs/architecture.md#authentication).
 const TTL = 1_000;
 let system: RunningSystem;
 beforeAll(async () => {
-  system = await startSystem({ edges: 2, billing: { LEASE_TTL_MS: String(TTL) }, edge: { LEASE_TTL_MS: String(TTL) } });
+  // The edges take their leases' TTL from billing and their cached keys' from accounts.
+  system = await startSystem({
+    edges: 2,
+    billing: { LEASE_TTL_MS: String(TTL) },
+    accounts: { PRINCIPAL_TTL_MS: String(TTL) },
+  });
 });
 afterAll(async () => {
   await system?.close();
@@ -45,7 +50,7 @@ describe("API keys", () => {
     }
   });
 
-  it("a key revoked without keys.revoked reaching the edges is refused on every edge within one LEASE_TTL_MS", async () => {
+  it("a key revoked without keys.revoked reaching the edges is refused on every edge within accounts' PRINCIPAL_TTL_MS", async () => {
     const { owner, key_id, api_key } = await keyInUse();
     // Straight in accounts' database: no announcement, so only the edges' revalidation can tell.
     const db = new pg.Client({ connectionString: system.databaseUrl, options: "-c search_path=accounts" });

@@ -30,7 +30,7 @@ beforeAll(async () => {
     },
     // Idle leases close after 2 TTL (not the default minute), so "once quiet nothing stays held"
     // comes within the test; idle-leases.test.ts checks the shown balance with the default.
-    edge: { LEASE_TTL_MS: TTL_MS, LEASE_IDLE_MS: String(2 * Number(TTL_MS)) },
+    edge: { LEASE_IDLE_MS: String(2 * Number(TTL_MS)) },
     model: { DEMO_COMPLETION_TOKENS: "8", DEMO_TOKENS_PER_SECOND: "100000" },
   });
   db = await openBillingDb(system.databaseUrl);

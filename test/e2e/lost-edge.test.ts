@@ -136,8 +136,6 @@ beforeAll(async () => {
     BILLING_ADDR: `127.0.0.1:${billing.port}`,
     REGISTRY_ADDR: `127.0.0.1:${registry.port}`,
     ADMIN_TOKEN: adminToken,
-    LEASE_TTL_MS: String(LEASE_TTL_MS),
-    EDGE_ISOLATION_MS: String(EDGE_ISOLATION_MS),
   };
   const edgePort = await freePort();
   edgeAUrl = `http://127.0.0.1:${edgePort}`;

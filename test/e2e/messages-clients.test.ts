@@ -4,7 +4,7 @@ import { tool as langchainTool } from "@langchain/core/tools";
 import { generateText, stepCountIs, streamText, tool } from "ai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { CLAUDE_CODE_HEADERS, claudeCodeTitle, claudeCodeTurn } from "./fixtures/claude-code-request.ts";
+import { CLAUDE_CODE_HEADERS, claudeCodeTurn } from "./fixtures/claude-code-request.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
 
 // The Messages API as the other clients that speak it call it: the Vercel AI SDK's Anthropic
@@ -92,8 +92,9 @@ describe("LangChain (@langchain/anthropic)", () => {
   });
 });
 
+// The fast check of Claude Code's request as recorded; claude-code.test.ts runs the binary itself.
 describe("Claude Code's requests (recorded fixture)", () => {
-  it("answers its main turn (large system prompt, 32,000-token cap, thinking, cache_control, betas, a dozen tools)", async () => {
+  it("answers its main turn (a system message after the user's, 64,000-token cap, adaptive thinking, effort, context_management, 24 tools)", async () => {
     const res = await fetch(`${system.url}/v1/messages?beta=true`, {
       method: "POST",
       headers: { ...CLAUDE_CODE_HEADERS, authorization: `Bearer ${apiKey}` },
@@ -110,14 +111,15 @@ describe("Claude Code's requests (recorded fixture)", () => {
     expect(body).toMatch(/"stop_reason":"end_turn"/);
   });
 
-  it("answers its side request to the small fast model", async () => {
+  it("answers it unstreamed too", async () => {
     const res = await fetch(`${system.url}/v1/messages?beta=true`, {
       method: "POST",
       headers: { ...CLAUDE_CODE_HEADERS, "x-api-key": apiKey },
-      body: JSON.stringify(claudeCodeTitle),
+      body: JSON.stringify({ ...claudeCodeTurn, stream: false }),
     });
-    expect(res.status).toBe(200);
-    expect(await res.json()).toMatchObject({ type: "message", stop_reason: "end_turn", model: "demo-agent" });
+    const body = await res.text();
+    expect(res.status, body).toBe(200);
+    expect(JSON.parse(body)).toMatchObject({ type: "message", stop_reason: "end_turn", model: "demo-agent" });
   });
 
   it("finds its model names in /v1/models", async () => {

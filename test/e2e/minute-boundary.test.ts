@@ -35,7 +35,6 @@ beforeAll(async () => {
       TIERS: JSON.stringify({ free: { limit_per_minute: LIMIT, limit_per_day: 10_000 } }),
       LEASE_TTL_MS,
     },
-    edge: { LEASE_TTL_MS },
     model: { DEMO_COMPLETION_TOKENS: "4", DEMO_TOKENS_PER_SECOND: "1000" },
   });
   db = await openBillingDb(system.databaseUrl);

@@ -39,7 +39,7 @@ beforeAll(async () => {
       TIERS: JSON.stringify({ free: { limit_per_minute: 10_000_000, limit_per_day: 100_000_000 } }),
     },
     // Idle leases close after 2 TTL (not the default minute): nothing held once the load stops.
-    edge: { LEASE_TTL_MS: TTL_MS, LEASE_IDLE_MS: String(2 * Number(TTL_MS)) },
+    edge: { LEASE_IDLE_MS: String(2 * Number(TTL_MS)) },
     model: { DEMO_COMPLETION_TOKENS: String(MAX_TOKENS), DEMO_TOKENS_PER_SECOND: "5000" },
   });
   db = await openBillingDb(system.databaseUrl);
@@ -227,17 +227,23 @@ describe("64 clients on two edges for 20 s against 0.01 USD, topped up while the
 
     // Conservation, from the ledger: grants + top-ups − usage = the balance, nothing written off
     // (a write-off is credit spent that was not there), and the usage postings are the records.
-    const postings = (kind: string) =>
+    const postings = (...kinds: string[]) =>
       db.figure(
         `select coalesce(sum(p.amount_micros), 0)::text as v from ledger_postings p
            join journal_entries e on e.id = p.entry_id
-          where e.kind = $1 and p.ledger_account = $2`,
-        [kind, `customer:${accountId}`],
+          where e.kind = any($1) and p.ledger_account = $2`,
+        [kinds, `customer:${accountId}`],
       );
     const granted = await postings("grant");
     const toppedUp = await postings("top_up");
-    const used = -(await postings("usage"));
-    const writtenOff = await postings("write_off");
+    // A settled batch's customer leg is what was charged less what was written off: both count.
+    const writtenOff =
+      (await postings("write_off")) +
+      (await db.figure(
+        `select coalesce(sum(write_off_micros), 0)::text as v from usage_records where account_id = $1`,
+        [accountId],
+      ));
+    const used = -(await postings("usage", "usage_batch")) + writtenOff;
     const charged = await db.figure(
       `select coalesce(sum(cost_micros), 0)::text as v from usage_records where account_id = $1`,
       [accountId],

@@ -1,11 +1,9 @@
-import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startRealHoster } from "../../services/registry/test/hoster-servers.ts";
 import { RECENT_FAULT_MS } from "../../edge/src/relay/outlier-tracker.ts";
 import { startAdversarialUpstream } from "../../services/registry/test/fixtures/adversarial-upstream.ts";
 import { waitFor } from "../../services/registry/test/registry-harness.ts";
 import { apiCall } from "./api-call.ts";
+import { failingHoster } from "./failing-hoster.ts";
 import { postChat } from "./billing-db.ts";
 import { registerHoster, registerOpenHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { signUp, startSystem, type RunningSystem } from "./system.ts";
@@ -400,41 +398,9 @@ describe("open models called with an account key", () => {
 
 /**
  * A hoster whose server fails a share of its chat requests (a 500 before any byte) while `failing`
- * is on: a real hoster-server behind a proxy that refuses 3 requests of every 10.
+ * is on: 3 requests of every 10.
  */
-async function flakyServer() {
-  const real = await startRealHoster({ models: ["flaky-8b"] });
-  const state = { failing: true, chats: 0 };
-  const server = createServer((req, res) => {
-    void (async () => {
-      const chunks: Buffer[] = [];
-      for await (const chunk of req) chunks.push(chunk as Buffer);
-      const body = Buffer.concat(chunks);
-      if (req.url?.endsWith("/chat/completions") && state.failing && state.chats++ % 10 < 3) {
-        res.writeHead(500, { "content-type": "application/json" }).end('{"error":{"message":"overloaded"}}');
-        return;
-      }
-      const upstream = await fetch(`${real.url}${req.url}`, {
-        method: req.method,
-        headers: { authorization: req.headers.authorization ?? "", "content-type": "application/json" },
-        body: req.method === "GET" ? undefined : body,
-      });
-      res.writeHead(upstream.status, { "content-type": upstream.headers.get("content-type") ?? "application/json" });
-      for await (const chunk of upstream.body ?? []) res.write(chunk);
-      res.end();
-    })().catch(() => res.destroy());
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return {
-    state,
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    token: real.token,
-    close: async () => {
-      await new Promise((resolve) => server.close(resolve));
-      await real.close();
-    },
-  };
-}
+const flakyServer = () => failingHoster("flaky-8b", (state) => state.failing && state.chats % 10 < 3, true);
 
 describe("open models on two edges: plan limits, and an endpoint below 80% uptime", () => {
   let flakySystem: RunningSystem;

@@ -80,3 +80,85 @@ describe("the output cap when the request sets none", () => {
     expect(error.message).toMatch(/needs \$0\.0000\d+ \(prompt plus at least one output token\)\.$/);
   });
 });
+
+describe("an output field above the output cap: lowered on every API, never refused", () => {
+  it("chat: max_tokens and max_completion_tokens of 32,000 are served 4096 tokens, finish_reason length", async () => {
+    for (const field of ["max_tokens", "max_completion_tokens"]) {
+      const { apiKey } = await signUp(system.url);
+      const res = await postChat(system.url, apiKey, {
+        model: "demo-small",
+        messages: [{ role: "user", content: "Write as much as you can." }],
+        [field]: 32_000,
+      });
+      const completion = (await res.json()) as Completion;
+      expect(res.status, JSON.stringify(completion)).toBe(200);
+      expect(completion.usage.completion_tokens).toBe(PLATFORM_CAP);
+      expect(completion.choices[0]!.finish_reason).toBe("length");
+    }
+  });
+
+  it("chat: lowered to the room the prompt leaves in the context", async () => {
+    const { apiKey } = await signUp(system.url);
+    const res = await postChat(system.url, apiKey, {
+      model: "demo-small",
+      messages: [{ role: "user", content: "tell ".repeat(5000) }],
+      max_tokens: 32_000,
+    });
+    const completion = (await res.json()) as Completion;
+    expect(res.status, JSON.stringify(completion)).toBe(200);
+    expect(completion.usage.completion_tokens).toBe(CONTEXT_WINDOW - completion.usage.prompt_tokens);
+    expect(completion.choices[0]!.finish_reason).toBe("length");
+  });
+
+  it("chat: then to what the balance pays, as without the field", async () => {
+    const { apiKey } = await signUp(system.url);
+    const ask = (content: string) =>
+      postChat(system.url, apiKey, { model: "demo-small", messages: [{ role: "user", content }], max_tokens: 32_000 });
+    const first = (await (await ask("Write as much as you can.")).json()) as Completion;
+    expect(first.usage.completion_tokens).toBe(PLATFORM_CAP);
+    const afterFirst = await waitForUsage<Usage>(system.url, apiKey, (u) => u.usage_30d.total_requests === 1);
+    const res = await ask("And more.");
+    const second = (await res.json()) as Completion;
+    expect(res.status, JSON.stringify(second)).toBe(200);
+    const affordable = affordableOutputTokens(
+      balanceMicros(afterFirst),
+      BigInt(second.usage.prompt_tokens),
+      DEMO_PRICES.input,
+      DEMO_PRICES.output,
+    );
+    expect(affordable).toBeLessThan(BigInt(PLATFORM_CAP));
+    expect(BigInt(second.usage.completion_tokens)).toBe(affordable);
+  });
+
+  it("Messages: Claude Code's max_tokens of 64,000 is served 4096 tokens, stop_reason max_tokens", async () => {
+    const { apiKey } = await signUp(system.url);
+    const res = await fetch(`${system.url}/v1/messages`, {
+      method: "POST",
+      headers: { "x-api-key": apiKey, "anthropic-version": "2023-06-01", "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "demo-small",
+        max_tokens: 64_000,
+        messages: [{ role: "user", content: "Write as much as you can." }],
+      }),
+    });
+    const message = (await res.json()) as Record<string, unknown>;
+    expect(res.status, JSON.stringify(message)).toBe(200);
+    expect(message).toMatchObject({ stop_reason: "max_tokens", usage: { output_tokens: PLATFORM_CAP } });
+  });
+
+  it("Responses: max_output_tokens of 32,000 is served 4096 tokens, status incomplete", async () => {
+    const { apiKey } = await signUp(system.url);
+    const res = await fetch(`${system.url}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "demo-small", max_output_tokens: 32_000, input: "Write as much as you can." }),
+    });
+    const response = (await res.json()) as Record<string, unknown>;
+    expect(res.status, JSON.stringify(response)).toBe(200);
+    expect(response).toMatchObject({
+      status: "incomplete",
+      incomplete_details: { reason: "max_output_tokens" },
+      usage: { output_tokens: PLATFORM_CAP },
+    });
+  });
+});

@@ -43,7 +43,8 @@ async function renewAtPeriodEnd(key: string) {
 
 beforeAll(async () => {
   system = await startSystem();
-  hoster = await registerHoster(system, { name: "Editing Hoster" });
+  // Answers longer than any cap here, so the cap a request was served with is its answer's length.
+  hoster = await registerHoster(system, { name: "Editing Hoster", serverEnv: { DEMO_COMPLETION_TOKENS: "1000" } });
 });
 afterAll(async () => {
   await system?.close();
@@ -87,14 +88,15 @@ describe("a plan edited by its hoster, across a subscriber's renewals", () => {
       period_start: firstEnd,
     });
     expect(await balance(apiKey)).toBe(3);
-    // Its own caps hold: 40 output tokens (over the plan's new 20) pass, 60 (over its 50) do not,
-    // and the rate limit reported is its 5 requests a minute, not the plan's new 2.
+    // Its own caps hold: 40 output tokens (over the plan's new 20) are served, 60 are lowered to its
+    // 50, and the rate limit reported is its 5 requests a minute, not the plan's new 2.
     const within = await chat(scopedKey, 40);
     expect(within.status, JSON.stringify(within.body)).toBe(200);
+    expect(within.body).toMatchObject({ usage: { completion_tokens: 40 } });
     expect(within.headers.get("x-ratelimit-limit-requests")).toBe("5");
     const over = await chat(scopedKey, 60);
-    expect(over.status).toBe(400);
-    expect(over.body).toMatchObject({ error: { code: "max_tokens_exceeded" } });
+    expect(over.status, JSON.stringify(over.body)).toBe(200);
+    expect(over.body).toMatchObject({ usage: { completion_tokens: 50 }, choices: [{ finish_reason: "length" }] });
 
     // The hoster cuts the price below what the subscriber pays and raises the limits.
     const cut = await editPlan(productId, { monthly_price_usd: 0.5, rpm_limit: 30, max_output_tokens: 100 });
@@ -108,6 +110,7 @@ describe("a plan edited by its hoster, across a subscriber's renewals", () => {
     expect(await balance(apiKey)).toBe(2.5);
     const raisedCap = await chat(scopedKey, 80);
     expect(raisedCap.status, JSON.stringify(raisedCap.body)).toBe(200);
+    expect(raisedCap.body).toMatchObject({ usage: { completion_tokens: 80 } });
     expect(raisedCap.headers.get("x-ratelimit-limit-requests")).toBe("30");
   });
 });

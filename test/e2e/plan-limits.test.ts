@@ -191,15 +191,38 @@ describe("plans through the edge", () => {
     expect((await chat(other.scopedKey, { max_tokens: 5 })).status).toBe(200);
   });
 
-  it("max_tokens above the plan's cap is 400 max_tokens_exceeded; within it the answer is capped", async () => {
+  it("an output field above the plan's cap is lowered to it on every API, never refused", async () => {
     const plan = await createPlan(fast, { pricing_model: "free", max_output_tokens: 8 });
     const { scopedKey } = await subscribe(plan);
-    const refused = await chat(scopedKey, { max_tokens: 9 });
-    expect(refused.status).toBe(400);
-    expect(await errorOf(refused)).toMatchObject({
-      type: "invalid_request_error",
-      code: "max_tokens_exceeded",
-      param: "max_tokens",
+    // Chat: max_tokens and max_completion_tokens, as agents send them, far above the plan's 8.
+    for (const field of ["max_tokens", "max_completion_tokens"]) {
+      const res = await chat(scopedKey, { [field]: 32_000 });
+      const body = (await res.json()) as { choices: Json[]; usage: { completion_tokens: number } };
+      expect(res.status, JSON.stringify(body)).toBe(200);
+      expect(body.usage.completion_tokens).toBe(8);
+      expect(body.choices[0]!.finish_reason).toBe("length");
+    }
+    // Messages: Claude Code's 64,000.
+    const message = await fetch(`${system.url}/v1/messages`, {
+      method: "POST",
+      headers: { "x-api-key": scopedKey, "anthropic-version": "2023-06-01", "content-type": "application/json" },
+      body: JSON.stringify({ model: "auto", max_tokens: 64_000, messages: [{ role: "user", content: "Hello." }] }),
+    });
+    const answer = (await message.json()) as Json & { usage: { output_tokens: number } };
+    expect(message.status, JSON.stringify(answer)).toBe(200);
+    expect(answer).toMatchObject({ stop_reason: "max_tokens", usage: { output_tokens: 8 } });
+    // Responses: max_output_tokens.
+    const response = await fetch(`${system.url}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${scopedKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "auto", max_output_tokens: 32_000, input: "Hello." }),
+    });
+    const result = (await response.json()) as Json;
+    expect(response.status, JSON.stringify(result)).toBe(200);
+    expect(result).toMatchObject({
+      status: "incomplete",
+      incomplete_details: { reason: "max_output_tokens" },
+      usage: { output_tokens: 8 },
     });
 
     // Without max_tokens the plan's cap applies: the 24-token demo answer stops at 8.

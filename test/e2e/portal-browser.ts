@@ -71,10 +71,12 @@ export async function checkPage(page: Page, name: string): Promise<void> {
   )) as number;
   expect(overflow, `horizontal scroll on ${name}`).toBeLessThanOrEqual(0);
   // No table hides columns behind a sideways scroll (on a phone, rows are cards of labelled lines).
-  const hiddenColumns = (await page.evaluate(
-    "[...document.querySelectorAll('.table-wrap')].filter((t) => t.scrollWidth > t.clientWidth).length",
-  )) as number;
-  expect(hiddenColumns, `tables scrolling sideways on ${name}`).toBe(0);
+  // Each such table is named by its caption and how far it overflows, so a failure says which.
+  const sideways = (await page.evaluate(
+    "[...document.querySelectorAll('.table-wrap')].filter((t) => t.scrollWidth > t.clientWidth)" +
+      ".map((t) => (t.querySelector('caption')?.textContent ?? '?') + ': ' + t.scrollWidth + 'px in ' + t.clientWidth + 'px')",
+  )) as string[];
+  expect(sideways, `tables scrolling sideways on ${name}`).toEqual([]);
 }
 
 /**

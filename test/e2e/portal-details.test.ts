@@ -16,7 +16,8 @@ let hoster: RegisteredHoster;
 let browser: Browser;
 const PLAN = "Starter";
 const PASSWORD = "correct horse battery staple"; // signUp's
-const CSV_HEADER = "timestamp,model,provider,input_tokens,output_tokens,total_tokens,cost_usd,latency_ms,success";
+const CSV_HEADER =
+  "timestamp,model,provider,input_tokens,output_tokens,total_tokens,cost_usd,latency_ms,success,cached_tokens";
 
 beforeAll(async () => {
   [system, browser] = await Promise.all([startSystem(), launchChromium()]);

@@ -54,6 +54,7 @@ const NO_PRICES = {
   input_price_per_1m_usd: 0,
   output_price_per_1m_usd: 0,
   overage_price_per_1m_usd: 0,
+  cached_input_price_per_1m_usd: null,
 };
 
 describe("hoster plans through the edge", () => {
@@ -166,6 +167,78 @@ describe("hoster plans through the edge", () => {
     const closed = await call("PATCH", `/hosters/products/${id}`, { cookie: hosterA.cookie, body: { open: false } });
     expect(closed.status).toBe(200);
     expect(closed.body).toMatchObject({ open: false, input_price_per_1m_usd: 0.1 });
+  });
+
+  it("prices cached input on payg and overage plans: shown as stored, null when absent, never above the price it discounts", async () => {
+    const payg = await createPlan({
+      name: "Cached PAYG",
+      pricing_model: "payg",
+      input_price_per_1m_usd: 0.2,
+      output_price_per_1m_usd: 0.6,
+      cached_input_price_per_1m_usd: 0.02,
+    });
+    expect(payg.status).toBe(201);
+    expect(payg.body).toMatchObject({ input_price_per_1m_usd: 0.2, cached_input_price_per_1m_usd: 0.02 });
+    const overage = await createPlan({
+      name: "Cached overage",
+      pricing_model: "subscription_overage",
+      monthly_price_usd: 5,
+      included_tokens: 1000,
+      overage_price_per_1m_usd: 1,
+      cached_input_price_per_1m_usd: 0,
+    });
+    expect(overage.body).toMatchObject({ overage_price_per_1m_usd: 1, cached_input_price_per_1m_usd: 0 });
+    const plain = await createPlan({ name: "Uncached PAYG", pricing_model: "payg", input_price_per_1m_usd: 0.2 });
+    expect(plain.body).toMatchObject({ cached_input_price_per_1m_usd: null });
+    for (const plans of [await listPlans(), await publicPlans(hosterA.hosterId)]) {
+      const price = (plan: Json) => plans.find((p) => p.product_id === plan.product_id)!.cached_input_price_per_1m_usd;
+      expect([price(payg.body), price(overage.body), price(plain.body)]).toEqual([0.02, 0, null]);
+    }
+
+    const patch = (plan: Json, body: Json) =>
+      call("PATCH", `/hosters/products/${String(plan.product_id)}`, { cookie: hosterA.cookie, body });
+    // Lowering the input price below the cached price is refused, naming the cached price.
+    const below = await patch(payg.body, { input_price_per_1m_usd: 0.01 });
+    expect(below.status).toBe(400);
+    expect(below.body).toMatchObject({ error: { code: "invalid_request", param: "cached_input_price_per_1m_usd" } });
+    // null is refused (a set price stays set; the input price charges cached tokens as fresh ones).
+    const cleared = await patch(payg.body, { cached_input_price_per_1m_usd: null });
+    expect(cleared.status).toBe(400);
+    expect(cleared.body).toMatchObject({ error: { code: "invalid_request", param: "cached_input_price_per_1m_usd" } });
+    const both = await patch(payg.body, { input_price_per_1m_usd: 0.01, cached_input_price_per_1m_usd: 0.001 });
+    expect(both.status).toBe(200);
+    expect(both.body).toMatchObject({ input_price_per_1m_usd: 0.01, cached_input_price_per_1m_usd: 0.001 });
+    const added = await patch(plain.body, { cached_input_price_per_1m_usd: 0.2 });
+    expect(added.body).toMatchObject({ cached_input_price_per_1m_usd: 0.2 });
+
+    for (const [body, what] of [
+      [{ pricing_model: "payg", input_price_per_1m_usd: 0.2, cached_input_price_per_1m_usd: 0.3 }, "above input"],
+      [
+        {
+          pricing_model: "subscription_overage",
+          monthly_price_usd: 5,
+          included_tokens: 1000,
+          overage_price_per_1m_usd: 1,
+          cached_input_price_per_1m_usd: 1.5,
+        },
+        "above overage",
+      ],
+      [{ pricing_model: "free", cached_input_price_per_1m_usd: 0 }, "free"],
+      [
+        {
+          pricing_model: "subscription",
+          monthly_price_usd: 5,
+          included_tokens: 1000,
+          cached_input_price_per_1m_usd: 0,
+        },
+        "subscription",
+      ],
+      [{ pricing_model: "payg", input_price_per_1m_usd: 0.2, cached_input_price_per_1m_usd: -0.1 }, "negative"],
+    ] as const) {
+      const res = await createPlan({ name: `Refused ${what}`, ...body });
+      expect({ what, status: res.status }).toEqual({ what, status: 400 });
+      expect(res.body).toMatchObject({ error: { code: "invalid_request", param: "cached_input_price_per_1m_usd" } });
+    }
   });
 
   it("refuses invalid terms with 400 naming the field", async () => {
@@ -290,6 +363,22 @@ describe("hoster plans through the edge", () => {
     expect(Object.keys(doc.paths["/hosters/products"]!).sort()).toEqual(["get", "post"]);
     expect(Object.keys(doc.paths["/hosters/products/{product_id}"]!)).toEqual(["patch"]);
     expect(Object.keys(doc.paths["/hosters/products/{product_id}/archive"]!)).toEqual(["post"]);
+    // The cached-input price, in the bodies and in the plan they answer with.
+    type Operation = {
+      requestBody?: { content: Record<string, { schema: { properties: Json } }> };
+      responses: Record<string, { content: Record<string, { schema: { properties: Json } }> }>;
+    };
+    const operations = doc.paths as Record<string, Record<string, Operation>>;
+    const post = operations["/hosters/products"]!.post!;
+    const patch = operations["/hosters/products/{product_id}"]!.patch!;
+    for (const operation of [post, patch]) {
+      expect(operation.requestBody!.content["application/json"]!.schema.properties).toHaveProperty(
+        "cached_input_price_per_1m_usd",
+      );
+    }
+    expect(post.responses["201"]!.content["application/json"]!.schema.properties).toHaveProperty(
+      "cached_input_price_per_1m_usd",
+    );
   });
 
   it("declares what comes back on every documented route: a 2xx schema and the error shape", async () => {

@@ -32,6 +32,8 @@ export interface RunningSystem {
   /** Each backend service's gRPC address (mTLS: callers present a service certificate). */
   grpcAddresses: { accounts: string; billing: string; registry: string };
   /** Runs one billing renewal pass as of `now` (a test's clock for renewals: a period ends when it says). */
+  /** Folds the rollup queue now: reports show every settled request once it returns. */
+  foldRollups(): Promise<number>;
   renewSubscriptions(now: Date): Promise<RenewalResult>;
   /** Runs one verification round of every open endpoint now (then registry rebuilds the routing table). */
   verifyNow(): Promise<void>;
@@ -55,8 +57,9 @@ export interface RestartableRegistry {
 /**
  * Leases live 10 s here, not the default 2 s: a lease is valid from its grant's send time, and on
  * a busy 2-core runner (two whole systems and a browser at once) a GrantLease can take seconds to
- * come back, leaving the lease already lapsed (503). Tests that need a short TTL set it on both
- * billing and the edges; reports trail admission by one heartbeat (5 s here).
+ * come back, leaving the lease already lapsed (503). Tests that need a short TTL set billing's,
+ * which the edges take from its replies (and accounts' PRINCIPAL_TTL_MS for cached keys); reports
+ * trail admission by one heartbeat (5 s here).
  */
 const TEST_LEASE_TTL_MS = "10000";
 
@@ -102,7 +105,7 @@ export async function startSystem(
       ...database("accounts"),
       ...certs.env("accounts"),
       METRICS_PORT: "0",
-      LEASE_TTL_MS: TEST_LEASE_TTL_MS,
+      PRINCIPAL_TTL_MS: TEST_LEASE_TTL_MS,
       ...overrides.accounts,
     }),
     log,
@@ -136,6 +139,10 @@ export async function startSystem(
       REGISTRY_ADDR: `127.0.0.1:${registry.port}`,
       SECRETS_KEY: secretsKey,
       LEASE_TTL_MS: TEST_LEASE_TTL_MS,
+      // Reports trail settlement by one fold, 2 s by default
+      // (docs/settlement.md#rollups-folded-off-the-settlement-transaction): tests that wait for a
+      // report to show a request wait less.
+      ROLLUP_FOLD_INTERVAL_MS: "200",
       ...overrides.billing,
     }),
     log,
@@ -153,7 +160,6 @@ export async function startSystem(
       BILLING_ADDR: `127.0.0.1:${billing.port}`,
       REGISTRY_ADDR: `127.0.0.1:${registry.port}`,
       ADMIN_TOKEN: adminToken,
-      LEASE_TTL_MS: TEST_LEASE_TTL_MS,
       // Test hoster servers (and the local model) listen on loopback.
       ALLOW_PRIVATE_UPSTREAMS: "true",
       ...overrides.edge,
@@ -178,6 +184,7 @@ export async function startSystem(
       registry: `127.0.0.1:${registry.port}`,
     },
     renewSubscriptions: (now) => billing.renewSubscriptions(now),
+    foldRollups: () => billing.foldRollups(),
     verifyNow: () => registry.verifyNow(),
     stopRegistry: () => registry.close(0),
     async restartRegistry() {

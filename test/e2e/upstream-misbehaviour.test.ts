@@ -169,7 +169,11 @@ describe("after the first byte: a final SSE error event", () => {
       output_tokens: "0",
       cost_micros: "0",
     });
+    // Charged nothing: no entry settled it, per request or per batch.
     expect(await db.query(`select 1 from journal_entries where reference = $1`, [requestId])).toEqual([]);
+    expect(await db.query(`select entry_id from usage_records where request_id = $1`, [requestId])).toEqual([
+      { entry_id: null },
+    ]);
     const generation = await fetch(`${system.url}/v1/generations/${requestId}`, {
       headers: { authorization: `Bearer ${apiKey}` },
     });

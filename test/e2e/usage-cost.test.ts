@@ -5,6 +5,7 @@ import { costMicros } from "@mkt/runtime/money";
 import { loadHosterServerConfig } from "../../hoster-server/src/config.ts";
 import { startHosterServer } from "../../hoster-server/src/server.ts";
 import { apiCall, type Json } from "./api-call.ts";
+import { REQUEST_CHARGE_SQL } from "../../services/billing/test/billing-harness.ts";
 import { openBillingDb, type BillingDb } from "./billing-db.ts";
 import { registerHoster, type RegisteredHoster } from "./hoster-fixture.ts";
 import { DEMO_PRICES, signUp, startSystem, type RunningSystem } from "./system.ts";
@@ -103,13 +104,11 @@ async function settled(key: string, requestId: string): Promise<Json> {
   }
 }
 
-/** What the ledger charged the customer for the request (0 when it posted nothing). */
-const posted = (requestId: string) =>
-  db.figure(
-    `select -sum(p.amount_micros) as v from ledger_postings p join journal_entries e on e.id = p.entry_id
-     where e.kind = 'usage' and e.reference = $1 and p.ledger_account like 'customer:%'`,
-    [requestId],
-  );
+/**
+ * What the ledger charged the customer for the request (0 when it posted nothing): its record's
+ * cost, in its batch entry's customer leg (REQUEST_CHARGE_SQL).
+ */
+const posted = (requestId: string) => db.figure(REQUEST_CHARGE_SQL, [requestId]);
 
 /** Asserts the answer's usage.cost is what settlement posted and what the generation shows; returns it in micro-USD. */
 async function expectPostedCost(key: string, answer: { usage: Usage; requestId: string }): Promise<bigint> {

@@ -4,7 +4,12 @@ import { signUp, startSystem, waitForUsage, type RunningSystem } from "./system.
 
 let system: RunningSystem;
 let apiKey: string;
-let usage30d: { total_requests: number; total_input_tokens: number; total_output_tokens: number };
+let usage30d: {
+  total_requests: number;
+  total_input_tokens: number;
+  total_cached_input_tokens: number;
+  total_output_tokens: number;
+};
 let costMicros: number;
 
 beforeAll(async () => {
@@ -55,6 +60,7 @@ describe("GET /v1/usage/tokens", () => {
       [
         "period",
         "input_tokens",
+        "cached_input_tokens",
         "output_tokens",
         "total_tokens",
         "cost_usd",
@@ -67,6 +73,7 @@ describe("GET /v1/usage/tokens", () => {
     );
     expect(body.totals).toEqual({
       input_tokens: usage30d.total_input_tokens,
+      cached_input_tokens: usage30d.total_cached_input_tokens,
       output_tokens: usage30d.total_output_tokens,
       total_tokens: usage30d.total_input_tokens + usage30d.total_output_tokens,
       cost_usd: costMicros / 1_000_000,
@@ -99,6 +106,7 @@ describe("GET /v1/usage/breakdown", () => {
         provider: "local",
         requests: 2,
         input_tokens: usage30d.total_input_tokens,
+        cached_input_tokens: usage30d.total_cached_input_tokens,
         output_tokens: usage30d.total_output_tokens,
         total_cost_usd: costMicros / 1_000_000,
         platform_fee_usd: costMicros / 1_000_000, // a local model's cost is all platform fee
@@ -111,6 +119,7 @@ describe("GET /v1/usage/breakdown", () => {
       date: today(),
       requests: 2,
       input_tokens: usage30d.total_input_tokens,
+      cached_input_tokens: usage30d.total_cached_input_tokens,
       output_tokens: usage30d.total_output_tokens,
       total_cost_usd: costMicros / 1_000_000,
     });
@@ -118,22 +127,23 @@ describe("GET /v1/usage/breakdown", () => {
 });
 
 describe("GET /v1/usage/export", () => {
-  it("is a CSV attachment with the spec's columns, one row per request", async () => {
+  it("is a CSV attachment with the spec's columns, then cached_tokens, one row per request", async () => {
     const res = await get("/v1/usage/export?days=7");
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toBe("text/csv; charset=utf-8");
     expect(res.headers.get("content-disposition")).toBe('attachment; filename="usage-7d.csv"');
     const lines = (await res.text()).trimEnd().split("\n");
     expect(lines[0]).toBe(
-      "timestamp,model,provider,input_tokens,output_tokens,total_tokens,cost_usd,latency_ms,success",
+      "timestamp,model,provider,input_tokens,output_tokens,total_tokens,cost_usd,latency_ms,success,cached_tokens",
     );
     expect(lines).toHaveLength(3);
     const rows = lines.slice(1).map((line) => line.split(","));
-    for (const [timestamp, model, provider, input, output, total, , latency, success] of rows) {
+    for (const [timestamp, model, provider, input, output, total, , latency, success, cached] of rows) {
       expect(timestamp).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
       expect([model, provider, success]).toEqual(["demo-small", "local", "true"]);
       expect(Number(total)).toBe(Number(input) + Number(output));
       expect(Number(latency)).toBeGreaterThanOrEqual(0);
+      expect(Number(cached)).toBeLessThanOrEqual(Number(input));
     }
     expect(rows.reduce((sum, row) => sum + Number(row[3]), 0)).toBe(usage30d.total_input_tokens);
     // Exact decimal text, six places, summing to the charged micro-USD.

@@ -42,8 +42,7 @@ beforeAll(async () => {
   // The system's own edge is the one that stays connected.
   system = await startSystem({
     billing: { ...leases, TIERS: JSON.stringify({ free: { limit_per_minute: 1_000, limit_per_day: 10_000 } }) },
-    accounts: { LEASE_TTL_MS: leases.LEASE_TTL_MS },
-    edge: leases,
+    accounts: { PRINCIPAL_TTL_MS: leases.LEASE_TTL_MS },
   });
   hoster = await registerHoster(system, { serverEnv: SLOW });
   proxy = await startTcpProxy(system.grpcAddresses.billing);
@@ -51,7 +50,7 @@ beforeAll(async () => {
   isolated = await startEdge(
     loadEdgeConfig({
       ...certs.env("edge"),
-      ...leases,
+      // No lease settings: the edge runs by billing's, EDGE_ISOLATION_MS 5 s included.
       EDGE_ID: "isolated-edge",
       HOST: "127.0.0.1",
       PORT: "0",

@@ -40,8 +40,7 @@ const children: Child[] = [];
 beforeAll(async () => {
   system = await startSystem({
     billing: { LEASE_TTL_MS, TIERS: JSON.stringify({ free: { limit_per_minute: 1_000, limit_per_day: 10_000 } }) },
-    accounts: { LEASE_TTL_MS },
-    edge: { LEASE_TTL_MS },
+    accounts: { PRINCIPAL_TTL_MS: LEASE_TTL_MS },
     model: SLOW,
   });
   hoster = await registerHoster(system, { serverEnv: SLOW });

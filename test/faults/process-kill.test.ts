@@ -268,6 +268,7 @@ async function startSystemWith(killed: "registry" | "billing") {
         registry: `127.0.0.1:${registryPort}`,
       },
       renewSubscriptions: () => Promise.reject(new Error("not used here")),
+      foldRollups: () => Promise.reject(new Error("billing runs as its own process here")),
       close,
     };
     return { system, child: child!, close };

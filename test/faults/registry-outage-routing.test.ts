@@ -147,7 +147,6 @@ it("an edge that never received a table holds a chat for 5 s, then answers 503 s
       BILLING_ADDR: system.grpcAddresses.billing,
       REGISTRY_ADDR: "127.0.0.1:1",
       ADMIN_TOKEN: system.adminToken,
-      LEASE_TTL_MS: "10000",
     }),
     createLogger("e2e", "silent"),
   );

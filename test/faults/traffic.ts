@@ -12,6 +12,8 @@ export interface Outcome {
   retryAfter: string | null;
   /** The OpenAI error code of a refusal, or of a stream's final error event. */
   errorCode?: string;
+  /** A refusal's message (what a failure reports of it). */
+  errorMessage?: string;
   /** A streamed answer that ended with its `[DONE]` line and no error event. */
   whole?: boolean;
   requestId: string | null;
@@ -52,7 +54,9 @@ async function once(url: string, client: Client, what: Outcome["what"], i: numbe
       requestId: res.headers.get("x-request-id"),
     };
     if (res.status !== 200) {
-      outcome.errorCode = (JSON.parse(text) as { error?: { code?: string } }).error?.code;
+      const { error } = JSON.parse(text) as { error?: { code?: string; message?: string } };
+      outcome.errorCode = error?.code;
+      outcome.errorMessage = error?.message;
     } else if (what === "stream") {
       const errorLine = text.split("\n").find((line) => line.startsWith("data: {") && line.includes('"error":{'));
       if (errorLine) outcome.errorCode = (JSON.parse(errorLine.slice(6)) as { error: { code: string } }).error.code;
@@ -66,6 +70,8 @@ async function once(url: string, client: Client, what: Outcome["what"], i: numbe
 
 export interface Traffic {
   outcomes: Outcome[];
+  /** When each streamed request now in flight was sent (Date.now()). */
+  streamsInFlight(): number[];
   /** Stops sending and waits for the requests in flight. */
   stop(): Promise<Outcome[]>;
 }
@@ -77,17 +83,23 @@ export interface Traffic {
  */
 export function startTraffic(url: string, clients: Array<string | Client>, pauseMs = 25): Traffic {
   const outcomes: Outcome[] = [];
+  const streaming = new Set<{ sentAt: number }>();
   let running = true;
   const loops = clients.map(async (given, index) => {
     const client = typeof given === "string" ? { apiKey: given } : given;
     const kinds = client.kinds ?? ["chat", "stream", "usage", "keys"];
     for (let i = index; running; i++) {
-      outcomes.push(await once(url, client, kinds[i % kinds.length]!, i));
+      const what = kinds[i % kinds.length]!;
+      const stream = { sentAt: Date.now() };
+      if (what === "stream") streaming.add(stream);
+      outcomes.push(await once(url, client, what, i));
+      streaming.delete(stream);
       await new Promise((resolve) => setTimeout(resolve, pauseMs));
     }
   });
   return {
     outcomes,
+    streamsInFlight: () => [...streaming].map((s) => s.sentAt),
     async stop() {
       running = false;
       await Promise.all(loops);

@@ -47,7 +47,16 @@ describe("the sole upstream killed and restarted under traffic", () => {
       system.url,
       keys.map((k) => k.apiKey),
     );
-    await sleep(1_500);
+    // The kill comes while a stream has been on its way for 300 ms (past its first tokens), once
+    // answers flow: a fixed delay, on a loaded machine, sometimes killed between streams.
+    const deadline = Date.now() + 20_000;
+    while (
+      !traffic.outcomes.some((o) => o.what === "stream" && o.whole) ||
+      !traffic.streamsInFlight().some((sentAt) => Date.now() - sentAt >= 300)
+    ) {
+      if (Date.now() > deadline) throw new Error(`no stream under way: ${JSON.stringify(tally(traffic.outcomes))}`);
+      await sleep(20);
+    }
 
     const killedAt = Date.now();
     await model.kill();

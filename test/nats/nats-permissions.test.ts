@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
+import { newRequestId } from "@mkt/runtime/ids";
 import { createLogger } from "@mkt/runtime/logger";
 import { connectNats, eventNames, userInbox, type NatsConnection } from "@mkt/runtime/nats";
 import { NATS_USERS, type NatsUser } from "@mkt/runtime/nats-permissions";
@@ -119,7 +120,7 @@ async function usageRecord(requestId: string) {
 const usageEvent = (accountId: string) =>
   UsageCompleted.encode(
     UsageCompleted.fromPartial({
-      requestId: `req_${randomUUID()}`,
+      requestId: newRequestId(),
       accountId,
       modelId: "demo-small",
       provider: "local",
@@ -144,6 +145,7 @@ describe("NATS users", () => {
     const publisher = new UsagePublisher({
       nc: as.edge,
       subject: names.usageCompleted,
+      edgeId: "edge-permissions-test",
       ackTimeoutMs: 2_000,
       durableTimeoutMs: 5_000,
       metrics: createRelayMetrics(new Registry()),
@@ -194,14 +196,16 @@ describe("NATS users", () => {
       {
         store: { addUsageMismatches: async (counts) => void written.push(counts) },
         minutes: { add: async () => undefined, prune: async () => undefined },
+        deadLetters: async () => undefined,
         clock: () => new Date(),
       },
       createRegistryMetrics().usageMismatches,
       log,
     );
+    await consumer.ready;
     const hosterId = randomUUID();
     const event = UsageCompleted.fromPartial({
-      requestId: `req_${randomUUID()}`,
+      requestId: newRequestId(),
       accountId: randomUUID(),
       provider: "hoster",
       hosterId,
@@ -219,6 +223,20 @@ describe("NATS users", () => {
     const jsm = await jetstreamManager(as.registry);
     const info = await jsm.consumers.info(names.usageStream, names.hosterStatsConsumer);
     expect({ pending: info.num_pending, unacked: info.num_ack_pending }).toEqual({ pending: 0, unacked: 0 });
+  });
+
+  it("lets only billing create or update the usage stream; registry may only look it up", async () => {
+    const config = JSON.stringify({ name: names.usageStream, subjects: [names.usageCompleted], num_replicas: 1 });
+    for (const verb of ["CREATE", "UPDATE"]) {
+      const subject = `$JS.API.STREAM.${verb}.${names.usageStream}`;
+      for (const user of ["registry", "edge", "accounts"] as const) {
+        await expect(
+          as[user].request(subject, new TextEncoder().encode(config), { timeout: 2_000 }),
+        ).rejects.toMatchObject(refusedRequest(subject));
+      }
+    }
+    const info = await (await jetstreamManager(as.registry)).streams.info(names.usageStream);
+    expect(info.config.name).toBe(names.usageStream);
   });
 
   it("lets only billing read its settlement consumer: others can neither pull from it nor subscribe to usage", async () => {

@@ -151,8 +151,15 @@ it("starts with embedded PostgreSQL and its own nats-server, survives a killed c
     data: {
       id: "demo/open-8b",
       endpoints: [
-        { hoster_name: "Demo GPUs", quantization: "q4_k_m", plan: { open: true } },
-        { hoster_name: "Demo Labs", quantization: "bf16", plan: { open: true } },
+        // Cached input at a tenth of the input price: a conversation's second turn is a priced cache hit.
+        {
+          hoster_name: "Demo GPUs",
+          quantization: "q4_k_m",
+          cached_input_price_per_1m_usd: 0.005,
+          pricing: { prompt: "0.00000005", input_cache_read: "0.000000005" },
+          plan: { open: true },
+        },
+        { hoster_name: "Demo Labs", quantization: "bf16", cached_input_price_per_1m_usd: 0.01, plan: { open: true } },
       ],
     },
   });

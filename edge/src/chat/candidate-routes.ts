@@ -31,6 +31,8 @@ export interface RouteNeeds {
   n?: number;
   /** The request's `provider` object: how an open model's endpoints are chosen and ordered. */
   provider?: ProviderPreferences;
+  /** The request's conversation key (routing/sticky-key.ts), asked for only by an open model. */
+  stickyKey?: () => string | undefined;
 }
 
 /**
@@ -61,7 +63,13 @@ export async function candidateRoutes(
   for (const choice of choices) {
     let resolved: Route[];
     try {
-      resolved = deps.routing.resolveRoutes(choice.name, scope, kind, needs.provider ?? NO_PREFERENCES);
+      resolved = deps.routing.resolveRoutes(
+        choice.name,
+        scope,
+        kind,
+        needs.provider ?? NO_PREFERENCES,
+        needs.stickyKey,
+      );
     } catch (err) {
       if (err instanceof AppError && err.code === "model_not_found" && err.param === "provider") throw err;
       if (err instanceof AppError && err.code === "model_not_found") {

@@ -1,35 +1,24 @@
+import type { FromSchema } from "json-schema-to-ts";
 import { AppError } from "@mkt/runtime/errors";
-import type { ChatMessageLike } from "@mkt/runtime/tokens";
 import { MAX_MODELS } from "./model-choices.ts";
 import { providerSchema } from "../routing/provider-preferences.ts";
-
-/** The fields of an OpenAI chat-completions body the gateway reads; the rest passes through. */
-export interface ChatBody {
-  /** The model to call; `models` may add fallbacks or stand instead of it (modelChoices). */
-  model?: string;
-  /** Fallbacks tried in order while nothing has been answered (OpenRouter's `models`). */
-  models?: string[] | null;
-  messages: ChatMessageLike[];
-  stream?: boolean | null;
-  stream_options?: { include_usage?: boolean | null } | null;
-  max_tokens?: number | null;
-  max_completion_tokens?: number | null;
-  /** Choices to generate (1 to 128, checked by the schema). */
-  n?: number | null;
-  [field: string]: unknown;
-}
 
 /** The largest `max_tokens` / `max_completion_tokens` accepted, as OpenAI bounds them (2^31 − 1). */
 export const MAX_OUTPUT_TOKENS_FIELD = 2_147_483_647;
 /** `seed` is an int64 upstream; beyond 2^63 a JSON number cannot be one. */
 const MAX_SEED = 2 ** 63;
 
-/** JSON schema of the body: what is checked here, before any backend is asked. */
+/**
+ * JSON schema of the body: what is checked here, before any backend is asked, and the one
+ * declaration of the body (ChatBody is derived from it). Unknown fields pass through: no
+ * `additionalProperties`, so the type keeps them as `unknown`.
+ */
 export const chatBodySchema = {
   type: "object",
   // `model` or `models` is required: checked by modelChoices, which names the missing field.
   required: ["messages"],
   properties: {
+    // The model to call; `models` may add fallbacks or stand instead of it (modelChoices).
     model: { type: "string", minLength: 1, maxLength: 256, example: "auto" },
     models: {
       type: ["array", "null"],
@@ -104,6 +93,15 @@ export const chatBodySchema = {
     },
   },
 } as const;
+
+/** A chat-completions body as its schema lets it through; fields the schema does not name are `unknown`. */
+export type ChatBody = FromSchema<typeof chatBodySchema>;
+
+/** One message of a chat body: the other APIs' translations build these too. */
+export type ChatMessage = ChatBody["messages"][number];
+
+/** One tool of a chat body, as the translations declare the other APIs' tools. */
+export type ChatTool = NonNullable<ChatBody["tools"]>[number];
 
 /**
  * Audio output has no price (every price is per text token), so a request asking for it is

@@ -8,10 +8,12 @@ import { relayAnswer, type RelayEvent } from "../relay/relay-answer.ts";
 import type { RelayRequest } from "../relay/relay-request.ts";
 import type { RouteDeps } from "../routes/route-deps.ts";
 import type { ProviderPreferences } from "../routing/provider-preferences.ts";
+import { EndpointSteps } from "../routing/endpoint-steps.ts";
+import { stickyKey } from "../routing/sticky-key.ts";
 import type { Ticket } from "../leases/lease-admission.ts";
 import { candidateRoutes } from "./candidate-routes.ts";
 import type { ChatBody } from "./chat-body.ts";
-import { admitOnBound, admitRequest, admitWorstCase, rateLimitHeaders } from "./lease-admit.ts";
+import { admitOnBound, admitRequest, admitWorstCase, rateLimitHeaders, termsPricing } from "./lease-admit.ts";
 import { modelChoices } from "./model-choices.ts";
 
 /** A chat request as the relay will send it. */
@@ -59,14 +61,25 @@ export async function startChatCall(
   const principal = principalOf(request);
   const { body, bytes } = chat;
 
-  let candidates = await candidateRoutes(deps, principal.scope, modelChoices(body), {
-    n: body.n ?? 1,
-    provider: chat.provider,
-  });
+  let conversation: { key: string | undefined } | undefined;
+  // The request's endpoints, drawn once here: admission, the prompt's fit and the relay all step
+  // through this one order (routing/endpoint-steps.ts).
+  const subscriptionId = principal.scope?.subscriptionId ?? "";
+  const endpoints = new EndpointSteps(
+    await candidateRoutes(deps, principal.scope, modelChoices(body), {
+      n: body.n ?? 1,
+      provider: chat.provider,
+      // Read from the chat body every API translates onto, once, and only for an open model.
+      stickyKey: () => (conversation ??= { key: stickyKey(principal.accountId, body) }).key,
+    }),
+    { subscriptionId },
+  );
 
   // The largest context among the models is the largest this prompt could be served with (a plan
   // only narrows it, at admission): past it, counting stops and the prompt is refused here.
-  const contextLimit = Number(candidates.reduce((most, r) => (r.contextWindow > most ? r.contextWindow : most), 0n));
+  const contextLimit = Number(
+    endpoints.routes.reduce((most, r) => (r.contextWindow > most ? r.contextWindow : most), 0n),
+  );
   const countPrompt = async () => {
     const promptTokens = await deps.promptTokens.count({
       accountId: principal.accountId,
@@ -82,31 +95,20 @@ export async function startChatCall(
   const choices = body.n ?? 1;
   // Admitted against the edge's lease for the account, in memory when warm; a scoped key's
   // request against its subscription's budget nested in that lease.
-  const subscriptionId = principal.scope?.subscriptionId ?? "";
-  let need = {
+  const needOn = (routes: readonly Route[]) => ({
     accountId: principal.accountId,
     tier: principal.tier,
     subscriptionId,
     keyId: principal.keyId,
-    routes: candidates,
+    routes,
     requested: BigInt(requested),
     choices: BigInt(choices < 1 ? 1 : choices),
-  };
+  });
   const admitting = performance.now();
-  let ticket: Ticket;
-  for (;;) {
-    try {
-      ticket = await admitRequest(deps.leases, need);
-      break;
-    } catch (err) {
-      // An open endpoint whose plan refuses the account (the hoster paused it, the plan's limits
-      // are reached) is passed over for the next one; the last one's refusal is the answer.
-      if (!(candidates[0]!.open && candidates.length > 1 && err instanceof AppError && err.httpStatus < 500)) throw err;
-      if (err.code === "insufficient_credits" || err.code === "key_limit_exceeded") throw err;
-      candidates = candidates.slice(1);
-      need = { ...need, routes: candidates };
-    }
-  }
+  // An open endpoint whose plan refuses the account (the hoster paused it, the plan's limits are
+  // reached) is passed over for the next one; the last one's refusal is the answer.
+  let ticket: Ticket = await endpoints.admitOnFirst((routes) => admitRequest(deps.leases, needOn(routes)));
+  const need = needOn(endpoints.routes);
   let admitSeconds = (performance.now() - admitting) / 1000;
   try {
     // The prompt is counted before the worst case only where its count can change the outcome;
@@ -130,7 +132,8 @@ export async function startChatCall(
       promptTokens = counted;
     }
     ticket = admitted.ticket;
-    const [route, ...fallbackRoutes] = admitted.routes as [Route, ...Route[]];
+    endpoints.keep(admitted.routes);
+    const [route, ...fallbackRoutes] = endpoints.routes as [Route, ...Route[]];
     deps.chatMetrics.admit.observe(admitSeconds);
     rateLimitHeaders(reply, ticket);
     const relayed: RelayRequest = {
@@ -150,22 +153,27 @@ export async function startChatCall(
       worstCaseMicros: ticket.worstCaseMicros,
       worstCaseTokens: ticket.worstCaseTokens,
       subscriptionId: ticket.subscriptionId,
-      // Only an open endpoint's plan room moves with the request: other requests need no hook.
-      enterRoute:
-        !subscriptionId && admitted.routes.some((r) => r.open)
-          ? (next) => enterRoute(deps, ticket, relayed, next)
-          : undefined,
       // So the answer's usage.cost is what settlement will post.
       includedTokens: ticket.includedTokens,
-      subscriptionPricing: admitted.terms && {
-        pricingModel: admitted.terms.pricingModel,
-        inputPricePer1mMicros: admitted.terms.inputPricePer1mMicros,
-        outputPricePer1mMicros: admitted.terms.outputPricePer1mMicros,
-        overagePricePer1mMicros: admitted.terms.overagePricePer1mMicros,
-      },
+      subscriptionPricing: admitted.terms && termsPricing(admitted.terms),
     };
+    // Only an open endpoint's plan room moves with the request: other requests need no hook.
+    const enterHook = endpoints.enterHook(deps.leases, ticket, relayed);
+    // A call whose client left has its slot back already (below): it takes no plan's room again.
+    const call = ticket;
+    relayed.enterRoute = enterHook && (async (route) => (call.released ? undefined : enterHook(route)));
+    // The call's slot (and its place in the lease) goes back as soon as nothing more is asked of
+    // the upstream, before the client can act on it: when the relay's last event is made (a
+    // client that sends its next request on reading it must find its slot free, or it is refused
+    // for a limit it never reached), or when the client leaves (the upstream call is aborted);
+    // at the latest when the relay ends. What the relay does after that is make the usage event
+    // durable, which may wait on NATS or billing: no reason to hold a slot.
+    const endCall = () => deps.leases.release(call);
     const clientGone = new AbortController();
-    const onClose = () => clientGone.abort();
+    const onClose = () => {
+      clientGone.abort();
+      endCall();
+    };
     reply.raw.once("close", onClose);
     const events = relayAnswer(deps.relay, relayed, {
       clientGone: clientGone.signal,
@@ -173,15 +181,13 @@ export async function startChatCall(
       cut: answerCutoff(deps.shutdown, deps.isolation),
       clientConnected: () => !reply.raw.destroyed,
     });
-    // The request's place in the lease goes back when the relay ends, however it ends.
-    const held = ticket;
     const relayEnded = () => {
       // 'close' follows every finished response too: the relay is over by then, and an abort
       // would only make an AbortError (a DOMException with its stack) for nobody.
       reply.raw.off("close", onClose);
-      deps.leases.release(held);
+      endCall();
     };
-    return { events: releasing(events, relayEnded), route };
+    return { events: releasing(events, endCall, relayEnded), route };
   } catch (err) {
     deps.leases.release(ticket);
     throw err;
@@ -189,30 +195,27 @@ export async function startChatCall(
 }
 
 /**
- * An account key's request moving to a route: an open endpoint's plan room moves with it (the
- * usage event then names that plan's subscription, which settles it and pays its hoster); a
- * platform route needs none, and the request's slot in the plan it leaves goes back.
+ * The relay's events: `endCall` before the last one (a completion, the stream's end or its final
+ * error) is handed on, `ended` once they end (finished, failed or abandoned: the relay's own
+ * `finally` runs first, as it would under `yield*`).
  */
-async function enterRoute(deps: RouteDeps, ticket: Ticket, relayed: RelayRequest, route: Route): Promise<void> {
-  if (route.open) {
-    const current = ticket.lease.budgets.get(ticket.subscriptionId)?.terms?.productId;
-    if (current !== route.productId) await deps.leases.moveToPlan(ticket, route.productId);
-  } else if (ticket.subscriptionId) {
-    if (ticket.slot) ticket.slot.admitted -= 1n;
-    ticket.slot = undefined;
-    ticket.subscriptionId = "";
-  }
-  relayed.subscriptionId = ticket.subscriptionId;
-}
-
-/** The relay's events, then `release` once they end (finished, failed or abandoned). */
 async function* releasing(
   events: AsyncGenerator<RelayEvent, void, undefined>,
-  release: () => void,
+  endCall: () => void,
+  ended: () => void,
 ): AsyncGenerator<RelayEvent, void, undefined> {
   try {
-    yield* events;
+    for (;;) {
+      const step = await events.next();
+      if (step.done) return;
+      if (!("chunks" in step.value)) endCall();
+      yield step.value;
+    }
   } finally {
-    release();
+    try {
+      await events.return();
+    } finally {
+      ended();
+    }
   }
 }

@@ -1,6 +1,6 @@
 import type { FastifyReply } from "fastify";
 import { max, min } from "@mkt/runtime/bigint-math";
-import { checkContext } from "@mkt/runtime/context-limits";
+import { outputCeiling, servedOutputTokens } from "@mkt/runtime/context-limits";
 import { AppError } from "@mkt/runtime/errors";
 import { chargesOverage, hasIncludedTokens } from "@mkt/runtime/pricing-models";
 import {
@@ -15,6 +15,7 @@ import type { Route } from "@mkt/proto/registry/v1/registry";
 import type { HeldLease, Room } from "../leases/held-lease.ts";
 import type { LeaseTable, WorstCase } from "../leases/lease-table.ts";
 import type { Ticket } from "../leases/lease-admission.ts";
+import type { SubscriptionPricing } from "../relay/relay-request.ts";
 
 /** What admission needs of a chat request, beyond its principal. */
 export interface ChatNeed {
@@ -29,7 +30,10 @@ export interface ChatNeed {
    * one): the worst case held is the largest among them, as any of them may answer.
    */
   routes: readonly Route[];
-  /** max_tokens / max_completion_tokens; 0 when the client gave neither. */
+  /**
+   * max_tokens / max_completion_tokens (Responses: max_output_tokens); 0 when the client gave
+   * neither. Never refused: admission lowers it to the output ceiling.
+   */
   requested: bigint;
   /** The client's `n` (at least 1): every worst case covers the cap × n. */
   choices: bigint;
@@ -43,7 +47,10 @@ export interface ChatNeed {
  * usual cold request makes one round trip, not two.
  */
 export function admitRequest(leases: LeaseTable, need: ChatNeed): Promise<Ticket> {
-  const output = (need.requested > 0n ? need.requested : 1n) * need.choices;
+  // A field above a model's cap will be lowered to a ceiling the prompt decides: until then it is
+  // known only to be at least one token, as when no field is given (the grant must cover no more).
+  const asked = need.routes.every((route) => need.requested <= route.maxOutputTokensCap) ? need.requested : 0n;
+  const output = (asked > 0n ? asked : 1n) * need.choices;
   const prices = routePricings(need.routes);
   // At least the dearest route's worst case; for an open model's endpoints the cheapest one's, as
   // the balance may afford only that one (step two then leaves the dearer ones out).
@@ -53,7 +60,7 @@ export function admitRequest(leases: LeaseTable, need: ChatNeed): Promise<Ticket
   // Without max_tokens the worst case is likely the model's output cap (or less when the prompt
   // or the balance leaves less): a cold grant lends that ahead, so step two needs no second one.
   const likely =
-    need.requested > 0n || need.subscriptionId
+    asked > 0n || need.subscriptionId
       ? 0n
       : need.routes.reduce(
           (most, route, i) =>
@@ -88,12 +95,14 @@ export interface Admitted {
 }
 
 /**
- * Step two, once the prompt is counted: the context checks, then the worst case. Without
- * max_tokens the cap is the smallest of the model's (or plan's) cap, the context's room and what
- * the account's credit pays (computed against the whole account when the lease cannot pay it).
- * A scoped key's request is limited and priced by its subscription's terms, never the route's.
- * With fallbacks, a model the prompt or max_tokens does not fit is passed over (the first one's
- * error stands when none fits); the others share one output cap (the smallest of theirs), and
+ * Step two, once the prompt is counted: the context check, then the worst case. The output
+ * ceiling is the smaller of the model's (or plan's) cap and the context's room. Without
+ * max_tokens, or with one at or above the ceiling (lowered, never refused: agents ask for tens of
+ * thousands of tokens whatever the model), the cap is the smaller of the ceiling and what the
+ * account's credit pays (computed against the whole account when the lease cannot pay it); below
+ * it, the client's own. A scoped key's request is limited and priced by its subscription's terms,
+ * never the route's. With fallbacks, a model the prompt does not fit is passed over (the first
+ * one's error stands when none fits); the others share one ceiling (the smallest of theirs), and
  * the worst case is the largest among them: settlement charges the one that answered, at most that.
  */
 export async function admitWorstCase(
@@ -102,7 +111,6 @@ export async function admitWorstCase(
   need: ChatNeed,
   prompt: bigint,
 ): Promise<Admitted> {
-  const { requested } = need;
   const terms = need.subscriptionId ? termsOf(ticket, need.routes) : undefined;
   const fitting: Array<{ route: Route; cap: bigint }> = [];
   let refusal: AppError | undefined;
@@ -111,19 +119,14 @@ export async function admitWorstCase(
       contextWindow: terms ? min(route.contextWindow, terms.maxContextTokens) : route.contextWindow,
       maxOutputTokensCap: terms ? min(route.maxOutputTokensCap, terms.maxOutputTokens) : route.maxOutputTokensCap,
       inputTokens: prompt,
-      requestedMaxOutputTokens: requested,
     };
     try {
-      checkContext(limits, {
-        context: terms && terms.maxContextTokens < route.contextWindow ? "plan" : "model",
-        output: terms && terms.maxOutputTokens < route.maxOutputTokensCap ? "plan" : "model",
-      });
+      const source = terms && terms.maxContextTokens < route.contextWindow ? "plan" : "model";
+      fitting.push({ route, cap: outputCeiling(limits, source) });
     } catch (err) {
       if (!(err instanceof AppError)) throw err;
       refusal ??= err;
-      continue;
     }
-    fitting.push({ route, cap: min(limits.maxOutputTokensCap, limits.contextWindow - prompt) });
   }
   if (fitting.length === 0) throw refusal!;
   // An open model's endpoints the balance cannot cover are left out, dearest first, rather than
@@ -156,8 +159,10 @@ async function takeFor(
   const { requested, choices } = need;
   const routes = fitting.map((f) => f.route);
   const { price, affordable } = pricing(routes, terms, need.subscriptionId, prompt, choices);
-  if (requested > 0n) return { ticket: await leases.takeWorstCase(ticket, price(requested)), routes, terms };
   const cap = fitting.reduce((least, f) => min(least, f.cap), fitting[0]!.cap);
+  if (requested > 0n && requested < cap) {
+    return { ticket: await leases.takeWorstCase(ticket, price(requested)), routes, terms };
+  }
   if (!affordable) return { ticket: await leases.takeWorstCase(ticket, price(cap)), routes, terms };
   const admitted = await leases.takeWorstCase(ticket, price(cap), {
     min: price(1n)(ticket.lease).credit,
@@ -172,10 +177,10 @@ async function takeFor(
 /**
  * Step two on the prompt's byte bound (`bound` ≥ its token count) instead of its count, where
  * that changes nothing the client would see: on every route the bound leaves room in the context
- * for the output asked for (or the whole output cap), so the checks pass and the caps come out as
- * the count would make them, and the lease covers the bound's worst case from memory. The hold is
- * then larger than the count's by the prompt's bytes over its tokens, at the input price, for the
- * request's life. Undefined otherwise, with nothing taken: the caller counts the prompt and takes
+ * for the output asked for (or the whole output cap, when none is asked or more), so the checks
+ * pass and the caps come out as the count would make them, and the lease covers the bound's worst
+ * case from memory. The hold is then larger than the count's by the prompt's bytes over its
+ * tokens, at the input price, for the request's life. Undefined otherwise, with nothing taken: the caller counts the prompt and takes
  * the exact worst case (billing is never asked to cover a bound). Plans with included tokens
  * always count: their split between included and overage tokens is decided at admission.
  */
@@ -186,15 +191,41 @@ export function admitOnBound(leases: LeaseTable, ticket: Ticket, need: ChatNeed,
   for (const route of need.routes) {
     const window = terms ? min(route.contextWindow, terms.maxContextTokens) : route.contextWindow;
     const outputCap = terms ? min(route.maxOutputTokensCap, terms.maxOutputTokens) : route.maxOutputTokensCap;
-    if (need.requested > outputCap) return undefined;
-    const output = need.requested > 0n ? need.requested : outputCap;
+    const output = servedOutputTokens(need.requested, outputCap) || outputCap;
     if (output < 1n || bound + output > window) return undefined;
     cap = cap === undefined ? outputCap : min(cap, outputCap);
   }
   const { price } = pricing(need.routes, terms, need.subscriptionId, bound, need.choices);
-  const worstCase = price(need.requested > 0n ? need.requested : cap!)(ticket.lease);
+  const worstCase = price(servedOutputTokens(need.requested, cap!) || cap!)(ticket.lease);
   const admitted = leases.takeWorstCaseInMemory(ticket, worstCase);
   return admitted && { ticket: admitted, routes: [...need.routes], terms };
+}
+
+/**
+ * An embeddings request's worst case, once its input is counted: the input at the route's prices,
+ * or on a scoped key by its plan as a chat prompt is (payg its input price, free nothing, the
+ * subscription kinds from included tokens, then an overage plan's overage price). There is no
+ * output, so no cap to decide.
+ */
+export function embeddingsWorstCase(
+  ticket: Ticket,
+  routes: readonly Route[],
+  subscriptionId: string,
+  inputTokens: bigint,
+): { worstCase: (lease: HeldLease) => WorstCase; terms: BudgetTerms | undefined } {
+  const terms = subscriptionId ? termsOf(ticket, routes) : undefined;
+  return { worstCase: pricing(routes, terms, subscriptionId, inputTokens, 1n).price(0n), terms };
+}
+
+/** A subscription's terms as the relay prices its answer's `usage.cost` (as settlement will). */
+export function termsPricing(terms: BudgetTerms): SubscriptionPricing {
+  return {
+    pricingModel: terms.pricingModel,
+    inputPricePer1mMicros: terms.inputPricePer1mMicros,
+    outputPricePer1mMicros: terms.outputPricePer1mMicros,
+    overagePricePer1mMicros: terms.overagePricePer1mMicros,
+    cachedInputPricePer1mMicros: terms.cachedInputPricePer1mMicros,
+  };
 }
 
 /** The subscription's terms from its budget (step one opened it), its key kept to its hoster. */

@@ -1,5 +1,4 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { AppError } from "@mkt/runtime/errors";
 import { worstCaseCharge } from "@mkt/runtime/request-cost";
 import { principalOf } from "../plugins/api-key-auth.ts";
 import { rawJsonBody } from "../plugins/json-body.ts";
@@ -7,16 +6,17 @@ import { relayEmbeddings } from "../relay/relay-embeddings.ts";
 import type { RelayRequest } from "../relay/relay-request.ts";
 import type { RouteDeps } from "../routes/route-deps.ts";
 import { candidateRoutes } from "../chat/candidate-routes.ts";
-import { rateLimitHeaders } from "../chat/lease-admit.ts";
+import { embeddingsWorstCase, rateLimitHeaders, termsPricing } from "../chat/lease-admit.ts";
 import { countEmbeddingInputs, embeddingInputs, type EmbeddingsBody } from "./embeddings-body.ts";
 
 /**
  * One embeddings request, on the chat path's parts: the key authenticated by the route's
  * onRequest, the model resolved from the routing table (an embedding model: a chat model is not
- * found for it), the input counted by the gateway's tokenizer, admission on the account's lease
- * (one request, a worst case of the input tokens at the input price: there is no output), then
- * the relay to the model's servers (relay/relay-embeddings.ts), which publishes the usage event.
- * Returns the answer's JSON text, or undefined when the client left.
+ * found for it; a scoped key finds its hoster's), the input counted by the gateway's tokenizer,
+ * admission on the account's lease (one request, a worst case of the input tokens at the input
+ * price, or a scoped key's plan's pricing of input tokens: there is no output), then the relay to
+ * the model's servers (relay/relay-embeddings.ts), which publishes the usage event. Returns the
+ * answer's JSON text, or undefined when the client left.
  */
 export async function embed(
   deps: RouteDeps,
@@ -26,35 +26,27 @@ export async function embed(
   const receivedAt = Date.now();
   const principal = principalOf(request);
   const body = request.body;
-  // A subscription prices its requests by its plan's terms (included tokens, overage), which this
-  // path does not apply yet: held and charged at a hoster route's price of 0, its embeddings
-  // would be free. Refused until it does.
-  if (principal.scope && principal.scope.subscriptionId !== "") {
-    throw new AppError(
-      "forbidden",
-      "Embeddings are served on account keys only; a subscription's key cannot call them.",
-    );
-  }
+  const subscriptionId = principal.scope?.subscriptionId ?? "";
   const inputs = embeddingInputs(body.input);
   const [route] = await candidateRoutes(deps, principal.scope, [{ name: body.model, param: "model" }], {
     kind: "embedding",
   });
   const inputTokens = await countEmbeddingInputs(inputs, Number(route!.contextWindow));
   const prices = [{ inputPricePer1m: route!.inputPricePer1mMicros, outputPricePer1m: route!.outputPricePer1mMicros }];
-  const worstCase = {
-    credit: worstCaseCharge({ inputTokens, outputTokens: 0n }, prices),
-    tokens: inputTokens,
-    maxOutputTokens: 0n,
-  };
   let ticket = await deps.leases.admit({
     accountId: principal.accountId,
     tier: principal.tier,
-    subscriptionId: "",
+    subscriptionId,
     keyId: principal.keyId,
-    // Known in full before admission: a cold account's one GrantLease covers it.
-    atLeast: { credit: worstCase.credit, tokens: inputTokens },
+    // Known in full before admission on an account key: a cold account's one GrantLease covers it
+    // (a subscription's price is its plan's, known once its budget is open).
+    atLeast: {
+      credit: subscriptionId ? 0n : worstCaseCharge({ inputTokens, outputTokens: 0n }, prices),
+      tokens: inputTokens,
+    },
   });
   try {
+    const { worstCase, terms } = embeddingsWorstCase(ticket, [route!], subscriptionId, inputTokens);
     ticket = await deps.leases.takeWorstCase(ticket, worstCase);
     rateLimitHeaders(reply, ticket);
     const relayed: RelayRequest = {
@@ -73,8 +65,9 @@ export async function embed(
       leaseId: ticket.lease.leaseId,
       worstCaseMicros: ticket.worstCaseMicros,
       worstCaseTokens: ticket.worstCaseTokens,
-      subscriptionId: "",
+      subscriptionId: ticket.subscriptionId,
       includedTokens: ticket.includedTokens,
+      subscriptionPricing: terms && termsPricing(terms),
     };
     const clientGone = new AbortController();
     const onClose = () => clientGone.abort();

@@ -88,7 +88,7 @@ export class HeldLease {
   keyBudgets = new Map<string, KeyBudget>();
   /** The sequence of the last reply applied: an older reply arriving late changes nothing. */
   lastReplySequence = 0n;
-  /** Tickets not released yet (requests whose registry call has not ended). */
+  /** Tickets not released yet (requests admitted here whose relay has not ended). */
   inFlight = 0;
   lastAdmittedAt: number;
   /** Credit and requests admitted since the last heartbeat that reported it (its demand). */
@@ -102,6 +102,8 @@ export class HeldLease {
   changed = false;
   /** The sequence of the last call that carried its report (a reply to it acknowledges it). */
   lastReportSequence = 0n;
+  /** Its calls in flight (slots in use) as its last report counted them. */
+  reportedSlots = 0n;
   /** The largest credit worst case taken on it: what it keeps spare once idle. */
   largestWorstCase = 0n;
   /**
@@ -111,6 +113,8 @@ export class HeldLease {
    * by allowance id. Kept when its reply is lost: billing may have applied it all the same.
    */
   pinned: { sequence: bigint; caps: Map<string, bigint> } | undefined;
+  /** The margin of the last reply applied (a tenth of billing's TTL): demand is measured over 5 of them at least. */
+  #marginMs = 0;
 
   constructor(state: LeaseState, tier: string, createdAt: number) {
     this.leaseId = state.leaseId;
@@ -176,6 +180,7 @@ export class HeldLease {
       return false;
     }
     this.lastReplySequence = at.sequence;
+    this.#marginMs = at.marginMs;
     if (state.limitPerMinute > 0n) this.limitPerMinute = state.limitPerMinute;
     if (this.pinned && at.sequence >= this.pinned.sequence) this.pinned = undefined;
     this.open &&= !this.finalSent && state.status === LeaseStatus.LEASE_STATUS_OPEN;
@@ -260,9 +265,15 @@ export class HeldLease {
    * credit has no window).
    */
   report(final: boolean, elapsedMs: number, sequence: bigint, nextWindow = false): LeaseReport {
-    const ms = BigInt(Math.max(1, Math.round(elapsedMs)));
+    // Measured over half a TTL at least (the heartbeats' interval; the margin is a tenth of the
+    // TTL): a grant sent a millisecond after a beat, with one request in hand, asked for a
+    // thousand a second, and billing lent it the window's whole room (a plan's 600 rpm for one
+    // request). That room stays counted when the edge dies, so a restarted edge's subscriber was
+    // refused 429 for the rest of the minute.
+    const ms = BigInt(Math.max(1, Math.round(elapsedMs), 5 * this.#marginMs));
     this.changed = false;
     if (sequence > this.lastReportSequence) this.lastReportSequence = sequence;
+    this.reportedSlots = this.slotsInFlight();
     if (final) {
       this.finalSent = true;
       this.open = false;
@@ -330,6 +341,28 @@ export class HeldLease {
         if (r.resource === LeaseResource.LEASE_RESOURCE_SLOTS && r.granted > r.admitted) return true;
     }
     return false;
+  }
+
+  /** A call admitted on one of its budgets is still running (its slot not released). */
+  slotsInUse(): boolean {
+    return this.slotsInFlight() > 0n;
+  }
+
+  /** Calls admitted on its budgets and still running: the slots they hold. */
+  slotsInFlight(): bigint {
+    let n = 0n;
+    for (const budget of this.budgets.values()) {
+      for (const r of budget.rooms) if (r.resource === LeaseResource.LEASE_RESOURCE_SLOTS) n += r.admitted;
+    }
+    return n;
+  }
+
+  /**
+   * A call on one of its budgets ended since its last report: billing still counts that slot
+   * (a closed lease's slots are the calls its last report had in flight) until a report says so.
+   */
+  slotsEndedUnreported(): boolean {
+    return this.slotsInFlight() < this.reportedSlots;
   }
 
   /** Usable now: open and within its validity. */

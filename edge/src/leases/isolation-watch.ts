@@ -7,7 +7,8 @@ const CUT_OFF = "This server lost contact with the billing service; please retry
 
 /**
  * The edge's bound on how long anything it admitted may run without billing: once no lease call
- * sent in the last EDGE_ISOLATION_MS has been answered, `signal` aborts and the answers in flight
+ * sent in the last EDGE_ISOLATION_MS (billing's, from its replies: lease-settings.ts) has been
+ * answered, `signal` aborts and the answers in flight
  * end with an error event. Billing, which no longer hears from the edge, releases the edge's
  * unreported leases at their deadline + the same EDGE_ISOLATION_MS, counting on this: nothing
  * admitted on them can still be running. A call billing answers again brings a fresh signal.
@@ -15,7 +16,7 @@ const CUT_OFF = "This server lost contact with the billing service; please retry
  * deadline for the edge is later than the edge's own count.
  */
 export class IsolationWatch {
-  readonly isolationMs: number;
+  #isolationMs: number;
   readonly #log: Logger;
   readonly #now: () => number;
   readonly #inFlight: () => number;
@@ -25,18 +26,31 @@ export class IsolationWatch {
   #ended = false;
 
   constructor(options: {
-    isolationMs: number;
+    /** Billing's EDGE_ISOLATION_MS; none (Infinity) until billing's first reply sets it. */
+    isolationMs?: number;
     log: Logger;
     /** Monotonic ms (performance.now by default). */
     now?: () => number;
     /** Requests admitted and still running, for the log line. */
     inFlight?: () => number;
   }) {
-    this.isolationMs = options.isolationMs;
+    this.#isolationMs = options.isolationMs ?? Infinity;
     this.#log = options.log;
     this.#now = options.now ?? (() => performance.now());
     this.#inFlight = options.inFlight ?? (() => 0);
     this.#lastContactAt = this.#now();
+    this.#schedule();
+  }
+
+  get isolationMs(): number {
+    return this.#isolationMs;
+  }
+
+  /** Billing's bound as the edge now runs by it (BillingLeaseSettings: it only goes down). */
+  setBound(isolationMs: number): void {
+    if (isolationMs === this.#isolationMs) return;
+    this.#isolationMs = isolationMs;
+    this.stop();
     this.#schedule();
   }
 
@@ -70,8 +84,9 @@ export class IsolationWatch {
 
   /** One timer at a time (contacts come with every grant): it re-arms itself until the bound passes. */
   #schedule(): void {
-    if (this.#timer || this.#ended) return;
-    const due = this.#lastContactAt + this.isolationMs - this.#now();
+    // No bound yet: nothing was admitted (every lease comes in a reply, which sets it).
+    if (this.#timer || this.#ended || !Number.isFinite(this.#isolationMs)) return;
+    const due = this.#lastContactAt + this.#isolationMs - this.#now();
     this.#timer = setTimeout(() => this.#check(), Math.max(0, due));
     this.#timer.unref();
   }
@@ -79,7 +94,7 @@ export class IsolationWatch {
   #check(): void {
     this.#timer = undefined;
     const silentMs = this.#now() - this.#lastContactAt;
-    if (silentMs < this.isolationMs) {
+    if (silentMs < this.#isolationMs) {
       this.#schedule();
       return;
     }

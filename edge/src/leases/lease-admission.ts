@@ -1,10 +1,13 @@
 import { LeaseResource } from "@mkt/proto/billing/v1/leases";
 import { chargesOverage, stopsAtIncludedTokens } from "@mkt/runtime/pricing-models";
 import type { HeldLease, Room } from "./held-lease.ts";
+import type { FitToCredit, WorstCase } from "./admission-need.ts";
+import type { ScopeKey } from "./scope-key.ts";
 
 /**
  * A request admitted on a lease: its request room (and slot) taken first, its worst case after
- * the prompt is counted (docs/architecture.md#admission-on-a-lease). What the registry call will name (lease, worst case).
+ * the prompt is counted (docs/architecture.md#admission-on-a-lease). Its usage event names the
+ * lease and the worst case, which settlement checks the charge against.
  */
 export interface Ticket {
   /** The lease holding its worst case (moved once if its first lease is recalled in between). */
@@ -22,7 +25,7 @@ export interface Ticket {
    * overage plan's other tokens are overage, the split its cost is computed with (docs/adr/0017-one-cost-function.md).
    */
   includedTokens: bigint;
-  /** The output cap per choice its worst case was taken for (the registry call's). */
+  /** The output cap per choice its worst case was taken for (the relay request carries it). */
   maxOutputTokens: bigint;
   released: boolean;
 }
@@ -123,6 +126,16 @@ export function takeRequest(lease: HeldLease, subscriptionId: string, now: numbe
 }
 
 /**
+ * Step one for a scope on the account's lease (none: short): on a subscription's budget, on the
+ * budget of the account's subscription to an open endpoint's plan, or on the account alone.
+ */
+export function takeRequestIn(lease: HeldLease | undefined, key: ScopeKey, now: number): Attempt<Ticket> {
+  const budget = key.openProductId ? lease?.budgetOfPlan(key.openProductId) : undefined;
+  if (!lease || (key.openProductId && !budget)) return { short: true };
+  return takeRequest(lease, budget?.subscriptionId ?? key.subscriptionId, now, key.keyId);
+}
+
+/**
  * A plan's room for a request already admitted on the account (an open endpoint's plan, taken
  * when the request moves to it): one request in its minute, one slot and `tokens` of its minute's
  * tokens. All or nothing; the slot taken is returned.
@@ -149,6 +162,19 @@ export function takePlanRoom(lease: HeldLease, subscriptionId: string, tokens: b
 export function keyBudgetOf(lease: HeldLease, keyId: string) {
   const budget = keyId ? lease.keyBudgets.get(keyId) : undefined;
   return budget?.listed ? budget : undefined;
+}
+
+/** Credit the lease can pay now: its own spare, and no more than a spend-limited key's room has. */
+export function spareCredit(lease: HeldLease, keyId: string, now: number): bigint {
+  if (!lease.credit || !lease.usable(now)) return 0n;
+  let spare = lease.spare(lease.credit);
+  const key = keyBudgetOf(lease, keyId);
+  if (key) {
+    const rooms = key.rooms.filter((r) => r.usableFrom <= now && now < r.validUntil);
+    const room = rooms.reduce((most, r) => (lease.spare(r) > most ? lease.spare(r) : most), 0n);
+    if (room < spare) spare = room;
+  }
+  return spare;
 }
 
 /** What billing's grant for this very request said of its included tokens (none yet: both false). */
@@ -212,5 +238,34 @@ export function takeWorstCaseFromLease(
   ticket.worstCaseMicros = credit;
   ticket.worstCaseTokens = tokens;
   ticket.includedTokens = taken?.take ?? 0n;
+  return { ok: ticket };
+}
+
+/**
+ * Step two on `lease`, the account's lease now: the ticket's own or, for an account key's ticket
+ * whose lease was recalled between the steps, the next one (the ticket then moves to it with its
+ * request in flight). The worst case is `want`; with `fit` (a request without max_tokens) and once
+ * billing was asked, what the lease's spare credit pays, which is then all the account has.
+ */
+export function takeWorstCaseOn(
+  ticket: Ticket,
+  lease: HeldLease,
+  want: WorstCase,
+  fit: FitToCredit | undefined,
+  included: IncludedAnswer,
+  now: number,
+): Attempt<Ticket> {
+  const spare = spareCredit(lease, ticket.keyId, now);
+  const sized = spare >= want.credit || !fit || !included.asked ? want : fit.shrink(spare);
+  if (!sized) return { short: true };
+  const moved = lease === ticket.lease ? ticket : { ...ticket, lease };
+  const attempt = takeWorstCaseFromLease(moved, sized.credit, sized.tokens, now, included);
+  if (!("ok" in attempt)) return attempt;
+  if (moved !== ticket) {
+    ticket.lease.inFlight -= 1;
+    lease.inFlight += 1;
+    Object.assign(ticket, moved);
+  }
+  ticket.maxOutputTokens = sized.maxOutputTokens;
   return { ok: ticket };
 }

@@ -2,7 +2,8 @@ import type { Logger } from "@mkt/runtime/logger";
 import type { LeaseTable } from "./lease-table.ts";
 
 /**
- * One heartbeat every LEASE_TTL_MS / 2 (docs/leases.md#settings), counted from the previous
+ * One heartbeat every LEASE_TTL_MS / 2 (billing's, as its latest reply gave it:
+ * docs/leases.md#settings), counted from the previous
  * beat's send: twice per TTL, so one lost reply still leaves a lease extended before it lapses.
  * A beat that took longer than that (a busy billing) is followed at once, not at the next tick
  * of a fixed timer: waiting for it left up to a whole interval more between two sends, and the
@@ -13,7 +14,6 @@ import type { LeaseTable } from "./lease-table.ts";
  * in flight).
  */
 export function startLeaseHeartbeat(table: LeaseTable, log: Logger): () => Promise<void> {
-  const intervalMs = Math.max(1, Math.floor(table.ttlMs / 2));
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let wake: (() => void) | undefined;
@@ -21,7 +21,7 @@ export function startLeaseHeartbeat(table: LeaseTable, log: Logger): () => Promi
     while (!stopped) {
       const sentAt = performance.now();
       await table.beat().catch((err: unknown) => log.error({ err }, "lease heartbeat failed"));
-      const waitMs = sentAt + intervalMs - performance.now();
+      const waitMs = sentAt + Math.max(1, Math.floor(table.ttlMs / 2)) - performance.now();
       if (waitMs <= 0 || stopped) continue;
       await new Promise<void>((resolve) => {
         wake = resolve;

@@ -1,4 +1,5 @@
-import { chatToolCalls, chatUsage, firstChoice, type Json } from "../translation/chat-json.ts";
+import { chatToolCalls, chatUsage, firstChoice, reasoningText, type Json } from "../translation/chat-json.ts";
+import type { MessagesBody } from "./messages-body.ts";
 
 /** What every Message object of one request shares. */
 export interface MessageContext {
@@ -6,12 +7,30 @@ export interface MessageContext {
   id: string;
   /** The model that serves it (the route's model id, as chat completions name it). */
   model: string;
+  /**
+   * The client turned thinking on (`thinking` enabled or adaptive): the upstream's reasoning is
+   * sent as `thinking` blocks. Otherwise it is left out, as Anthropic sends none then.
+   */
+  thinking: boolean;
 }
 
-export const messageContext = (requestId: string, model: string): MessageContext => ({
+export const messageContext = (requestId: string, model: string, thinking = false): MessageContext => ({
   id: `msg_${requestId}`,
   model,
+  thinking,
 });
+
+/** Whether a request turned thinking on: `thinking` of type `enabled` or `adaptive`. */
+export function thinkingOn(body: MessagesBody): boolean {
+  const type = body.thinking?.type;
+  return type === "enabled" || type === "adaptive";
+}
+
+/**
+ * A `thinking` block. Anthropic signs its own thinking so it can be sent back; an upstream's
+ * reasoning has no signature, and a thinking block sent back is not resumed (request-translation.ts).
+ */
+export const thinkingBlock = (thinking: string): Json => ({ type: "thinking", thinking, signature: "" });
 
 /**
  * Anthropic's stop_reason for a chat finish_reason. A chat answer never names the stop sequence
@@ -38,16 +57,21 @@ export function stopReasonOf(finishReason: unknown): string | null {
 }
 
 /**
- * Anthropic usage from the relay's chat usage. No prompt caching is done, so nothing is read from
- * or written to a cache; `cost` is what the request is charged in USD, as on chat completions.
+ * Anthropic usage from the relay's chat usage, in Anthropic's meaning: `input_tokens` counts only
+ * the fresh part of the prompt and `cache_read_input_tokens` the part the upstream served from its
+ * prefix cache (every other API counts cached tokens within its input count). Nothing is written to
+ * a cache at a price of its own, so there are no cache writes; `cost` is what the request is
+ * charged in USD, as on chat completions.
  */
 export function messageUsage(relayed: unknown): Json {
   const counts = chatUsage(relayed);
+  const prompt = counts?.promptTokens ?? 0;
+  const cached = Math.min(counts?.cachedTokens ?? 0, prompt);
   const usage: Json = {
-    input_tokens: counts?.promptTokens ?? 0,
+    input_tokens: prompt - cached,
     output_tokens: counts?.completionTokens ?? 0,
     cache_creation_input_tokens: 0,
-    cache_read_input_tokens: 0,
+    cache_read_input_tokens: cached,
   };
   if (counts?.cost !== undefined) usage.cost = counts.cost;
   return usage;
@@ -86,6 +110,8 @@ export function messageFromCompletion(ctx: MessageContext, completionText: strin
   const choice = firstChoice(completion);
   const message = (choice.message ?? {}) as Json;
   const content: Json[] = [];
+  const reasoning = ctx.thinking ? reasoningText(message) : "";
+  if (reasoning !== "") content.push(thinkingBlock(reasoning));
   const text = [message.content, message.refusal].filter((t) => typeof t === "string" && t !== "").join("");
   if (text !== "") content.push({ type: "text", text });
   for (const call of chatToolCalls(message)) {

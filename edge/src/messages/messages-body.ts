@@ -1,36 +1,6 @@
+import type { FromSchema } from "json-schema-to-ts";
 import { providerSchema } from "../routing/provider-preferences.ts";
 import { MAX_OUTPUT_TOKENS_FIELD } from "../chat/chat-body.ts";
-
-/** A content block of a Messages API message (text, image, tool_use, tool_result, thinking, ...). */
-export type ContentBlock = Record<string, unknown> & { type: string };
-
-export interface AnthropicMessage {
-  role: "user" | "assistant";
-  content: string | ContentBlock[];
-}
-
-/** The fields of an Anthropic Messages API body the gateway reads (docs/messages-api.md). */
-export interface MessagesBody {
-  model: string;
-  /** Routing preferences for an open model (provider-preferences.ts). */
-  provider?: unknown;
-  messages: AnthropicMessage[];
-  max_tokens: number;
-  system?: string | ContentBlock[];
-  tools?: Array<Record<string, unknown> & { name: string }>;
-  tool_choice?: Record<string, unknown> & { type: string };
-  stop_sequences?: string[];
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  stream?: boolean;
-  thinking?: Record<string, unknown>;
-  metadata?: Record<string, unknown>;
-  [field: string]: unknown;
-}
-
-/** The body of count_tokens: the same prompt fields, without the answer's settings. */
-export type CountTokensBody = Pick<MessagesBody, "model" | "messages" | "system" | "tools" | "tool_choice">;
 
 const block = { type: "object", required: ["type"], properties: { type: { type: "string" } } } as const;
 
@@ -43,7 +13,8 @@ const promptProperties = {
       type: "object",
       required: ["role", "content"],
       properties: {
-        role: { type: "string", enum: ["user", "assistant"] },
+        // `system` anywhere in the list: instructions at that point of the conversation.
+        role: { type: "string", enum: ["user", "assistant", "system"] },
         content: { type: ["string", "array"], items: block },
       },
     },
@@ -58,13 +29,16 @@ const promptProperties = {
 
 /**
  * JSON schema of a Messages API body: types and Anthropic's ranges, checked before any backend is
- * asked. `max_tokens` is required, as Anthropic requires it.
+ * asked, and the one declaration of the body (MessagesBody is derived from it; fields it does not
+ * name are read, where they are, by the translation: docs/messages-api.md). `max_tokens` is
+ * required, as Anthropic requires it.
  */
 export const messagesBodySchema = {
   type: "object",
   required: ["model", "messages", "max_tokens"],
   properties: {
     ...promptProperties,
+    // Routing preferences for an open model (provider-preferences.ts).
     provider: providerSchema,
     max_tokens: { type: "integer", minimum: 1, maximum: MAX_OUTPUT_TOKENS_FIELD, example: 1024 },
     stop_sequences: { type: "array", items: { type: "string" } },
@@ -72,7 +46,12 @@ export const messagesBodySchema = {
     top_p: { type: "number", minimum: 0, maximum: 1 },
     top_k: { type: "integer", minimum: 0 },
     stream: { type: "boolean" },
+    // Any type (enabled, adaptive, disabled, and those to come): only disabled turns reasoning off.
     thinking: { type: "object", required: ["type"], properties: { type: { type: "string" } } },
+    // Only `effort` is read (request-translation.ts).
+    output_config: { type: "object", properties: { effort: { type: "string" } } },
+    // Anthropic's own context editing runs on its side; here the whole conversation is sent as is.
+    context_management: { type: "object" },
     metadata: { type: "object" },
   },
 } as const;
@@ -82,3 +61,15 @@ export const countTokensBodySchema = {
   required: ["model", "messages"],
   properties: promptProperties,
 } as const;
+
+/** A Messages API body as its schema lets it through; fields the schema does not name are `unknown`. */
+export type MessagesBody = FromSchema<typeof messagesBodySchema>;
+
+/** The body of count_tokens: the same prompt fields, without the answer's settings. */
+export type CountTokensBody = FromSchema<typeof countTokensBodySchema>;
+
+/** One message of `messages`: a role and its text or content blocks. */
+export type AnthropicMessage = MessagesBody["messages"][number];
+
+/** A content block of a Messages API message (text, image, tool_use, tool_result, thinking, ...). */
+export type ContentBlock = FromSchema<typeof block>;

@@ -1,22 +1,22 @@
-import type { ChatBody } from "../chat/chat-body.ts";
+import type { ChatBody, ChatMessage, ChatTool } from "../chat/chat-body.ts";
 import { badField as bad, isObject, requiredString, type Json } from "../translation/chat-json.ts";
 import type { AnthropicMessage, ContentBlock, CountTokensBody, MessagesBody } from "./messages-body.ts";
-
-type ChatMessage = Json & { role: string };
 
 /**
  * The chat-completions body equivalent to an Anthropic Messages API request: the answer then takes
  * the one chat path (admission, relay, metering) and is translated back (message-object.ts,
- * stream-translation.ts). `system` becomes a system message; text and image blocks chat parts;
- * `tool_use` blocks the assistant's tool calls and `tool_result` blocks tool messages; client
- * tools function tools. `thinking`, `cache_control`, `metadata` and `top_k` are accepted and have
- * no effect here (no caching is promised); what cannot be translated (server tools, files by id)
- * is a 400 naming it. docs/messages-api.md lists every field.
+ * stream-translation.ts). `system` becomes a system message, and so does a `system` message
+ * anywhere in `messages`, at its place; text and image blocks chat parts; `tool_use` blocks the
+ * assistant's tool calls and `tool_result` blocks tool messages; client tools function tools;
+ * `thinking` and `output_config.effort` the chat `reasoning_effort`. `cache_control`,
+ * `context_management`, `metadata` and `top_k` are accepted and have no effect here; what cannot
+ * be translated (server tools, files by id) is a 400 naming it. docs/messages-api.md lists every
+ * field.
  *
- * `maxTokens` is the cap the chat body carries (the route lowers the client's to what the model
- * serves), or undefined to leave the cap to admission.
+ * `max_tokens` passes as it is: admission lowers one above what the model or plan serves, or
+ * above the room the prompt leaves, as it does on every API (agents ask for 64,000).
  */
-export function chatBodyFromMessages(body: MessagesBody, maxTokens: number | undefined): ChatBody {
+export function chatBodyFromMessages(body: MessagesBody): ChatBody {
   // Both run on Anthropic's side: answering without them would quietly answer another request.
   if (Array.isArray(body.mcp_servers) && body.mcp_servers.length > 0) {
     throw bad(
@@ -34,9 +34,10 @@ export function chatBodyFromMessages(body: MessagesBody, maxTokens: number | und
     // The usage chunk ends the chat stream; message_delta carries it.
     chat.stream_options = { include_usage: true };
   }
-  set("max_tokens", maxTokens);
+  set("max_tokens", body.max_tokens);
   set("temperature", body.temperature);
   set("top_p", body.top_p);
+  set("reasoning_effort", reasoningEffort(body));
   if (body.stop_sequences && body.stop_sequences.length > 0) chat.stop = body.stop_sequences;
   return chat;
 }
@@ -63,23 +64,54 @@ export function chatPrompt(body: CountTokensBody): ChatBody {
   return chat;
 }
 
-function systemText(system: MessagesBody["system"]): string {
+/**
+ * Anthropic's efforts as the `reasoning_effort` OpenAI-compatible servers take (vLLM takes low,
+ * medium and high): the ones above high ask for the most there is.
+ */
+const REASONING_EFFORTS: Readonly<Record<string, string>> = {
+  low: "low",
+  medium: "medium",
+  high: "high",
+  xhigh: "high",
+  max: "high",
+};
+
+/**
+ * The chat `reasoning_effort` of a Messages request: its `output_config.effort`, or OpenAI's
+ * default effort when it turns thinking on (`enabled`, or `adaptive`, where the model decides how
+ * much) without one. Thinking turned off asks for none; an effort this table does not know yet is
+ * left out, not refused.
+ */
+function reasoningEffort(body: MessagesBody): string | undefined {
+  const thinking = isObject(body.thinking) ? body.thinking.type : undefined;
+  if (thinking === "disabled") return undefined;
+  const effort = isObject(body.output_config) ? body.output_config.effort : undefined;
+  if (typeof effort === "string" && Object.hasOwn(REASONING_EFFORTS, effort)) return REASONING_EFFORTS[effort];
+  return thinking === "enabled" || thinking === "adaptive" ? "medium" : undefined;
+}
+
+function systemText(system: MessagesBody["system"], param = "system"): string {
   if (system === undefined) return "";
   if (typeof system === "string") return system;
   return system
     .map((block, i) => {
-      if (block.type !== "text") throw bad(`system[${i}].type`, "system blocks must be text blocks.");
-      return requiredString(block, "text", `system[${i}]`);
+      if (block.type !== "text") throw bad(`${param}[${i}].type`, `${param} blocks must be text blocks.`);
+      return requiredString(block, "text", `${param}[${i}]`);
     })
     .join("\n\n");
 }
 
 /**
- * Appends the chat messages of one Anthropic message. A user message's `tool_result` blocks
+ * Appends the chat messages of one Anthropic message. A system message stays a system message
+ * where it stands (chat allows one anywhere). A user message's `tool_result` blocks
  * become tool messages, which chat requires right after the assistant's calls, so they come
  * before the message's other blocks.
  */
 function addMessage(messages: ChatMessage[], message: AnthropicMessage, param: string): void {
+  if (message.role === "system") {
+    messages.push({ role: "system", content: systemText(message.content, `${param}.content`) });
+    return;
+  }
   const blocks: ContentBlock[] =
     typeof message.content === "string" ? [{ type: "text", text: message.content }] : message.content;
   if (message.role === "assistant") {
@@ -195,14 +227,14 @@ function toolResult(block: ContentBlock, param: string): ChatMessage[] {
 }
 
 /** A client tool as a function tool; Anthropic's server tools run on Anthropic's side, not here. */
-function chatTool(tool: Json & { name: string }, param: string): Json {
+function chatTool(tool: Json & { name: string }, param: string): ChatTool {
   if (tool.type !== undefined && tool.type !== null && tool.type !== "custom") {
     throw bad(
       `${param}.type`,
       `Server tools (${String(tool.type)}) are not supported: only client tools with an input_schema, which your code runs.`,
     );
   }
-  const fn: Json = {
+  const fn: Json & { name: string } = {
     name: tool.name,
     parameters: isObject(tool.input_schema) ? tool.input_schema : { type: "object" },
   };
@@ -210,7 +242,7 @@ function chatTool(tool: Json & { name: string }, param: string): Json {
   return { type: "function", function: fn };
 }
 
-function chatToolChoice(choice: Json & { type: string }): unknown {
+function chatToolChoice(choice: Json & { type: string }): ChatBody["tool_choice"] {
   switch (choice.type) {
     case "auto":
       return "auto";

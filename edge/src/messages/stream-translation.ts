@@ -1,22 +1,24 @@
 import type { AppError } from "@mkt/runtime/errors";
 import type { AnswerFormat } from "../chat/answer-format.ts";
-import { firstChunkChoice, isObject, type Json } from "../translation/chat-json.ts";
+import { firstChunkChoice, isObject, reasoningText, type Json } from "../translation/chat-json.ts";
 import { anthropicErrorBody } from "./anthropic-errors.ts";
 import {
   messageFromCompletion,
   messageObject,
   messageUsage,
   stopReasonOf,
+  thinkingBlock,
   type MessageContext,
 } from "./message-object.ts";
 
-/** The content block being streamed: text, or one tool call by its chat index. */
-type OpenBlock = { kind: "text" } | { kind: "tool_use"; chatIndex: number };
+/** The content block being streamed: thinking, text, or one tool call by its chat index. */
+type OpenBlock = { kind: "thinking" } | { kind: "text" } | { kind: "tool_use"; chatIndex: number };
 
 /**
  * Anthropic's Messages stream, from the relay's chat.completion.chunks: `message_start` and a
  * `ping` with the first chunk; then one content block per text run or tool call
- * (`content_block_start`, `content_block_delta`s of `text_delta` or `input_json_delta`,
+ * (`content_block_start`, `content_block_delta`s of `thinking_delta` (the upstream's reasoning,
+ * when the client turned thinking on), `text_delta` or `input_json_delta`,
  * `content_block_stop` when the next block begins or the answer ends); then `message_delta` with
  * the stop_reason and usage (with `cost`), and `message_stop`. A failure after the start is
  * Anthropic's `error` event, never a silent end.
@@ -72,6 +74,8 @@ export class MessageStreamTranslator implements AnswerFormat {
     if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
     const delta = isObject(choice.delta) ? choice.delta : {};
     let frames = "";
+    const reasoning = this.#ctx.thinking ? reasoningText(delta) : "";
+    if (reasoning !== "") frames += this.#thinking(reasoning);
     for (const text of [delta.content, delta.refusal]) {
       if (typeof text === "string" && text !== "") frames += this.#text(text);
     }
@@ -79,6 +83,15 @@ export class MessageStreamTranslator implements AnswerFormat {
       for (const call of delta.tool_calls) if (isObject(call)) frames += this.#toolCall(call);
     }
     return frames;
+  }
+
+  #thinking(thinking: string): string {
+    let frames = "";
+    if (this.#open?.kind !== "thinking") {
+      frames += this.#close() + this.#openBlock({ kind: "thinking" }, thinkingBlock(""));
+    }
+    const delta = { type: "thinking_delta", thinking };
+    return frames + event("content_block_delta", { index: this.#blocks - 1, delta });
   }
 
   #text(text: string): string {

@@ -69,13 +69,14 @@ export function apiKeyAuth(backends: Backends, cache: PrincipalCache) {
         throw new AppError("invalid_api_key", `Missing API key: send it as ${how}. Sign up with POST /v1/accounts.`);
       }
       const principal = await cache.get(apiKey, async () => {
-        const { principal } = await backends.accounts.authenticate(
+        const { principal, principalTtlMs } = await backends.accounts.authenticate(
           AuthenticateRequest.fromPartial({ apiKey, edgeId: cache.edgeId }),
           {
             timeoutMs: 5_000,
           },
         );
         if (!principal) throw new AppError("invalid_api_key", "Invalid API key.");
+        cache.trustFor(Number(principalTtlMs));
         return principal;
       });
       if (principal.scope && !allowScoped) {

@@ -12,6 +12,7 @@ export interface ProductBody {
   input_price_per_1m_usd?: number;
   output_price_per_1m_usd?: number;
   overage_price_per_1m_usd?: number;
+  cached_input_price_per_1m_usd?: number;
   rpm_limit?: number;
   tpm_limit?: number;
   max_concurrent?: number;
@@ -35,6 +36,12 @@ const editable = {
   input_price_per_1m_usd: { ...usd, example: 0.2 },
   output_price_per_1m_usd: { ...usd, example: 0.6 },
   overage_price_per_1m_usd: usd,
+  cached_input_price_per_1m_usd: {
+    ...usd,
+    example: 0.02,
+    description:
+      "The price per 1M input tokens the upstream served from its prompt cache: payg (at most input_price_per_1m_usd) and subscription_overage (for its overage tokens, at most overage_price_per_1m_usd); refused on free and subscription plans. Left out, cached tokens cost the input (overage) price; 0 makes them free. Once set it stays set (null is refused): set it to the input (overage) price to charge cached tokens as fresh ones.",
+  },
   rpm_limit: { ...count, example: 60 },
   tpm_limit: { ...count, example: 100_000 },
   max_concurrent: { ...count, example: 5 },
@@ -79,6 +86,8 @@ function fields(body: ProductBody) {
     inputPricePer1mMicros: micros(body.input_price_per_1m_usd),
     outputPricePer1mMicros: micros(body.output_price_per_1m_usd),
     overagePricePer1mMicros: micros(body.overage_price_per_1m_usd),
+    // Stays undefined when omitted: absent is the input (overage) price, unlike 0.
+    cachedInputPricePer1mMicros: micros(body.cached_input_price_per_1m_usd),
     rpmLimit: int64(body.rpm_limit),
     tpmLimit: int64(body.tpm_limit),
     maxConcurrent: int64(body.max_concurrent),
@@ -88,7 +97,10 @@ function fields(body: ProductBody) {
   };
 }
 
-/** A new plan's terms; omitted fields are 0 (limits then get their defaults in registry). */
+/**
+ * A new plan's terms; omitted fields are 0 (limits then get their defaults in registry), but for
+ * the cached-input price, which stays absent.
+ */
 export function toTerms(body: ProductBody): ProductTerms {
   return ProductTerms.fromPartial({ ...fields(body), pricingModel: body.pricing_model });
 }

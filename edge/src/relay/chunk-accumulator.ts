@@ -1,10 +1,11 @@
 import { countTextTokens } from "@mkt/runtime/tokens";
 import { microsToUsd, type Micros } from "@mkt/runtime/money";
-import type { BilledUsage, ReportedUsage } from "./billed-usage.ts";
+import { reportedUsageOf, type BilledUsage, type ReportedUsage } from "./billed-usage.ts";
 import { OutputBudget } from "./output-budget.ts";
 import { PlainDeltas } from "./plain-delta.ts";
 import { TopLevelStrings } from "./top-level-strings.ts";
 import { UpstreamFailure } from "./stream-chat.ts";
+import { REASONING_FIELDS } from "../translation/chat-json.ts";
 
 type Json = Record<string, unknown>;
 
@@ -36,9 +37,6 @@ interface ChoiceState {
 
 /** The chunk fields OpenAI defines: any other top-level field is the upstream's own. */
 const CHUNK_FIELDS = new Set(["id", "object", "created", "model", "choices", "usage", "system_fingerprint", "error"]);
-
-/** Delta fields in which reasoning models (DeepSeek, vLLM, OpenRouter) stream their reasoning. */
-const REASONING_FIELDS = ["reasoning_content", "reasoning"] as const;
 
 const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Array.isArray(v);
 
@@ -166,7 +164,7 @@ export class ChunkAccumulator {
       if (!CHUNK_FIELDS.has(key)) (this.#extras ??= {})[key] = chunk[key];
     }
     if (isObject(chunk.usage)) {
-      this.reportedUsage = { promptTokens: chunk.usage.prompt_tokens, completionTokens: chunk.usage.completion_tokens };
+      this.reportedUsage = reportedUsageOf(chunk.usage);
     }
     if ("usage" in chunk) {
       delete chunk.usage;
@@ -345,7 +343,10 @@ export class ChunkAccumulator {
   }
 }
 
-/** OpenAI's usage object, with `cost` in USD (OpenRouter's field; docs/adr/0017-one-cost-function.md). */
+/**
+ * OpenAI's usage object, with `cost` in USD (OpenRouter's field; docs/adr/0017-one-cost-function.md)
+ * and the billed cached and reasoning tokens in OpenAI's details objects.
+ */
 function usageJson(usage: BilledUsage, cost: Micros) {
   const prompt = Number(usage.inputTokens);
   const completion = Number(usage.outputTokens);
@@ -353,6 +354,8 @@ function usageJson(usage: BilledUsage, cost: Micros) {
     prompt_tokens: prompt,
     completion_tokens: completion,
     total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: Number(usage.cachedInputTokens) },
+    completion_tokens_details: { reasoning_tokens: Number(usage.reasoningTokens) },
     cost: microsToUsd(cost),
   };
 }

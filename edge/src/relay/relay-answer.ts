@@ -2,7 +2,7 @@ import { AppError } from "@mkt/runtime/errors";
 import type { Logger } from "@mkt/runtime/logger";
 import type { Route } from "@mkt/proto/registry/v1/registry";
 import type { UpstreamDirectory, UpstreamTarget } from "../routing/upstream-target.ts";
-import { billedUsage, type BilledUsage } from "./billed-usage.ts";
+import { billedUsage, NOTHING_BILLED, type BilledUsage } from "./billed-usage.ts";
 import { ChunkAccumulator } from "./chunk-accumulator.ts";
 import type { EjectionProber } from "./ejection-prober.ts";
 import type { OutlierTracker } from "./outlier-tracker.ts";
@@ -14,6 +14,7 @@ import { streamChat, UpstreamFailure, type UpstreamLimits } from "./stream-chat.
 import { upstreamAppError } from "./upstream-error.ts";
 import type { UpstreamPools } from "./upstream-pools.ts";
 import { isUpstreamFault, liveCandidates } from "./upstream-failover.ts";
+import { movesOn } from "../routing/next-endpoint.ts";
 import { usageMismatch, type UsageMismatch } from "./usage-check.ts";
 import { usageCost } from "./usage-cost.ts";
 import { usageCompleted } from "./usage-event.ts";
@@ -63,8 +64,6 @@ export interface RelayControl {
 
 const SHUTTING_DOWN = "The server is shutting down; please retry the request.";
 
-const NOTHING_BILLED: BilledUsage = { inputTokens: 0n, outputTokens: 0n };
-
 /** A chat completion's id is ours: the request id, which also keys its usage. */
 const completionId = (requestId: string) => `chatcmpl-${requestId}`;
 
@@ -73,10 +72,11 @@ const completionId = (requestId: string) => `chatcmpl-${requestId}`;
  * caller writes in its API's format. It reads top to bottom:
  *
  * 1. **Answer** (`answerFrom`): each route's live servers in order, then the client's fallback
- *    routes (`models`), moving on only from a server's fault and only while nothing has reached
- *    the client; the chunks are rewritten under our id, counted and relayed as they arrive
- *    (backpressure: the upstream is read no faster than the client takes them). The runaway guard
- *    cuts a choice that runs well past max_tokens.
+ *    routes (`models`, an open model's endpoints), moving on by the one failover rule
+ *    (routing/next-endpoint.ts: a server's fault, an open endpoint's plan refusing, and only while
+ *    nothing has reached the client); the chunks are rewritten under our id, counted and relayed
+ *    as they arrive (backpressure: the upstream is read no faster than the client takes them).
+ *    The runaway guard cuts a choice that runs well past max_tokens.
  * 2. **Whole** (`wholeAnswer`): billed tokens (the upstream's report, never above our counts), the
  *    report's verdict, `usage.cost`; the usage event made durable; then the last bytes.
  * 3. **Early end** (`endedEarly`): an error before the first event is thrown (an HTTP error);
@@ -224,6 +224,8 @@ class Answer {
           route: this.route,
           inputTokens: charged.inputTokens,
           outputTokens: charged.outputTokens,
+          cachedInputTokens: charged.cachedInputTokens,
+          reasoningTokens: charged.reasoningTokens,
           errorCode,
           finishReason,
           firstTokenAt: this.written > 0 ? acc?.firstChoiceAt : undefined,
@@ -263,20 +265,26 @@ async function* answerFrom(deps: RelayDeps, request: RelayRequest, answer: Answe
   const cancelled = answer.upstreamCancel.signal;
   for (const [r, route] of routes.entries()) {
     const lastRoute = r === routes.length - 1;
+    // Where the request stands for the one failover rule (routing/next-endpoint.ts): the hook is
+    // there only when an open endpoint's plan room moves with the request.
+    const at = () => ({
+      endpointPlan: request.enterRoute !== undefined && route.open,
+      reachedClient: answer.written > 0,
+    });
     let targets: UpstreamTarget[];
     try {
       await request.enterRoute?.(route);
       targets = liveCandidates(deps.upstreams, deps.outliers, route);
     } catch (err) {
-      if (!lastRoute && err instanceof AppError && err.httpStatus !== 503 && route.open) {
-        answer.log.info(
-          { hosterId: route.hosterId, code: err.code },
-          "open endpoint refused the request's plan room; trying the next",
-        );
-        continue;
-      }
-      if (lastRoute || !(err instanceof AppError) || err.code !== "no_healthy_upstream") throw err;
-      answer.log.warn({ modelId: route.modelId }, "no live upstream for the model; trying the next model");
+      if (lastRoute || !movesOn(err, at())) throw err;
+      answer.log.info(
+        {
+          hosterId: route.hosterId || undefined,
+          modelId: route.modelId,
+          code: err instanceof AppError ? err.code : undefined,
+        },
+        "endpoint passed over before its first byte (its plan refused, or no live server); trying the next",
+      );
       continue;
     }
     for (const [i, target] of targets.entries()) {
@@ -286,17 +294,17 @@ async function* answerFrom(deps: RelayDeps, request: RelayRequest, answer: Answe
         if (i > 0 || r > 0) answer.log.info({ upstream: target.key, modelId: route.modelId }, "served after failover");
         return;
       } catch (err) {
-        if (cancelled.aborted || !isUpstreamFault(err)) throw err;
-        if (deps.outliers.failed(target.key)) {
+        if (cancelled.aborted) throw err;
+        if (isUpstreamFault(err) && deps.outliers.failed(target.key)) {
           answer.log.warn({ upstream: target.key }, "upstream ejected after failures");
           // Not awaited: the client's answer does not wait for the model's other servers.
           deps.revival
             ?.ejected(route)
             .catch((probeErr: unknown) => answer.log.warn({ err: probeErr }, "probing ejected upstreams failed"));
         }
-        if (answer.written > 0 || (lastRoute && i === targets.length - 1)) throw err;
+        if ((lastRoute && i === targets.length - 1) || !movesOn(err, at())) throw err;
         answer.log.warn(
-          { upstream: target.key, code: err.code },
+          { upstream: target.key, code: err instanceof UpstreamFailure ? err.code : undefined },
           "upstream failed before the first byte; trying the next",
         );
       }

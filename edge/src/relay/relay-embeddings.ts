@@ -1,7 +1,7 @@
 import type { Logger } from "@mkt/runtime/logger";
 import { microsToUsd } from "@mkt/runtime/money";
 import type { UpstreamTarget } from "../routing/upstream-target.ts";
-import { validCount } from "./billed-usage.ts";
+import { NOTHING_BILLED, validCount } from "./billed-usage.ts";
 import type { RelayDeps } from "./relay-answer.ts";
 import type { RelayRequest } from "./relay-request.ts";
 import { UpstreamFailure, type UpstreamLimits } from "./stream-chat.ts";
@@ -52,6 +52,8 @@ export async function relayEmbeddings(
           route,
           inputTokens,
           outputTokens: 0n,
+          cachedInputTokens: 0n,
+          reasoningTokens: 0n,
           errorCode,
           finishReason: errorCode === "" ? "stop" : errorCode === "client_cancelled" ? "" : "error",
           reported: { promptTokens: reported, completionTokens: 0 },
@@ -76,7 +78,7 @@ export async function relayEmbeddings(
   const counted = await request.promptTokens;
   const report = validCount(reported);
   const inputTokens = report !== undefined && report < counted ? report : counted;
-  const cost = usageCost(request, route, { inputTokens, outputTokens: 0n });
+  const cost = usageCost(request, route, { ...NOTHING_BILLED, inputTokens });
   if (!control.clientConnected()) {
     await record("client_cancelled", 0n, reported);
     return undefined;

@@ -10,6 +10,8 @@ export interface SubscriptionPricing {
   inputPricePer1mMicros: bigint;
   outputPricePer1mMicros: bigint;
   overagePricePer1mMicros: bigint;
+  /** payg: cached input tokens' price; subscription_overage: cached overage tokens'. Absent: the input (overage) price. */
+  cachedInputPricePer1mMicros?: bigint | undefined;
 }
 
 /** One admitted chat request, as the relay calls it upstream and meters it. */
@@ -48,7 +50,8 @@ export interface RelayRequest {
   subscriptionId: string;
   /**
    * Called before each route is tried, the first included: moves the request's plan room to an
-   * open endpoint's plan. A refusal (that plan paused, its limits reached) passes the route over.
+   * open endpoint's plan (EndpointSteps' hook). Whether its refusal passes the route over or is
+   * the answer is the one failover rule's to say (`movesOn`, edge/src/routing/next-endpoint.ts).
    */
   enterRoute?: (route: Route) => Promise<void>;
   /** Included tokens taken from the subscription's budget at admission (overage plans). */

@@ -34,10 +34,16 @@ export function startRelay(
     outliers: OutlierTracker;
     metrics: Registry;
     recordUsage?: (events: UsageCompleted[]) => Promise<void>;
+    /**
+     * The longest an upstream call may run now: UPSTREAM_TOTAL_TIMEOUT_MS within billing's
+     * MAX_REQUEST_MS − 10 s (BillingLeaseSettings); UPSTREAM_TOTAL_TIMEOUT_MS alone when omitted.
+     */
+    upstreamTotalMs?: () => number;
     log: Logger;
   },
 ): RelayHandle {
   const { log } = parts;
+  const upstreamTotalMs = parts.upstreamTotalMs ?? (() => config.UPSTREAM_TOTAL_TIMEOUT_MS);
   const metrics = createRelayMetrics(parts.metrics);
   const pools = new UpstreamPools({
     connectTimeoutMs: config.UPSTREAM_CONNECT_TIMEOUT_MS,
@@ -60,6 +66,7 @@ export function startRelay(
   const usage = new UsagePublisher({
     nc: parts.nc,
     subject: parts.subject,
+    edgeId: config.EDGE_ID,
     ackTimeoutMs: config.USAGE_PUBLISH_TIMEOUT_MS,
     durableTimeoutMs: config.USAGE_DURABLE_TIMEOUT_MS,
     recordUsage: parts.recordUsage,
@@ -73,7 +80,10 @@ export function startRelay(
       limits: {
         firstByteMs: config.UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
         idleMs: config.UPSTREAM_IDLE_TIMEOUT_MS,
-        totalMs: config.UPSTREAM_TOTAL_TIMEOUT_MS,
+        // Read as each call starts: billing's MAX_REQUEST_MS comes with its lease replies.
+        get totalMs() {
+          return upstreamTotalMs();
+        },
         maxResponseBytes: config.UPSTREAM_MAX_RESPONSE_BYTES,
       },
       runaway: { ratio: config.OUTPUT_RUNAWAY_RATIO, slackTokens: config.OUTPUT_RUNAWAY_SLACK_TOKENS },

@@ -2,7 +2,7 @@ import { aboveTolerance } from "@mkt/runtime/usage-tolerance";
 import { validCount, type ReportedUsage } from "./billed-usage.ts";
 
 /** Why a usage report disagrees with the edge's count. */
-export type UsageMismatch = "invalid_report" | "input" | "output";
+export type UsageMismatch = "invalid_report" | "input" | "output" | "cached";
 
 /** A report past this is not a count at all (no context window comes near it). */
 const MAX_PLAUSIBLE_TOKENS = 100_000_000n;
@@ -19,6 +19,10 @@ const MAX_PLAUSIBLE_TOKENS = 100_000_000n;
  * words, say), not a lie, and it only lowers the bill. Output above the cap the upstream was sent
  * (`max_tokens` × n) is a mismatch too, with no tolerance: the server counts with its own
  * tokenizer, the one `max_tokens` bounds, so an honest server never reports more.
+ *
+ * A report claiming more cached prompt tokens than prompt tokens (its own, or the edge's count)
+ * is a mismatch too (`cached`): billing prices cached tokens at a discount, clamped to the billed
+ * input, so the claim costs the customer nothing, but the hoster is shown it.
  *
  * Call it for an answer that ended (not failed or cancelled). For one the runaway guard cut
  * (`relayedWhole` false) the server generated more than was relayed, so its output is judged
@@ -40,5 +44,7 @@ export function usageMismatch(args: {
   if (output > args.maxOutputTokens) return "output";
   if (args.relayedWhole && aboveTolerance(output, args.deliveredOutputTokens)) return "output";
   if (aboveTolerance(input, args.promptTokens)) return "input";
+  const cached = validCount(args.reported.cachedTokens);
+  if (cached !== undefined && (cached > input || aboveTolerance(cached, args.promptTokens))) return "cached";
   return undefined;
 }

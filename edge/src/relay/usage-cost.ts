@@ -19,9 +19,14 @@ export function usageCost(request: RelayRequest, route: Route, billed: BilledUsa
           inputPricePer1m: plan.inputPricePer1mMicros,
           outputPricePer1m: plan.outputPricePer1mMicros,
           overagePricePer1m: plan.overagePricePer1mMicros,
+          cachedInputPricePer1m: plan.cachedInputPricePer1mMicros,
         },
         request.includedTokens,
       )
-    : { inputPricePer1m: route.inputPricePer1mMicros, outputPricePer1m: route.outputPricePer1mMicros };
+    : {
+        inputPricePer1m: route.inputPricePer1mMicros,
+        outputPricePer1m: route.outputPricePer1mMicros,
+        cachedInputPricePer1m: route.cachedInputPricePer1mMicros,
+      };
   return requestCharge(billed, pricing, request.worstCaseMicros).cost;
 }

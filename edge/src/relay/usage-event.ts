@@ -11,6 +11,10 @@ export interface RequestOutcome {
   route: Route | undefined;
   inputTokens: bigint;
   outputTokens: bigint;
+  /** Of inputTokens, those the upstream served from its prompt cache (billed, clamped). */
+  cachedInputTokens: bigint;
+  /** Of outputTokens, those spent reasoning (billed, clamped). */
+  reasoningTokens: bigint;
   /** '' for a success. */
   errorCode: string;
   /** The answer's finish_reason, `error`, or '' when it has none. */
@@ -62,8 +66,12 @@ export function usageCompleted(
     includedTokens: request.includedTokens,
     inputPricePer1mMicros: route?.inputPricePer1mMicros ?? 0n,
     outputPricePer1mMicros: route?.outputPricePer1mMicros ?? 0n,
+    cachedInputPricePer1mMicros: route?.cachedInputPricePer1mMicros,
+    cachedInputTokens: outcome.cachedInputTokens,
+    reasoningTokens: outcome.reasoningTokens,
     reportedInputTokens: reportedCount(outcome.reported?.promptTokens),
     reportedOutputTokens: reportedCount(outcome.reported?.completionTokens),
+    reportedCachedTokens: reportedCount(outcome.reported?.cachedTokens),
     usageMismatch: outcome.mismatch ?? "",
     upstreamStatus: outcome.upstreamStatus ?? 0,
   });

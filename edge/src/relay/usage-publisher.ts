@@ -1,20 +1,29 @@
-import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
-import type { MsgHdrs } from "@nats-io/transport-node";
-import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { randomUUID } from "node:crypto";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import { UsageBatch, UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { Logger } from "@mkt/runtime/logger";
 import type { NatsConnection } from "@mkt/runtime/nats";
 import { endSpan, startPublishSpan, type Span } from "@mkt/runtime/nats-trace";
+import { USAGE_BATCH_HEADER, usageBatchId } from "@mkt/runtime/usage-messages";
+import { JetStreamAcks } from "./jetstream-acks.ts";
 import type { RelayMetrics } from "./relay-metrics.ts";
 
 /** While neither JetStream nor billing takes an event, the next try comes after this, doubling. */
 const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 2_000;
+/**
+ * The most events one message carries (about 150 KB, well under NATS's 1 MB max_payload); more
+ * waiting make the next batch, published as soon as this one is acked.
+ */
+const MAX_BATCH_EVENTS = 500;
 
 export interface UsagePublisherOptions {
   nc: NatsConnection;
   /** JetStream subject of usage.completed. */
   subject: string;
-  /** How long one group's acks are awaited before its unacked events go to `recordUsage` (USAGE_PUBLISH_TIMEOUT_MS). */
+  /** This edge's EDGE_ID: with a boot id of this process's own and a sequence, each batch's message id. */
+  edgeId?: string;
+  /** How long one batch's ack is awaited before its events go to `recordUsage` (USAGE_PUBLISH_TIMEOUT_MS). */
   ackTimeoutMs: number;
   /** The longest an answer's last bytes wait for its event to be durable (USAGE_DURABLE_TIMEOUT_MS). */
   durableTimeoutMs: number;
@@ -29,8 +38,8 @@ export interface UsagePublisherOptions {
 
 interface Entry {
   event: UsageCompleted;
-  data: Uint8Array;
-  headers: MsgHdrs | undefined;
+  /** The chat request's trace, carried to billing's settlement inside the batch ('' when none). */
+  traceparent: string;
   span: Span | undefined;
   stopTimer: (labels: { via: string }) => void;
   /** Resolves once JetStream or billing holds the event. */
@@ -38,13 +47,22 @@ interface Entry {
   settle: () => void;
 }
 
+/** One message: its events and id fixed when it is made, the same on every retry and fallback. */
+interface Batch {
+  id: string;
+  data: Uint8Array;
+  entries: Entry[];
+}
+
 /**
- * Makes each answer's usage.completed durable, group-committed. Events handed over in one turn of
- * the event loop (answers ending together) are published to JetStream together (nats.js writes
- * them in one system call, the server acks them together) and their acks awaited together; the
- * ones JetStream does not ack within `ackTimeoutMs` go to billing's RecordUsage in one call. Each
- * event carries `Nats-Msg-Id = request_id`, and billing settles a request once whichever way it
- * came, so a late ack after the fallback costs nothing.
+ * Makes each answer's usage.completed durable, batched per publish
+ * (docs/adr/0043-usage-events-batched-per-publish.md). One JetStream publish is in flight at a
+ * time: the events handed over while it is (answers ending meanwhile) make the next batch, one
+ * message, published as soon as it is acked; a lone answer on a quiet edge is published at the end
+ * of its event-loop turn. A batch JetStream does not ack within `ackTimeoutMs` goes, whole, to
+ * billing's RecordUsage. A batch is never regrouped: a retry publishes the same bytes under the
+ * same message id (`<edge id>.<boot id>.<sequence>`), and billing settles a request once,
+ * keyed on its request_id, whichever way and however often it came.
  *
  * `publish` resolves when its event is durable, or after `durableTimeoutMs`: the client then gets
  * the end of its answer and the event stays in this process's memory, retried with back-off
@@ -53,23 +71,29 @@ interface Entry {
  * stops: an edge that cannot record usage soon stops serving.
  */
 export class UsagePublisher {
-  readonly #js: JetStreamClient;
+  readonly #acks: JetStreamAcks;
   readonly #options: UsagePublisherOptions;
   readonly #log: Logger;
-  /** Handed over in this turn of the event loop, published together at its end. */
-  #group: Entry[] = [];
+  /** Handed over since the last batch was made: the next batch. */
+  #next: Entry[] = [];
+  /** Random per process: no two processes' batches share an id, restarts under one EDGE_ID included. */
+  readonly #bootId = randomUUID();
+  #sequence = 0n;
+  /** A publish is awaiting its ack (the next batch waits for it). */
+  #inFlight = false;
+  #flushScheduled = false;
   /** Not durable after a try: retried until JetStream or billing takes them. */
-  readonly #waiting = new Set<Entry>();
+  readonly #waiting = new Set<Batch>();
   #retryTimer: NodeJS.Timeout | undefined;
   #retryMs = FIRST_RETRY_MS;
-  /** Group commits and retries still running (close waits for them). */
+  /** Publishes, fallbacks and retries still running (close waits for them). */
   readonly #running = new Set<Promise<void>>();
-  /** The last group needed the fallback: the next one is not worth another warning. */
+  /** The last batch needed the fallback: the next one is not worth another warning. */
   #fallingBack = false;
   #closed = false;
 
   constructor(options: UsagePublisherOptions) {
-    this.#js = jetstream(options.nc);
+    this.#acks = new JetStreamAcks(options.nc);
     this.#options = options;
     this.#log = options.log.child({ component: "usage-publisher" });
   }
@@ -77,8 +101,8 @@ export class UsagePublisher {
   /** Resolves when the event is durable, or when `durableTimeoutMs` has passed (it is then retried in the background). */
   publish(event: UsageCompleted): Promise<void> {
     const entry = this.#entry(event);
-    this.#group.push(entry);
-    if (this.#group.length === 1) setImmediate(() => this.#track(this.#commit(this.#takeGroup())));
+    this.#next.push(entry);
+    this.#schedule();
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<void>((resolve) => {
       timer = setTimeout(() => {
@@ -95,7 +119,9 @@ export class UsagePublisher {
 
   /** Events not durable yet (held in memory). */
   get pending(): number {
-    return this.#waiting.size;
+    let events = 0;
+    for (const batch of this.#waiting) events += batch.entries.length;
+    return events;
   }
 
   /**
@@ -105,25 +131,24 @@ export class UsagePublisher {
   async close(timeoutMs = 10_000): Promise<number> {
     this.#closed = true;
     const deadline = Date.now() + timeoutMs;
-    while ((this.#group.length > 0 || this.#running.size > 0 || this.#waiting.size > 0) && Date.now() < deadline) {
+    while ((this.#next.length > 0 || this.#running.size > 0 || this.#waiting.size > 0) && Date.now() < deadline) {
       if (this.#waiting.size > 0 && this.#running.size === 0) this.#track(this.#retry());
       await Promise.race([Promise.allSettled([...this.#running]), sleep(100)]);
     }
     clearTimeout(this.#retryTimer);
-    const lost = this.#waiting.size + this.#group.length;
+    this.#acks.close();
+    const lost = this.pending + this.#next.length;
     if (lost > 0) this.#log.error({ lost }, "usage events not durable at shutdown");
     return lost;
   }
 
   #entry(event: UsageCompleted): Entry {
-    // The headers carry the chat request's trace to billing's settlement.
     const { span, headers } = startPublishSpan(this.#options.subject);
     let settle!: () => void;
     const durable = new Promise<void>((resolve) => (settle = resolve));
     return {
       event,
-      data: UsageCompleted.encode(event).finish(),
-      headers,
+      traceparent: headers?.get("traceparent") ?? "",
       span,
       stopTimer: this.#options.metrics.usageDurable.startTimer(),
       durable,
@@ -131,10 +156,14 @@ export class UsagePublisher {
     };
   }
 
-  #takeGroup(): Entry[] {
-    const group = this.#group;
-    this.#group = [];
-    return group;
+  /** Publishes the next batch at the end of this turn, unless a publish is in flight (its ack will). */
+  #schedule(): void {
+    if (this.#inFlight || this.#flushScheduled || this.#next.length === 0) return;
+    this.#flushScheduled = true;
+    setImmediate(() => {
+      this.#flushScheduled = false;
+      this.#track(this.#publishNext());
+    });
   }
 
   #track(work: Promise<void>): void {
@@ -142,71 +171,82 @@ export class UsagePublisher {
     void work.finally(() => this.#running.delete(work));
   }
 
-  /** One group: published together, acks awaited together, the unacked to billing together. */
-  async #commit(group: Entry[]): Promise<void> {
-    if (group.length === 0) return;
-    this.#options.metrics.usagePublishGroup.observe(group.length);
-    const acks = await Promise.allSettled(group.map((entry) => this.#publishOne(entry)));
-    const unacked: Entry[] = [];
+  /** Makes the next batch and publishes it; once acked (or timed out), the one after. */
+  async #publishNext(): Promise<void> {
+    if (this.#inFlight || this.#next.length === 0) return;
+    const entries = this.#next.splice(0, MAX_BATCH_EVENTS);
+    const batch = this.#batch(entries);
+    this.#options.metrics.usagePublishGroup.observe(entries.length);
+    this.#inFlight = true;
     let error: unknown;
-    acks.forEach((ack, i) => {
-      const entry = group[i]!;
-      if (ack.status === "fulfilled") this.#durable(entry, "jetstream");
-      else {
-        error ??= ack.reason;
-        unacked.push(entry);
-      }
-    });
-    if (unacked.length === 0) {
+    try {
+      await this.#publishBatch(batch);
+    } catch (err) {
+      error = err;
+    } finally {
+      this.#inFlight = false;
+      this.#schedule();
+    }
+    if (error === undefined) {
       this.#fallingBack = false;
+      for (const entry of entries) this.#durable(entry, "jetstream");
       return;
     }
     if (!this.#fallingBack) {
       this.#fallingBack = true;
       this.#log.warn(
-        { err: error, events: unacked.length },
+        { err: error, events: entries.length },
         "JetStream did not ack usage events in time; recording them through billing",
       );
     }
-    if (!(await this.#record(unacked))) this.#wait(unacked);
+    if (!(await this.#record(batch))) this.#wait(batch);
   }
 
-  #publishOne(entry: Entry): Promise<unknown> {
-    return this.#js.publish(this.#options.subject, entry.data, {
-      msgID: entry.event.requestId,
-      timeout: this.#options.ackTimeoutMs,
-      ...(entry.headers ? { headers: entry.headers } : {}),
+  #batch(entries: Entry[]): Batch {
+    const message = UsageBatch.fromPartial({
+      events: entries.map((entry) => asBuffer(UsageCompleted.encode(entry.event).finish())),
+      traceparents: entries.map((entry) => entry.traceparent),
+      edgeId: this.#options.edgeId ?? "edge",
+      bootId: this.#bootId,
+      sequence: ++this.#sequence,
     });
+    return { id: usageBatchId(message), data: UsageBatch.encode(message).finish(), entries };
   }
 
-  /** Hands events to billing's RecordUsage; true when billing committed them. */
-  async #record(entries: Entry[]): Promise<boolean> {
+  #publishBatch(batch: Batch): Promise<unknown> {
+    const headers = natsHeaders();
+    headers.set("Nats-Msg-Id", batch.id);
+    headers.set(USAGE_BATCH_HEADER, "1");
+    return this.#acks.publish(this.#options.subject, batch.data, headers, this.#options.ackTimeoutMs);
+  }
+
+  /** Hands a batch's events to billing's RecordUsage, together; true when billing committed them. */
+  async #record(batch: Batch): Promise<boolean> {
     const recordUsage = this.#options.recordUsage;
     if (!recordUsage) return false;
     try {
-      await recordUsage(entries.map((entry) => entry.event));
+      await recordUsage(batch.entries.map((entry) => entry.event));
     } catch (err) {
       this.#log.error(
-        { err, events: entries.length },
+        { err, events: batch.entries.length },
         "billing's RecordUsage failed too; usage events are held in memory and retried",
       );
       return false;
     }
-    this.#options.metrics.usageRecordFallbacks.inc(entries.length);
-    for (const entry of entries) this.#durable(entry, "record_usage");
+    this.#options.metrics.usageRecordFallbacks.inc(batch.entries.length);
+    for (const entry of batch.entries) this.#durable(entry, "record_usage");
     return true;
   }
 
   #durable(entry: Entry, via: "jetstream" | "record_usage"): void {
-    if (this.#waiting.delete(entry)) this.#options.metrics.usagePending.set(this.#waiting.size);
     entry.stopTimer({ via });
     endSpan(entry.span);
     entry.settle();
   }
 
-  #wait(entries: Entry[]): void {
-    for (const entry of entries) this.#waiting.add(entry);
-    this.#options.metrics.usagePending.set(this.#waiting.size);
+  #wait(batch: Batch | undefined): void {
+    if (batch) this.#waiting.add(batch);
+    this.#options.metrics.usagePending.set(this.pending);
     if (this.#retryTimer || this.#closed) return;
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = undefined;
@@ -215,24 +255,32 @@ export class UsagePublisher {
     this.#retryMs = Math.min(this.#retryMs * 2, MAX_RETRY_MS);
   }
 
-  /** The waiting events, once more: JetStream, then billing. */
+  /** The waiting batches, once more, each as it was made: JetStream, then billing. */
   async #retry(): Promise<void> {
-    const entries = [...this.#waiting];
-    if (entries.length === 0) return;
-    const acks = await Promise.allSettled(entries.map((entry) => this.#publishOne(entry)));
-    const unacked = entries.filter((entry, i) => {
-      if (acks[i]!.status === "rejected") return true;
-      this.#durable(entry, "jetstream");
-      return false;
-    });
-    if (unacked.length > 0 && (await this.#record(unacked))) unacked.length = 0;
-    if (unacked.length === 0) {
+    const batches = [...this.#waiting];
+    if (batches.length === 0) return;
+    const acks = await Promise.allSettled(batches.map((batch) => this.#publishBatch(batch)));
+    let left = 0;
+    for (const [i, batch] of batches.entries()) {
+      const durable = acks[i]!.status === "fulfilled" || (await this.#record(batch));
+      if (!durable) {
+        left++;
+        continue;
+      }
+      this.#waiting.delete(batch);
+      if (acks[i]!.status === "fulfilled") for (const entry of batch.entries) this.#durable(entry, "jetstream");
+    }
+    this.#options.metrics.usagePending.set(this.pending);
+    if (left === 0) {
       this.#retryMs = FIRST_RETRY_MS;
       this.#log.info("held usage events are durable again");
       return;
     }
-    this.#wait([]);
+    this.#wait(undefined);
   }
 }
+
+/** The same bytes as the Buffer ts-proto types `bytes` fields with (no copy). */
+const asBuffer = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

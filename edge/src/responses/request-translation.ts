@@ -1,9 +1,7 @@
-import type { ChatBody } from "../chat/chat-body.ts";
+import type { ChatBody, ChatMessage } from "../chat/chat-body.ts";
 import { badField as bad, isObject, requiredString, type Json } from "../translation/chat-json.ts";
 import type { InputItem, ResponsesBody } from "./responses-body.ts";
 import { chatNameOfCall, chatToolChoice, customArguments, translateTools } from "./tool-translation.ts";
-
-type ChatMessage = Json & { role: string };
 
 /** The gateway keeps no responses; every refusal of state says what to send instead. */
 const STATELESS = "This gateway serves the Responses API stateless: it stores no responses or items.";
@@ -167,7 +165,7 @@ function addToolCall(messages: ChatMessage[], id: string, name: string, args: st
   const call = { id, type: "function", function: { name, arguments: args } };
   const last = messages.at(-1);
   if (last?.role === "assistant") {
-    last.tool_calls = [...((last.tool_calls as unknown[] | undefined) ?? []), call];
+    last.tool_calls = [...(last.tool_calls ?? []), call];
     if (last.content === "") last.content = null;
   } else {
     messages.push({ role: "assistant", content: null, tool_calls: [call] });

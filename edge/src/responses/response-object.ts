@@ -1,4 +1,4 @@
-import { chatToolCalls, chatUsage, firstChoice, isObject, type Json } from "../translation/chat-json.ts";
+import { chatToolCalls, chatUsage, firstChoice, isObject, reasoningText, type Json } from "../translation/chat-json.ts";
 import type { ResponsesBody } from "./responses-body.ts";
 import { customInput, translateTools, type ToolOrigin } from "./tool-translation.ts";
 
@@ -23,6 +23,18 @@ export function responseContext(requestId: string, model: string, request: Respo
 /** Output item ids, unique within the response (by the item's place in `output`; calls by their order). */
 export const messageItemId = (ctx: ResponseContext, outputIndex: number) => `msg_${ctx.requestId}_${outputIndex}`;
 export const functionCallItemId = (ctx: ResponseContext, index: number) => `fc_${ctx.requestId}_${index}`;
+export const reasoningItemId = (ctx: ResponseContext, outputIndex: number) => `rs_${ctx.requestId}_${outputIndex}`;
+
+/**
+ * The model's reasoning as a Response output item: its text as the one summary part (an
+ * OpenAI-compatible upstream streams its reasoning as text; no encrypted content is kept).
+ */
+export function reasoningItem(id: string, status: string, text: string | undefined): Json {
+  const summary = text === undefined ? [] : [summaryTextPart(text)];
+  return { type: "reasoning", id, status, summary };
+}
+
+export const summaryTextPart = (text: string): Json => ({ type: "summary_text", text });
 
 /** The request's tool a chat call names (a function of that name when the request has none). */
 export const toolOrigin = (ctx: ResponseContext, chatName: string): ToolOrigin =>
@@ -83,10 +95,11 @@ export function responseUsage(relayed: unknown): Json | null {
   const output = counts.completionTokens;
   const usage: Json = {
     input_tokens: input,
-    // Nothing is cached here: no prompt caching is promised, so none is read or written.
-    input_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
+    // Cached tokens are the upstream's prefix-cache hits (a part of input_tokens); nothing is
+    // written to a cache at a price of its own, so there are no cache writes to report.
+    input_tokens_details: { cached_tokens: counts.cachedTokens, cache_write_tokens: 0 },
     output_tokens: output,
-    output_tokens_details: { reasoning_tokens: 0 },
+    output_tokens_details: { reasoning_tokens: counts.reasoningTokens },
     total_tokens: input + output,
   };
   if (counts.cost !== undefined) usage.cost = counts.cost;
@@ -136,13 +149,15 @@ export function responseFromCompletion(ctx: ResponseContext, completionText: str
   const { status, incompleteReason } = statusOf(choice.finish_reason);
   const itemStatus = status === "incomplete" ? "incomplete" : "completed";
   const output: Json[] = [];
+  const reasoning = reasoningText(message);
+  if (reasoning !== "") output.push(reasoningItem(reasoningItemId(ctx, 0), itemStatus, reasoning));
   const calls = chatToolCalls(message);
   const content: Json[] = [];
   if (typeof message.content === "string" && (message.content !== "" || calls.length === 0)) {
     content.push(outputTextPart(message.content));
   }
   if (typeof message.refusal === "string" && message.refusal !== "") content.push(refusalPart(message.refusal));
-  if (content.length > 0) output.push(messageItem(messageItemId(ctx, 0), itemStatus, content));
+  if (content.length > 0) output.push(messageItem(messageItemId(ctx, output.length), itemStatus, content));
   calls.forEach((call, i) => {
     output.push(
       toolCallItem(functionCallItemId(ctx, i), itemStatus, toolOrigin(ctx, call.name), {

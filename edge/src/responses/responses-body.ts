@@ -1,42 +1,25 @@
+import type { FromSchema } from "json-schema-to-ts";
 import { providerSchema } from "../routing/provider-preferences.ts";
 import { MAX_OUTPUT_TOKENS_FIELD } from "../chat/chat-body.ts";
 
-/** One `input` item of a Responses API request (message, function_call, function_call_output, ...). */
-export type InputItem = Record<string, unknown> & { type?: string };
-
-/** The fields of a Responses API body the gateway reads (docs/responses-api.md); others are ignored. */
-export interface ResponsesBody {
-  model: string;
-  /** Routing preferences for an open model (provider-preferences.ts). */
-  provider?: unknown;
-  input: string | InputItem[];
-  instructions?: string | null;
-  max_output_tokens?: number | null;
-  temperature?: number | null;
-  top_p?: number | null;
-  tools?: Array<Record<string, unknown> & { type: string }> | null;
-  tool_choice?: string | Record<string, unknown> | null;
-  parallel_tool_calls?: boolean | null;
-  text?: { format?: (Record<string, unknown> & { type: string }) | null } | null;
-  stream?: boolean | null;
-  store?: boolean | null;
-  previous_response_id?: string | null;
-  metadata?: Record<string, string> | null;
-  user?: string | null;
-  [field: string]: unknown;
-}
-
-/** JSON schema of the body: types and OpenAI's ranges, checked before any backend is asked. */
+/**
+ * JSON schema of a Responses API body: types and OpenAI's ranges, checked before any backend is
+ * asked, and the one declaration of the body (ResponsesBody is derived from it). Fields it does
+ * not name are read, where they are, by the translation (docs/responses-api.md), and otherwise
+ * ignored.
+ */
 export const responsesBodySchema = {
   type: "object",
   required: ["model", "input"],
   properties: {
     model: { type: "string", minLength: 1, maxLength: 256, example: "auto" },
+    // Routing preferences for an open model (provider-preferences.ts).
     provider: providerSchema,
     input: {
       type: ["string", "array"],
       minLength: 1,
       minItems: 1,
+      // Each item's own fields are read by its translation (message, function_call, ...).
       items: { type: "object" },
       example: "Hello!",
     },
@@ -71,3 +54,9 @@ export const responsesBodySchema = {
     user: { type: ["string", "null"] },
   },
 } as const;
+
+/** A Responses API body as its schema lets it through; fields the schema does not name are `unknown`. */
+export type ResponsesBody = FromSchema<typeof responsesBodySchema>;
+
+/** One `input` item (message, function_call, function_call_output, ...): an object, read by its type. */
+export type InputItem = Exclude<ResponsesBody["input"], string>[number];

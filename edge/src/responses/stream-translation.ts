@@ -5,7 +5,10 @@ import {
   messageItem,
   messageItemId,
   outputTextPart,
+  reasoningItem,
+  reasoningItemId,
   refusalPart,
+  summaryTextPart,
   responseFromCompletion,
   responseObject,
   responseUsage,
@@ -14,13 +17,20 @@ import {
   toolOrigin,
   type ResponseContext,
 } from "./response-object.ts";
-import { firstChunkChoice, isObject, type Json } from "../translation/chat-json.ts";
+import { firstChunkChoice, isObject, reasoningText, type Json } from "../translation/chat-json.ts";
 
 /** The message item being streamed: its parts (output_text, then maybe refusal) in order. */
 interface OpenMessage {
   outputIndex: number;
   itemId: string;
   parts: Array<{ kind: "output_text" | "refusal"; text: string }>;
+}
+
+/** The reasoning item being streamed: its one summary part's text so far. */
+interface OpenReasoning {
+  outputIndex: number;
+  itemId: string;
+  text: string;
 }
 
 interface OpenCall {
@@ -52,6 +62,7 @@ export class ResponseStreamTranslator implements AnswerFormat {
   /** Every item, in output order, as it stands now. */
   readonly #output: Json[] = [];
   #message: OpenMessage | undefined;
+  #reasoning: OpenReasoning | undefined;
   #call: OpenCall | undefined;
   /** Tool calls by their chat index. */
   readonly #callsByIndex = new Map<number, OpenCall>();
@@ -77,8 +88,10 @@ export class ResponseStreamTranslator implements AnswerFormat {
     const { status, incompleteReason } = statusOf(this.#finishReason);
     const itemStatus = status === "incomplete" ? "incomplete" : "completed";
     // An answer with no text and no call still has its (empty) message, as a non-streamed one does.
-    if (this.#output.length === 0) frames += this.#openMessage("output_text");
-    frames += this.#closeMessage(itemStatus) + this.#closeCall(itemStatus);
+    if (this.#output.every((item) => item.type === "reasoning")) {
+      frames += this.#closeReasoning(itemStatus) + this.#openMessage("output_text");
+    }
+    frames += this.#closeReasoning(itemStatus) + this.#closeMessage(itemStatus) + this.#closeCall(itemStatus);
     const type = status === "incomplete" ? "response.incomplete" : "response.completed";
     const response = responseObject(this.#ctx, {
       status,
@@ -118,6 +131,8 @@ export class ResponseStreamTranslator implements AnswerFormat {
     if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
     const delta = isObject(choice.delta) ? choice.delta : {};
     let frames = "";
+    const reasoning = reasoningText(delta);
+    if (reasoning !== "") frames += this.#reasoningDelta(reasoning);
     if (typeof delta.content === "string" && delta.content !== "") frames += this.#text("output_text", delta.content);
     if (typeof delta.refusal === "string" && delta.refusal !== "") frames += this.#text("refusal", delta.refusal);
     if (Array.isArray(delta.tool_calls)) {
@@ -126,8 +141,46 @@ export class ResponseStreamTranslator implements AnswerFormat {
     return frames;
   }
 
+  /**
+   * A reasoning delta: the reasoning item opens (its one summary part with it) before the text or
+   * calls it precedes, and its summary text grows, as OpenAI streams a reasoning summary.
+   */
+  #reasoningDelta(text: string): string {
+    let frames = "";
+    if (!this.#reasoning) {
+      frames += this.#closeMessage("completed") + this.#closeCall("completed");
+      const outputIndex = this.#output.length;
+      const open = { outputIndex, itemId: reasoningItemId(this.#ctx, outputIndex), text: "" };
+      this.#reasoning = open;
+      const item = reasoningItem(open.itemId, "in_progress", undefined);
+      this.#output.push(item);
+      const where = { item_id: open.itemId, output_index: outputIndex, summary_index: 0 };
+      frames +=
+        this.#event("response.output_item.added", { output_index: outputIndex, item }) +
+        this.#event("response.reasoning_summary_part.added", { ...where, part: summaryTextPart("") });
+    }
+    const open = this.#reasoning;
+    open.text += text;
+    const where = { item_id: open.itemId, output_index: open.outputIndex, summary_index: 0 };
+    return frames + this.#event("response.reasoning_summary_text.delta", { ...where, delta: text });
+  }
+
+  #closeReasoning(status: string): string {
+    const open = this.#reasoning;
+    if (!open) return "";
+    this.#reasoning = undefined;
+    const item = reasoningItem(open.itemId, status, open.text);
+    this.#output[open.outputIndex] = item;
+    const where = { item_id: open.itemId, output_index: open.outputIndex, summary_index: 0 };
+    return (
+      this.#event("response.reasoning_summary_text.done", { ...where, text: open.text }) +
+      this.#event("response.reasoning_summary_part.done", { ...where, part: summaryTextPart(open.text) }) +
+      this.#event("response.output_item.done", { output_index: open.outputIndex, item })
+    );
+  }
+
   #text(kind: "output_text" | "refusal", text: string): string {
-    let frames = this.#closeCall("completed");
+    let frames = this.#closeReasoning("completed") + this.#closeCall("completed");
     if (!this.#message) frames += this.#openMessage(kind);
     const message = this.#message!;
     if (message.parts.at(-1)!.kind !== kind) frames += this.#closePart() + this.#openPart(kind);
@@ -197,7 +250,7 @@ export class ResponseStreamTranslator implements AnswerFormat {
     let frames = "";
     let call = this.#callsByIndex.get(index);
     if (!call) {
-      frames += this.#closeMessage("completed") + this.#closeCall("completed");
+      frames += this.#closeReasoning("completed") + this.#closeMessage("completed") + this.#closeCall("completed");
       call = {
         outputIndex: this.#output.length,
         itemId: functionCallItemId(this.#ctx, this.#callsByIndex.size),

@@ -1,3 +1,4 @@
+import type { ChatBody, ChatTool } from "../chat/chat-body.ts";
 import { badField as bad, isObject, requiredString, type Json } from "../translation/chat-json.ts";
 
 /**
@@ -16,7 +17,7 @@ export interface ToolOrigin {
 
 /** The request's tools as chat function tools, and what each chat name stands for. */
 export interface TranslatedTools {
-  chatTools: Json[];
+  chatTools: ChatTool[];
   origins: Map<string, ToolOrigin>;
 }
 
@@ -35,7 +36,7 @@ const CUSTOM_INPUT = "input";
 export const namespacedName = (namespace: string, name: string) => `${namespace}__${name}`;
 
 export function translateTools(tools: ReadonlyArray<Json> | null | undefined): TranslatedTools {
-  const chatTools: Json[] = [];
+  const chatTools: ChatTool[] = [];
   const origins = new Map<string, ToolOrigin>();
   const add = (tool: Json, param: string, namespace?: string) => {
     const name = requiredString(tool, "name", param);
@@ -72,8 +73,8 @@ export function translateTools(tools: ReadonlyArray<Json> | null | undefined): T
   return { chatTools, origins };
 }
 
-function functionTool(tool: Json, chatName: string): Json {
-  const fn: Json = { name: chatName };
+function functionTool(tool: Json, chatName: string): ChatTool {
+  const fn: Json & { name: string } = { name: chatName };
   for (const field of ["description", "parameters", "strict"]) if (tool[field] != null) fn[field] = tool[field];
   return { type: "function", function: fn };
 }
@@ -82,7 +83,7 @@ function functionTool(tool: Json, chatName: string): Json {
  * A freeform tool as a function of one string: its grammar (Lark or a regex), which no chat
  * server enforces, is shown to the model in the description so its input can follow it.
  */
-function customAsFunction(tool: Json, chatName: string): Json {
+function customAsFunction(tool: Json, chatName: string): ChatTool {
   const format = isObject(tool.format) ? tool.format : undefined;
   const grammar =
     format?.type === "grammar" && typeof format.definition === "string"
@@ -125,7 +126,7 @@ export function customInput(args: string): string {
 }
 
 /** The chat tool_choice for a Responses one (a named function or custom tool, maybe in a namespace). */
-export function chatToolChoice(choice: unknown, origins: Map<string, ToolOrigin>): unknown {
+export function chatToolChoice(choice: unknown, origins: Map<string, ToolOrigin>): ChatBody["tool_choice"] {
   if (choice === undefined || choice === null || choice === "none" || choice === "auto" || choice === "required") {
     return choice;
   }

@@ -2,6 +2,7 @@ import type { FastifyInstance, onRequestAsyncHookHandler } from "fastify";
 import { CreateInviteRequest, GetAccountRequest } from "@mkt/proto/accounts/v1/accounts";
 import { AddCreditsRequest } from "@mkt/proto/billing/v1/billing";
 import { microsToUsd, usdToMicros } from "@mkt/runtime/money";
+import { adminDeadLetterRoutes } from "./admin-dead-letters.ts";
 import type { RouteDeps } from "./route-deps.ts";
 import { boolean, listOf, object, replies, string, usd } from "./response-schemas.ts";
 
@@ -13,6 +14,7 @@ interface TopUp {
 
 /** Operator endpoints, behind the admin token. */
 export function adminRoutes(app: FastifyInstance, deps: RouteDeps, admin: onRequestAsyncHookHandler): void {
+  adminDeadLetterRoutes(app, deps, admin);
   app.post<{ Body: { count?: number } | undefined }>(
     "/admin/invites",
     {

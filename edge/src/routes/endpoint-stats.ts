@@ -76,9 +76,12 @@ export const verificationSchema = object(
     last_run_at: nullableString(),
     checks: arrayOf(
       object({
-        check: string("`model_listed`, `token_honesty`, `output_cap`, `tool_calls` or `streaming_usage`"),
+        check: string(
+          "`model_listed`, `token_honesty`, `output_cap`, `tool_calls`, `streaming_usage` or `cache_discount` " +
+            "(only where a plan discounts cached input: failed means the cache discount was not given)",
+        ),
         passed: boolean(),
-        held: boolean("Whether its failure fails the run (`streaming_usage` is shown only)"),
+        held: boolean("Whether its failure fails the run (`streaming_usage` and `cache_discount` are shown only)"),
         detail: string(),
       }),
     ),

@@ -25,7 +25,9 @@ function renderGeneration(g: Generation) {
     provider: g.provider,
     hoster_id: g.hosterId || null,
     input_tokens: Number(g.inputTokens),
+    cached_tokens: Number(g.cachedTokens),
     output_tokens: Number(g.outputTokens),
+    reasoning_tokens: Number(g.reasoningTokens),
     total_tokens: Number(g.inputTokens + g.outputTokens),
     cost_usd: microsToUsd(g.costMicros),
     latency_ms: Number(g.latencyMs),
@@ -59,7 +61,9 @@ export function generationRoutes(app: FastifyInstance, deps: RouteDeps): void {
             provider: string(),
             hoster_id: nullableString(),
             input_tokens: integer(),
+            cached_tokens: integer("Of `input_tokens`, those served from the upstream's prompt cache"),
             output_tokens: integer(),
+            reasoning_tokens: integer("Of `output_tokens`, those the model spent reasoning"),
             total_tokens: integer(),
             cost_usd: usd(),
             latency_ms: integer(),
@@ -73,7 +77,7 @@ export function generationRoutes(app: FastifyInstance, deps: RouteDeps): void {
           "`id` is a chat completion's `id` (`chatcmpl-<request id>`), a Response's (`resp_<request id>`) or " +
           "the bare request id (the `x-request-id` header). A request is found once it has settled, about a " +
           "second after its answer ended; until then, and for anyone else's request, the answer is 404. " +
-          "`cost_usd` is what was charged; `time_to_first_token_ms` and `finish_reason` are null when no token " +
+          "`cost_usd` is what was charged (cached input tokens at the plan's or model's cached price); `time_to_first_token_ms` and `finish_reason` are null when no token " +
           "reached the caller; `status` is `success` or `failure` (then `error_code` says why).",
         tags: ["usage"],
         security: [{ apiKey: [] }],
@@ -84,7 +88,7 @@ export function generationRoutes(app: FastifyInstance, deps: RouteDeps): void {
               type: "string",
               maxLength: 64,
               description: "The answer's id or its request id",
-              example: "chatcmpl-6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b",
+              example: "chatcmpl-01a21233-951b-7e4f-8a7b-9c0d1e2f3a4b",
             },
           },
         },

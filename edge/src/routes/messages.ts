@@ -5,14 +5,13 @@ import { startChatCall } from "../chat/chat-call.ts";
 import { providerPreferences } from "../routing/provider-preferences.ts";
 import { relayCompletion } from "../chat/relay-completion.ts";
 import { installAnthropicErrorHandler } from "../messages/anthropic-errors.ts";
-import { messageContext } from "../messages/message-object.ts";
+import { messageContext, thinkingOn } from "../messages/message-object.ts";
 import {
   countTokensBodySchema,
   messagesBodySchema,
   type CountTokensBody,
   type MessagesBody,
 } from "../messages/messages-body.ts";
-import { servedOutputCap } from "../messages/output-cap.ts";
 import { chatBodyFromMessages, chatPrompt } from "../messages/request-translation.ts";
 import { MessageStreamTranslator } from "../messages/stream-translation.ts";
 import { principalOf } from "../plugins/api-key-auth.ts";
@@ -93,15 +92,8 @@ export async function messagesRoutes(scope: FastifyInstance, deps: RouteDeps): P
     },
     async (request, reply) => {
       const body = request.body;
-      const principal = principalOf(request);
       const provider = providerPreferences(body.provider);
-      const [route] = await candidateRoutes(deps, principal.scope, [{ name: body.model, param: "model" }], {
-        provider,
-      });
-      const chat = chatBodyFromMessages(body, body.max_tokens);
-      const cap = await servedOutputCap(deps.promptTokens, principal.accountId, route!, chat, body.max_tokens);
-      if (cap === undefined) delete chat.max_tokens;
-      else chat.max_tokens = cap;
+      const chat = chatBodyFromMessages(body);
       const stream = body.stream === true;
       const bytes = Buffer.from(JSON.stringify(chat));
       const started = await startChatCall(deps, request, reply, {
@@ -112,7 +104,7 @@ export async function messagesRoutes(scope: FastifyInstance, deps: RouteDeps): P
       });
       return relayCompletion(started.events, reply, {
         stream,
-        format: new MessageStreamTranslator(messageContext(request.id, started.route.modelId)),
+        format: new MessageStreamTranslator(messageContext(request.id, started.route.modelId, thinkingOn(body))),
         onFirstEvent: () => deps.chatMetrics.firstEvent.observe({ stream: String(stream) }, reply.elapsedTime / 1000),
       });
     },

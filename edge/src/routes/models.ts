@@ -12,10 +12,13 @@ import type { RouteDeps } from "./route-deps.ts";
 import { productSchema, renderProduct } from "../products/render-product.ts";
 import { renderStats, renderVerification, statsSchema, verificationSchema } from "./endpoint-stats.ts";
 import { arrayOf, integer, listOf, object, replies, string, usd } from "./response-schemas.ts";
+import { pricingSchema, renderPricing } from "./model-pricing.ts";
 
 /**
  * One model in OpenAI's shape, plus our alias, provider and context window; an open model (provider
  * `open`, called by its canonical_id) with how many endpoints serve it and their lowest prices.
+ * A platform or open model has OpenRouter's `pricing` (an open model's each its endpoints' lowest);
+ * a scoped key's hoster model has none, as its plan prices it.
  */
 const renderModel = (model: ModelInfo) => ({
   id: model.modelId,
@@ -26,10 +29,18 @@ const renderModel = (model: ModelInfo) => ({
   provider: model.provider,
   context_window: Number(model.contextWindow),
   kind: model.kind || "chat",
+  ...(model.provider !== "hoster" && {
+    pricing: renderPricing({
+      input: model.lowestInputPricePer1mMicros,
+      output: model.lowestOutputPricePer1mMicros,
+      cachedInput: model.lowestCachedInputPricePer1mMicros,
+    }),
+  }),
   ...(model.provider === "open" && {
     endpoints: Number(model.endpoints),
     lowest_input_price_per_1m_usd: microsToUsd(model.lowestInputPricePer1mMicros),
     lowest_output_price_per_1m_usd: microsToUsd(model.lowestOutputPricePer1mMicros),
+    lowest_cached_input_price_per_1m_usd: microsToUsd(model.lowestCachedInputPricePer1mMicros),
   }),
 });
 
@@ -43,11 +54,19 @@ const modelSchema = object({
   context_window: integer(),
   kind: string("`chat` (chat completions and the APIs translated onto them) or `embedding` (/v1/embeddings)"),
   alias_for: string("Only on an alias (MODEL_ALIASES): the model that serves it"),
+  pricing: pricingSchema(
+    "On a platform model (provider `local` or `cloud`) its prices; on an open model each the lowest among its " +
+      "endpoints. Absent on a hoster's model, which its plan prices",
+  ),
   endpoints: integer(
     "Only on an open model (provider `open`): the endpoints serving it (GET /v1/models/{id}/endpoints)",
   ),
   lowest_input_price_per_1m_usd: usd("Only on an open model: the lowest input price among its endpoints"),
   lowest_output_price_per_1m_usd: usd("Only on an open model: the lowest output price among its endpoints"),
+  lowest_cached_input_price_per_1m_usd: usd(
+    "Only on an open model: the lowest cached-input price among its endpoints (an endpoint without one at its " +
+      "input price)",
+  ),
 });
 
 /**
@@ -56,6 +75,12 @@ const modelSchema = object({
  */
 const renderEndpoint = (e: ModelEndpoint) => {
   const plan = renderProduct(e.plan!);
+  const terms = e.plan?.terms;
+  const prices = {
+    input: terms?.inputPricePer1mMicros ?? 0n,
+    output: terms?.outputPricePer1mMicros ?? 0n,
+    cachedInput: terms?.cachedInputPricePer1mMicros,
+  };
   const contextWindow = Number(e.model?.contextWindow ?? 0n);
   return {
     hoster_id: e.hosterId,
@@ -67,6 +92,8 @@ const renderEndpoint = (e: ModelEndpoint) => {
     max_output_tokens: plan.max_output_tokens,
     input_price_per_1m_usd: plan.input_price_per_1m_usd,
     output_price_per_1m_usd: plan.output_price_per_1m_usd,
+    cached_input_price_per_1m_usd: microsToUsd(prices.cachedInput ?? prices.input),
+    pricing: renderPricing(prices),
     stats: renderStats(e.model?.stats),
     verification: renderVerification(e.model?.verification),
     plan,
@@ -87,6 +114,11 @@ const endpointsSchema = object({
         max_output_tokens: integer(),
         input_price_per_1m_usd: usd("The plan's, 0 on a free plan"),
         output_price_per_1m_usd: usd("The plan's, 0 on a free plan"),
+        cached_input_price_per_1m_usd: usd(
+          "What an input token the upstream served from its prompt cache costs: the plan's cached price, or its " +
+            "input price where it sets none",
+        ),
+        pricing: pricingSchema("The same prices in OpenRouter's form"),
         stats: statsSchema,
         verification: verificationSchema,
         plan: productSchema,

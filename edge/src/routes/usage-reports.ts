@@ -7,6 +7,11 @@ import { daysQuerySchema, tokensQuerySchema, type DaysQuery, type TokensQuery } 
 import type { RouteDeps } from "./route-deps.ts";
 import { arrayOf, integer, number, object, replies, string, usd } from "./response-schemas.ts";
 
+/** What every usage report says of its freshness (docs/settlement.md#rollups-folded-off-the-settlement-transaction). */
+export const ROLLUP_LAG =
+  "Requests, tokens and costs come from rollups that billing folds every 2 s by default: a request " +
+  "appears here up to about that long after it settled.";
+
 /** GET /v1/usage/tokens and /v1/usage/breakdown: the spec's usage reports, from billing's rollups. */
 export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
   app.get(
@@ -15,6 +20,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Token usage series: one zero-filled entry per hour, day, week or month (UTC)",
+        description: ROLLUP_LAG,
         response: replies(
           200,
           object({
@@ -22,6 +28,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
             interval: string(),
             totals: object({
               input_tokens: integer(),
+              cached_input_tokens: integer(),
               output_tokens: integer(),
               total_tokens: integer(),
               cost_usd: usd(),
@@ -31,6 +38,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
               object({
                 period: string(),
                 input_tokens: integer(),
+                cached_input_tokens: integer(),
                 output_tokens: integer(),
                 total_tokens: integer(),
                 cost_usd: usd(),
@@ -75,6 +83,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Cost breakdown by model (with the platform fee and hoster share) and by UTC day",
+        description: ROLLUP_LAG,
         response: replies(
           200,
           object({
@@ -85,6 +94,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
                 provider: string(),
                 requests: integer(),
                 input_tokens: integer(),
+                cached_input_tokens: integer(),
                 output_tokens: integer(),
                 total_cost_usd: usd(),
                 platform_fee_usd: usd(),
@@ -97,6 +107,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
                 date: string(),
                 requests: integer(),
                 input_tokens: integer(),
+                cached_input_tokens: integer(),
                 output_tokens: integer(),
                 total_cost_usd: usd(),
               }),
@@ -122,6 +133,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
             provider: model.provider,
             requests: figures.requests,
             input_tokens: figures.input_tokens,
+            cached_input_tokens: figures.cached_input_tokens,
             output_tokens: figures.output_tokens,
             total_cost_usd: figures.cost_usd,
             platform_fee_usd: microsToUsd(model.platformFeeMicros),
@@ -135,6 +147,7 @@ export function usageReportRoutes(app: FastifyInstance, deps: RouteDeps): void {
             date: day.date,
             requests: figures.requests,
             input_tokens: figures.input_tokens,
+            cached_input_tokens: figures.cached_input_tokens,
             output_tokens: figures.output_tokens,
             total_cost_usd: figures.cost_usd,
           };

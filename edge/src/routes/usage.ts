@@ -3,6 +3,7 @@ import { GetUsageSummaryRequest } from "@mkt/proto/billing/v1/billing";
 import { microsToUsd } from "@mkt/runtime/money";
 import { principalOf, usageOwnerOf } from "../plugins/api-key-auth.ts";
 import type { RouteDeps } from "./route-deps.ts";
+import { ROLLUP_LAG } from "./usage-reports.ts";
 import { integer, number, object, replies, string, usd } from "./response-schemas.ts";
 
 /** GET /v1/usage: the spec's usage summary for the caller's account. */
@@ -13,6 +14,7 @@ export function usageRoutes(app: FastifyInstance, deps: RouteDeps): void {
       onRequest: deps.auth({ allowScoped: true, acceptSession: true }),
       schema: {
         summary: "Credit balance, rate limits and the last 30 days of usage",
+        description: `${ROLLUP_LAG} The credit balance moves as soon as the request settles.`,
         response: replies(
           200,
           object({
@@ -30,6 +32,7 @@ export function usageRoutes(app: FastifyInstance, deps: RouteDeps): void {
             usage_30d: object({
               total_requests: integer(),
               total_input_tokens: integer(),
+              total_cached_input_tokens: integer(),
               total_output_tokens: integer(),
               total_cost_microdollars: integer(),
               avg_latency_ms: number(),
@@ -62,6 +65,7 @@ export function usageRoutes(app: FastifyInstance, deps: RouteDeps): void {
         usage_30d: {
           total_requests: Number(usage?.totalRequests ?? 0n),
           total_input_tokens: Number(usage?.totalInputTokens ?? 0n),
+          total_cached_input_tokens: Number(usage?.totalCachedInputTokens ?? 0n),
           total_output_tokens: Number(usage?.totalOutputTokens ?? 0n),
           total_cost_microdollars: Number(usage?.totalCostMicros ?? 0n),
           avg_latency_ms: usage?.avgLatencyMs ?? 0,

@@ -1,5 +1,6 @@
 import type { OpenEndpoint } from "@mkt/proto/registry/v1/registry";
 import type { EndpointSort, ProviderPreferences } from "./provider-preferences.ts";
+import { rendezvousOrder } from "./rendezvous.ts";
 
 /** A number in [0, 1): Math.random in production; tests inject a sequence to make shares exact. */
 export type RandomSource = () => number;
@@ -62,10 +63,37 @@ function shuffled(choices: EndpointChoice[], random: RandomSource): EndpointChoi
 }
 
 /**
- * One group's order: by `sort` when asked; otherwise the default rule: free endpoints first,
- * uniformly, then a draw weighted by registry's weights (1 / price²).
+ * How the default rule orders the endpoints of one tier: the free ones each equally likely first,
+ * the priced ones each first with probability weight / Σweight.
  */
-function groupOrder(group: EndpointChoice[], sort: EndpointSort | undefined, random: RandomSource): EndpointChoice[] {
+export interface TierDraw {
+  uniform(choices: EndpointChoice[]): EndpointChoice[];
+  weighted(choices: EndpointChoice[]): EndpointChoice[];
+}
+
+/** A fresh random draw per request. */
+export const randomDraw = (random: RandomSource): TierDraw => ({
+  uniform: (choices) => shuffled(choices, random),
+  weighted: (choices) => weightedOrder(choices, random),
+});
+
+/** Names an endpoint for rendezvous hashing: the same on every edge, one per (hoster, model, plan). */
+const endpointId = (c: EndpointChoice) => `${c.endpoint.hosterId}/${c.endpoint.modelId}/${c.endpoint.productId}`;
+
+/**
+ * A conversation's own order (sticky-key.ts): weighted rendezvous hashing of its key, the same on
+ * every edge and for every turn, with the random draw's odds over distinct conversations.
+ */
+export const stickyDraw = (key: string): TierDraw => ({
+  uniform: (choices) => rendezvousOrder(choices, key, endpointId, () => 1),
+  weighted: (choices) => rendezvousOrder(choices, key, endpointId, (c) => c.endpoint.weight),
+});
+
+/**
+ * One group's order: by `sort` when asked; otherwise the default rule: free endpoints first,
+ * uniformly, then by registry's weights (1 / price²). Fallbacks keep the table's order (by price).
+ */
+function groupOrder(group: EndpointChoice[], sort: EndpointSort | undefined, draw: TierDraw): EndpointChoice[] {
   if (sort) {
     const key = SORT_KEYS[sort];
     return [...group].sort((a, b) => key(a.endpoint) - key(b.endpoint));
@@ -73,7 +101,7 @@ function groupOrder(group: EndpointChoice[], sort: EndpointSort | undefined, ran
   const free = group.filter((c) => c.endpoint.tier === "primary" && pricePer1m(c.endpoint) === 0);
   const weighted = group.filter((c) => c.endpoint.tier === "primary" && pricePer1m(c.endpoint) > 0);
   const fallbacks = group.filter((c) => c.endpoint.tier !== "primary");
-  return [...shuffled(free, random), ...weightedOrder(weighted, random), ...fallbacks];
+  return [...draw.uniform(free), ...draw.weighted(weighted), ...fallbacks];
 }
 
 /**
@@ -81,23 +109,23 @@ function groupOrder(group: EndpointChoice[], sort: EndpointSort | undefined, ran
  * then primaries with one, then fallbacks (degraded or below the uptime floor), each group by the
  * rule or `sort`.
  */
-function defaultOrder(choices: EndpointChoice[], sort: EndpointSort | undefined, random: RandomSource) {
+function defaultOrder(choices: EndpointChoice[], sort: EndpointSort | undefined, draw: TierDraw) {
   const primary = choices.filter((c) => c.endpoint.tier === "primary");
   return [
     ...groupOrder(
       primary.filter((c) => !c.recentFault),
       sort,
-      random,
+      draw,
     ),
     ...groupOrder(
       primary.filter((c) => c.recentFault),
       sort,
-      random,
+      draw,
     ),
     ...groupOrder(
       choices.filter((c) => c.endpoint.tier !== "primary"),
       sort,
-      random,
+      draw,
     ),
   ];
 }
@@ -105,25 +133,25 @@ function defaultOrder(choices: EndpointChoice[], sort: EndpointSort | undefined,
 /**
  * The endpoints of an open model to try for one request, in order: the request's filters first;
  * then the hosters `order` names, in its order; then (unless `allow_fallbacks` is false) the rest
- * by the default rule. Without `order`, `allow_fallbacks: false` keeps the first endpoint only.
- * Empty when the filters leave none.
+ * by the default rule, each tier ordered by `draw` (random, or a conversation's own order). Without
+ * `order`, `allow_fallbacks: false` keeps the first endpoint only. Empty when the filters leave none.
  */
 export function orderEndpoints(
   choices: readonly EndpointChoice[],
   prefs: ProviderPreferences,
-  random: RandomSource,
+  draw: TierDraw,
 ): OpenEndpoint[] {
   const left = allowed(choices, prefs);
   const ordered: EndpointChoice[] = [];
   for (const name of prefs.order ?? []) {
     const named = left.filter((c) => names(c, name) && !ordered.includes(c));
-    ordered.push(...defaultOrder(named, prefs.sort, random));
+    ordered.push(...defaultOrder(named, prefs.sort, draw));
   }
   if (prefs.order && !prefs.allowFallbacks) return ordered.map((c) => c.endpoint);
   const rest = defaultOrder(
     left.filter((c) => !ordered.includes(c)),
     prefs.sort,
-    random,
+    draw,
   );
   const all = [...ordered, ...rest];
   return (prefs.allowFallbacks ? all : all.slice(0, 1)).map((c) => c.endpoint);

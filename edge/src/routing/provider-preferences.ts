@@ -1,4 +1,4 @@
-import { AppError } from "@mkt/runtime/errors";
+import type { FromSchema } from "json-schema-to-ts";
 
 /** How a request orders the endpoints it may reach instead of the default weighted draw. */
 export type EndpointSort = "price" | "latency" | "throughput";
@@ -23,90 +23,77 @@ export interface ProviderPreferences {
 
 export const NO_PREFERENCES: ProviderPreferences = { allowFallbacks: true };
 
-const SORTS: readonly EndpointSort[] = ["price", "latency", "throughput"];
+const SORTS = ["price", "latency", "throughput"] as const satisfies readonly EndpointSort[];
 const MAX_NAMES = 64;
 
-/** The schema the OpenAPI document shows; the checks themselves are `providerPreferences`'. */
+const names = (what: string) =>
+  ({
+    type: ["array", "null"],
+    description: what,
+    maxItems: MAX_NAMES,
+    items: { type: "string", minLength: 1 },
+  }) as const;
+const usdPerMillion = { type: ["number", "null"], minimum: 0, description: "USD per 1M tokens" } as const;
+
+/**
+ * The `provider` field of every body that routes (chat, Responses, Messages), checked by the
+ * route's schema like any other field: a wrong one is a 400 naming it (`provider.sort`). A field
+ * OpenRouter's clients might send that routing here does not read (`data_collection`) is refused
+ * by name rather than ignored, since a preference the gateway ignored would route where the client
+ * said not to: hence `additionalProperties: false`, here alone in bodies that otherwise pass
+ * unknown fields on. Null, for the whole or a field, means "no preference", as OpenRouter reads it.
+ */
 export const providerSchema = {
   type: ["object", "null"],
   description:
-    "Routing preferences for an open model (a `canonical_id`), OpenRouter's names: `order`, `only` and `ignore` " +
-    "name hosters (by name or id), `allow_fallbacks` (default true), `sort` (`price` | `latency` | `throughput`), " +
-    "`max_price` ({prompt, completion} in USD per 1M tokens), `quantizations`. An unknown field is a 400.",
+    "Routing preferences for an open model (a `canonical_id`), OpenRouter's names. An unknown field is a 400.",
+  additionalProperties: false,
+  properties: {
+    order: names("Hosters (by name or id) tried first, in this order."),
+    only: names("The only hosters (by name or id) the request may reach."),
+    ignore: names("Hosters (by name or id) the request never reaches."),
+    allow_fallbacks: {
+      type: ["boolean", "null"],
+      description: "Default true: other endpoints are tried when the preferred ones fail or do not fit.",
+    },
+    sort: {
+      type: ["string", "null"],
+      enum: [...SORTS, null],
+      description: "Order endpoints by this instead of the weighted draw.",
+    },
+    max_price: {
+      type: ["object", "null"],
+      description: "The highest price an endpoint may charge.",
+      additionalProperties: false,
+      properties: { prompt: usdPerMillion, completion: usdPerMillion },
+    },
+    quantizations: names("Quantizations the endpoint must declare (any case)."),
+  },
   example: { sort: "price", max_price: { prompt: 2, completion: 2 } },
 } as const;
 
-const invalid = (field: string, message: string) =>
-  new AppError("invalid_request", message, { param: `provider.${field}` });
+/** A `provider` value as the route's schema has let it through. */
+export type ProviderField = FromSchema<typeof providerSchema>;
 
-function names(value: unknown, field: string): string[] {
-  if (!Array.isArray(value) || value.length > MAX_NAMES || value.some((v) => typeof v !== "string" || v === "")) {
-    throw invalid(field, `Invalid \`provider.${field}\`: expected a list of at most ${MAX_NAMES} non-empty strings.`);
-  }
-  return value.map((v: string) => v.toLowerCase());
-}
-
-function price(value: unknown, field: string): number | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
-    throw invalid(
-      `max_price.${field}`,
-      `Invalid \`provider.max_price.${field}\`: expected a number of USD per 1M tokens, 0 or more.`,
-    );
-  }
-  return value;
-}
+const lowerCase = (list: readonly string[] | null | undefined) => list?.map((name) => name.toLowerCase());
 
 /**
- * Reads a request's `provider` object (absent or null: none). Every field is checked here, and a
- * field OpenRouter's clients might send that routing here does not read is refused by name rather
- * than silently ignored: a preference the gateway ignores would route where the client said not to.
+ * The routing preferences of a checked `provider` (absent or null: none). Names are compared
+ * case-insensitively, so they are lowered once here.
  */
-export function providerPreferences(value: unknown): ProviderPreferences {
+export function providerPreferences(value: ProviderField | undefined): ProviderPreferences {
   if (value === undefined || value === null) return NO_PREFERENCES;
-  if (typeof value !== "object" || Array.isArray(value)) {
-    throw new AppError("invalid_request", "Invalid `provider`: expected an object.", { param: "provider" });
+  const prefs: ProviderPreferences = { allowFallbacks: value.allow_fallbacks !== false };
+  for (const field of ["order", "only", "ignore", "quantizations"] as const) {
+    const list = lowerCase(value[field]);
+    if (list) prefs[field] = list;
   }
-  const prefs: ProviderPreferences = { allowFallbacks: true };
-  for (const [field, v] of Object.entries(value as Record<string, unknown>)) {
-    switch (field) {
-      case "order":
-      case "only":
-      case "ignore":
-      case "quantizations":
-        if (v !== null) prefs[field] = names(v, field);
-        break;
-      case "allow_fallbacks":
-        if (v !== null && typeof v !== "boolean")
-          throw invalid(field, "Invalid `provider.allow_fallbacks`: expected a boolean.");
-        prefs.allowFallbacks = v !== false;
-        break;
-      case "sort":
-        if (v === null) break;
-        if (typeof v !== "string" || !(SORTS as readonly string[]).includes(v)) {
-          throw invalid(field, `Invalid \`provider.sort\`: expected one of ${SORTS.join(", ")}.`);
-        }
-        prefs.sort = v as EndpointSort;
-        break;
-      case "max_price": {
-        if (v === null) break;
-        if (typeof v !== "object" || Array.isArray(v))
-          throw invalid(field, "Invalid `provider.max_price`: expected an object.");
-        const limits = v as Record<string, unknown>;
-        for (const key of Object.keys(limits)) {
-          if (key !== "prompt" && key !== "completion") {
-            throw invalid(
-              `max_price.${key}`,
-              `Unknown field \`provider.max_price.${key}\`: use prompt and completion.`,
-            );
-          }
-        }
-        prefs.maxPrice = { prompt: price(limits.prompt, "prompt"), completion: price(limits.completion, "completion") };
-        break;
-      }
-      default:
-        throw invalid(field, `Unknown field \`provider.${field}\`.`);
-    }
+  if (value.sort) prefs.sort = value.sort;
+  if (value.max_price) {
+    prefs.maxPrice = {
+      prompt: value.max_price.prompt ?? undefined,
+      completion: value.max_price.completion ?? undefined,
+    };
   }
   return prefs;
 }

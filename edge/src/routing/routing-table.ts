@@ -10,7 +10,7 @@ import {
   type RouteScope,
 } from "@mkt/proto/registry/v1/registry";
 import { ModelAliases } from "./model-aliases.ts";
-import { orderEndpoints, type RandomSource } from "./open-routes.ts";
+import { orderEndpoints, randomDraw, stickyDraw, type RandomSource } from "./open-routes.ts";
 import { NO_PREFERENCES, type ProviderPreferences } from "./provider-preferences.ts";
 import type { EjectionView, UpstreamDirectory, UpstreamTarget } from "./upstream-target.ts";
 
@@ -59,6 +59,7 @@ function openRoute(e: OpenEndpoint): Route {
     productId: e.productId,
     inputPricePer1mMicros: e.inputPricePer1mMicros,
     outputPricePer1mMicros: e.outputPricePer1mMicros,
+    cachedInputPricePer1mMicros: e.cachedInputPricePer1mMicros,
     contextWindow: e.contextWindow,
     maxOutputTokensCap: e.maxOutputTokens,
     maxN: e.maxN > 0n ? e.maxN : 1n,
@@ -86,6 +87,7 @@ function platformCandidate(m: PlatformModel): Candidate {
     provider: m.provider,
     inputPricePer1mMicros: m.inputPricePer1mMicros,
     outputPricePer1mMicros: m.outputPricePer1mMicros,
+    cachedInputPricePer1mMicros: m.cachedInputPricePer1mMicros,
     contextWindow: m.contextWindow,
     maxOutputTokensCap: m.maxOutputTokensCap,
     maxN: m.maxN,
@@ -167,7 +169,7 @@ export class RoutingTable implements UpstreamDirectory {
    * `outliers` is the edge's outlier ejection: read for health, and told when registry's probes
    * find a hoster healthy again after finding it unhealthy (`recovered`): the probe is the proof it
    * is back, so this edge's own ejection of it ends at once rather than at its back-off.
-   * `random` draws open models' endpoints (tests inject a sequence).
+   * `random` draws open models' endpoints for requests with no sticky key (tests inject a sequence).
    */
   constructor(
     outliers: OutlierView = { isEjected: () => false },
@@ -242,17 +244,20 @@ export class RoutingTable implements UpstreamDirectory {
    * optional `:floor` / `:nitro` suffix), its endpoints in the order the default rule, the
    * request's `provider` preferences and this edge's recent faults give (docs/routing.md). A
    * platform model's name wins over an open model's. Errors as `resolve`'s; an open model whose
-   * endpoints the preferences all rule out is model_not_found naming `provider`.
+   * endpoints the preferences all rule out is model_not_found naming `provider`. `stickyKey` gives
+   * the request's conversation key (sticky-key.ts), read only for an open model: with one, each tier
+   * is in the conversation's rendezvous order instead of a random draw.
    */
   resolveRoutes(
     model: string,
     scope: RouteScope | undefined,
     kind: "chat" | "embedding" = "chat",
     prefs: ProviderPreferences = NO_PREFERENCES,
+    stickyKey: () => string | undefined = () => undefined,
   ): Route[] {
     const route = this.#resolveName(model, scope, kind);
     if (route) return [route];
-    const open = kind === "chat" && !isScoped(scope) ? this.#openRoutes(model, prefs) : undefined;
+    const open = kind === "chat" && !isScoped(scope) ? this.#openRoutes(model, prefs, stickyKey) : undefined;
     if (open) return open;
     // An alias is read only for a name no model has: it names a model, whose errors are its own.
     const target = this.aliases.targetOf(model);
@@ -262,7 +267,7 @@ export class RoutingTable implements UpstreamDirectory {
   }
 
   /** An open model's routes for an account key, or undefined when the name is no open model's. */
-  #openRoutes(model: string, prefs: ProviderPreferences): Route[] | undefined {
+  #openRoutes(model: string, prefs: ProviderPreferences, stickyKey: () => string | undefined): Route[] | undefined {
     let folded = model.toLowerCase();
     let found = this.#open.get(folded);
     if (!found) {
@@ -285,7 +290,8 @@ export class RoutingTable implements UpstreamDirectory {
         },
       ];
     });
-    const ordered = orderEndpoints(choices, prefs, this.#random);
+    const key = prefs.sort ? undefined : stickyKey();
+    const ordered = orderEndpoints(choices, prefs, key === undefined ? randomDraw(this.#random) : stickyDraw(key));
     if (ordered.length === 0) {
       throw new AppError(
         "model_not_found",

@@ -33,20 +33,43 @@ export function firstChunkChoice(chunk: Json): Json | undefined {
   return isObject(choice) ? choice : undefined;
 }
 
-/** A chat answer's token counts and, where billing priced it, its `cost` in USD. */
+/**
+ * A chat answer's token counts (the relay's billed usage: cached tokens a part of the prompt's,
+ * reasoning tokens a part of the completion's) and, where billing priced it, its `cost` in USD.
+ */
 export interface ChatUsage {
   promptTokens: number;
   completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens: number;
   cost: unknown;
 }
 
 export function chatUsage(usage: unknown): ChatUsage | undefined {
   if (!isObject(usage)) return undefined;
+  const detail = (field: string, count: string) => {
+    const holder = usage[field];
+    return isObject(holder) ? Number(holder[count] ?? 0) : 0;
+  };
   return {
     promptTokens: Number(usage.prompt_tokens ?? 0),
     completionTokens: Number(usage.completion_tokens ?? 0),
+    cachedTokens: detail("prompt_tokens_details", "cached_tokens"),
+    reasoningTokens: detail("completion_tokens_details", "reasoning_tokens"),
     cost: usage.cost,
   };
+}
+
+/** Delta fields in which reasoning models (DeepSeek, vLLM, OpenRouter) send their reasoning. */
+export const REASONING_FIELDS = ["reasoning_content", "reasoning"] as const;
+
+/** A chat delta's or message's reasoning text ('' when it has none). */
+export function reasoningText(holder: Json): string {
+  for (const field of REASONING_FIELDS) {
+    const text = holder[field];
+    if (typeof text === "string" && text !== "") return text;
+  }
+  return "";
 }
 
 /** One tool call of a chat message, as both translations read it back. */

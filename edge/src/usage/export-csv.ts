@@ -12,7 +12,11 @@ import {
 } from "@mkt/proto/billing/v1/billing";
 import { csvLine, csvText } from "./csv-line.ts";
 
-/** The spec's export columns, in its order. */
+/**
+ * The spec's export columns, in its order, then ours: `cached_tokens` (of `input_tokens`, those
+ * served from the upstream's prompt cache) last, so a reader of the spec's columns by position is
+ * unaffected.
+ */
 export const EXPORT_COLUMNS = [
   "timestamp",
   "model",
@@ -23,6 +27,7 @@ export const EXPORT_COLUMNS = [
   "cost_usd",
   "latency_ms",
   "success",
+  "cached_tokens",
 ] as const;
 
 /** The call with its pages still encoded: each is decoded only when the response takes it. */
@@ -50,6 +55,7 @@ function line(row: UsageExportRow): string {
     microsToUsdText(row.costMicros),
     row.latencyMs.toString(),
     row.success ? "true" : "false",
+    row.cachedTokens.toString(),
   ]);
 }
 

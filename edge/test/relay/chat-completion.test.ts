@@ -150,7 +150,14 @@ describe("ChatCompletion, non-streaming caller", () => {
         },
       ],
       // No worst case was admitted (0): the request costs nothing (usage-cost.test.ts prices one).
-      usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, cost: 0 },
+      usage: {
+        prompt_tokens: 12,
+        completion_tokens: 5,
+        total_tokens: 17,
+        prompt_tokens_details: { cached_tokens: 0 },
+        completion_tokens_details: { reasoning_tokens: 0 },
+        cost: 0,
+      },
     });
     expect(await theUsageEvent(request)).toMatchObject({ inputTokens: 12n, outputTokens: 5n, success: true });
   });
@@ -180,6 +187,8 @@ describe("ChatCompletion, non-streaming caller", () => {
       prompt_tokens: 30,
       completion_tokens: Number(billedOut),
       total_tokens: 30 + Number(billedOut),
+      prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 0 },
       cost: 0,
     });
     const event = await theUsageEvent(request);
@@ -225,11 +234,33 @@ describe("ChatCompletion, lying upstream usage", () => {
         prompt_tokens: 20,
         completion_tokens: Number(DELIVERED),
         total_tokens: 20 + Number(DELIVERED),
+        prompt_tokens_details: { cached_tokens: 0 },
+        completion_tokens_details: { reasoning_tokens: 0 },
         cost: 0,
       });
       expect(await theUsageEvent(request)).toMatchObject({ inputTokens: 20n, outputTokens: DELIVERED, success: true });
     },
   );
+});
+
+describe("ChatCompletion, an upstream claiming more cached or reasoning tokens than it billed", () => {
+  it("clamps them to the billed input and output, in the answer and the usage event", async () => {
+    const request = await h.chatRequest("liar-cached", { includeUsage: true });
+    const { events, error } = await h.chat(request);
+    expect(error).toBeUndefined();
+    const usage = eventJson(events.at(-1)!).usage as { completion_tokens: number };
+    expect(usage).toMatchObject({
+      prompt_tokens: 12,
+      prompt_tokens_details: { cached_tokens: 12 },
+      completion_tokens_details: { reasoning_tokens: usage.completion_tokens },
+    });
+    expect(await theUsageEvent(request)).toMatchObject({
+      inputTokens: 12n,
+      cachedInputTokens: 12n,
+      reasoningTokens: BigInt(usage.completion_tokens),
+      reportedCachedTokens: 1_000_000_000n,
+    });
+  });
 });
 
 describe("ChatCompletion failures", () => {

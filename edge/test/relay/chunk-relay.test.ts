@@ -93,7 +93,7 @@ describe("ChunkAccumulator.relayText", () => {
     expect(acc.finishReason).toBeNull();
     acc.accept(chunk({ model: "m" }, { content: "a" }));
     acc.accept(chunk({ model: "m" }, {}, "length"));
-    const usage = { inputTokens: 1n, outputTokens: 1n };
+    const usage = { inputTokens: 1n, outputTokens: 1n, cachedInputTokens: 0n, reasoningTokens: 0n };
     // The cost settlement will post, in USD.
     const withCost = { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2, cost: 0.000002 };
     expect(acc.usageChunk(usage, 2n)).toMatchObject({ id: OURS, choices: [], usage: withCost });
@@ -109,7 +109,10 @@ describe("ChunkAccumulator.completion, what an upstream adds", () => {
     acc.accept(chunk({ model: "up", provider: "acme", x_trace: { region: "eu" } }, { reasoning_content: "Think" }));
     acc.accept(chunk({ model: "up", provider: "acme" }, { reasoning_content: "ing." }));
     acc.accept(chunk({ model: "up" }, { content: "Hi" }, "stop"));
-    const completion = acc.completion({ inputTokens: 1n, outputTokens: 1n }, 0n);
+    const completion = acc.completion(
+      { inputTokens: 1n, outputTokens: 1n, cachedInputTokens: 0n, reasoningTokens: 0n },
+      0n,
+    );
     expect(completion).toMatchObject({
       id: OURS,
       object: "chat.completion",
@@ -123,7 +126,10 @@ describe("ChunkAccumulator.completion, what an upstream adds", () => {
   it("never lets an upstream's field stand in for ours", () => {
     const acc = accumulator();
     acc.accept(chunk({ model: "up", usage: { prompt_tokens: 1, completion_tokens: 1 } }, { content: "Hi" }, "stop"));
-    const completion = acc.completion({ inputTokens: 3n, outputTokens: 2n }, 0n);
+    const completion = acc.completion(
+      { inputTokens: 3n, outputTokens: 2n, cachedInputTokens: 0n, reasoningTokens: 0n },
+      0n,
+    );
     expect(completion).toMatchObject({ id: OURS, model: "m", object: "chat.completion" });
     expect((completion.usage as Record<string, unknown>).prompt_tokens).toBe(3);
   });

@@ -15,7 +15,7 @@ const fed = (...chunks: string[]) => {
   return acc;
 };
 
-const usage: BilledUsage = { inputTokens: 1n, outputTokens: 1n };
+const usage: BilledUsage = { inputTokens: 1n, outputTokens: 1n, cachedInputTokens: 0n, reasoningTokens: 0n };
 
 describe("output the caller receives is counted as delivered", () => {
   it("legacy function_call deltas count like tool_calls, and assemble into message.function_call", () => {

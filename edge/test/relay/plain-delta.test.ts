@@ -466,7 +466,7 @@ describe("ChunkAccumulator reads plain deltas as the JSON.parse path does", () =
   });
   afterAll(() => vi.useRealTimers());
 
-  const usage = { inputTokens: 12n, outputTokens: 7n };
+  const usage = { inputTokens: 12n, outputTokens: 7n, cachedInputTokens: 0n, reasoningTokens: 0n };
 
   /**
    * gpt-tokenizer 4.0.0 decodes through one TextDecoder in streaming mode that it never flushes:

@@ -38,6 +38,8 @@ describe("billedUsage", () => {
     expect(billedUsage({ ...base, reported: { promptTokens: 12, completionTokens: 5 } })).toEqual({
       inputTokens: 12n,
       outputTokens: 5n,
+      cachedInputTokens: 0n,
+      reasoningTokens: 0n,
     });
   });
 
@@ -45,10 +47,14 @@ describe("billedUsage", () => {
     expect(billedUsage({ ...base, reported: { promptTokens: 1e12, completionTokens: 1e12 } })).toEqual({
       inputTokens: 20n,
       outputTokens: 6n,
+      cachedInputTokens: 0n,
+      reasoningTokens: 0n,
     });
     expect(billedUsage({ ...base, maxOutputTokens: 4n, reported: { promptTokens: 5, completionTokens: 50 } })).toEqual({
       inputTokens: 5n,
       outputTokens: 4n,
+      cachedInputTokens: 0n,
+      reasoningTokens: 0n,
     });
   });
 
@@ -62,11 +68,43 @@ describe("billedUsage", () => {
     expect(billedUsage({ ...base, reported: { promptTokens: p, completionTokens: c } })).toEqual({
       inputTokens: 20n,
       outputTokens: 6n,
+      cachedInputTokens: 0n,
+      reasoningTokens: 0n,
     });
   });
 
+  it("takes cached and reasoning counts as parts of the billed input and output, clamped to them", () => {
+    const reported = { promptTokens: 12, completionTokens: 5, cachedTokens: 8, reasoningTokens: 3 };
+    expect(billedUsage({ ...base, reported })).toEqual({
+      inputTokens: 12n,
+      outputTokens: 5n,
+      cachedInputTokens: 8n,
+      reasoningTokens: 3n,
+    });
+    // Claims above the billed counts are clamped to them (the edge's prompt count lowers the input first).
+    const liar = { promptTokens: 1e12, completionTokens: 5, cachedTokens: 1e12, reasoningTokens: 99 };
+    expect(billedUsage({ ...base, reported: liar })).toEqual({
+      inputTokens: 20n,
+      outputTokens: 5n,
+      cachedInputTokens: 20n,
+      reasoningTokens: 5n,
+    });
+    for (const garbage of [-1, NaN, "8", null, Infinity]) {
+      const counts = billedUsage({
+        ...base,
+        reported: { ...reported, cachedTokens: garbage, reasoningTokens: garbage },
+      });
+      expect(counts).toMatchObject({ cachedInputTokens: 0n, reasoningTokens: 0n });
+    }
+  });
+
   it("uses its own counts when nothing was reported", () => {
-    expect(billedUsage({ ...base, reported: undefined })).toEqual({ inputTokens: 20n, outputTokens: 6n });
+    expect(billedUsage({ ...base, reported: undefined })).toEqual({
+      inputTokens: 20n,
+      outputTokens: 6n,
+      cachedInputTokens: 0n,
+      reasoningTokens: 0n,
+    });
   });
 });
 
@@ -242,7 +280,9 @@ describe("ChunkAccumulator", () => {
     expect((acc.accept(later) as Out).choices).toMatchObject([{ index: 1, finish_reason: "stop" }]);
     expect(acc.stoppedByGuard).toBe(true);
     expect(acc.deliveredTokens()).toBe(6n); // three tokens each
-    expect(acc.completion({ inputTokens: 1n, outputTokens: 6n }, 0n)).toMatchObject({
+    expect(
+      acc.completion({ inputTokens: 1n, outputTokens: 6n, cachedInputTokens: 0n, reasoningTokens: 0n }, 0n),
+    ).toMatchObject({
       choices: [
         { index: 0, message: { content: " a b c" }, finish_reason: "length" },
         { index: 1, message: { content: " x y z" }, finish_reason: "stop" },

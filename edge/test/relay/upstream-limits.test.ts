@@ -324,6 +324,8 @@ describe("usage an upstream lies about", () => {
       prompt_tokens: 20,
       completion_tokens: Number(ANSWER_TOKENS),
       total_tokens: 20 + Number(ANSWER_TOKENS),
+      prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 0 },
       cost: 0,
     });
     expect(await usageOf(h, request)).toMatchObject({

@@ -35,6 +35,25 @@ describe("usageMismatch", () => {
     expect(check(111, 50)).toBe("input");
   });
 
+  it("flags a cached count above the report's own prompt count, or above ours beyond the tolerance", () => {
+    const cachedCheck = (promptTokens: number, cachedTokens: unknown) =>
+      usageMismatch({
+        reported: { promptTokens, completionTokens: 50, cachedTokens },
+        promptTokens: 100n,
+        deliveredOutputTokens: 50n,
+        maxOutputTokens: 1000n,
+        relayedWhole: true,
+      });
+    expect(cachedCheck(100, 80)).toBeUndefined();
+    expect(cachedCheck(100, 100)).toBeUndefined();
+    // Within the tolerance above our count, as the prompt count itself may be.
+    expect(cachedCheck(105, 104)).toBeUndefined();
+    expect(cachedCheck(100, 101)).toBe("cached");
+    expect(cachedCheck(90, 95)).toBe("cached");
+    // A garbled cached count is not a claim (billing reads it as none).
+    expect(cachedCheck(100, "lots")).toBeUndefined();
+  });
+
   it("flags output above the cap the upstream was sent, with no tolerance", () => {
     // 12 output tokens by the server's own count for max_tokens 10: it ran past max_tokens.
     const counted = { prompt: 100n, output: 30n, cap: 10n };

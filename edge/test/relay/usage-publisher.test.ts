@@ -9,6 +9,7 @@ import { freshEventsPrefix } from "@mkt/testkit/env";
 import { startPrivateNatsServer, type PrivateNatsServer } from "@mkt/testkit/nats-server";
 import { createRelayMetrics } from "../../src/relay/relay-metrics.ts";
 import { UsagePublisher } from "../../src/relay/usage-publisher.ts";
+import { decodeUsageEvent, usageItems } from "@mkt/runtime/usage-messages";
 
 // The edge's usage publisher against a nats-server of this file's own, stopped and started at
 // will: group commits, billing's RecordUsage when JetStream does not ack, and events held in
@@ -38,6 +39,7 @@ function publisher(recordUsage?: (events: UsageCompleted[]) => Promise<void>, du
   const usage = new UsagePublisher({
     nc,
     subject: names.usageCompleted,
+    edgeId: "edge-test",
     ackTimeoutMs: 300,
     durableTimeoutMs,
     recordUsage,
@@ -47,18 +49,47 @@ function publisher(recordUsage?: (events: UsageCompleted[]) => Promise<void>, du
   return { usage, registry };
 }
 
-async function storedIds(): Promise<Set<string>> {
+/** What the stream holds: each message's id and the request ids of its events. */
+async function storedBatches(): Promise<Array<{ id: string; requestIds: string[] }>> {
   const jsm = await jetstreamManager(nc);
   const info = await jsm.streams.info(names.usageStream);
-  const ids = new Set<string>();
+  const batches: Array<{ id: string; requestIds: string[] }> = [];
   for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
     const msg = await jsm.streams.getMessage(names.usageStream, { seq }).catch(() => null);
-    if (msg) ids.add(UsageCompleted.decode(msg.data).requestId);
+    if (!msg) continue;
+    const items = usageItems(msg.data, msg.header);
+    batches.push({
+      id: msg.header.get("Nats-Msg-Id"),
+      requestIds: items.map((item) => decodeUsageEvent(item.data).requestId),
+    });
   }
-  return ids;
+  return batches;
+}
+
+async function storedIds(): Promise<Set<string>> {
+  return new Set((await storedBatches()).flatMap((batch) => batch.requestIds));
 }
 
 describe("the edge's usage publisher", () => {
+  it("publishes the events that end while a publish is in flight as the next batch, one message each", async () => {
+    const { usage, registry } = publisher();
+    const first = event();
+    const firstDurable = usage.publish(first);
+    // Handed over in later turns while the first batch's publish awaits its ack.
+    await new Promise((resolve) => setImmediate(resolve));
+    const rest = Array.from({ length: 10 }, event);
+    await Promise.all([firstDurable, ...rest.map((e) => usage.publish(e))]);
+    const batches = (await storedBatches()).filter((batch) =>
+      batch.requestIds.some((id) => id === first.requestId || rest.some((e) => e.requestId === id)),
+    );
+    expect(batches.map((batch) => batch.requestIds)).toEqual([[first.requestId], rest.map((e) => e.requestId)]);
+    const [one, two] = batches.map((batch) => batch.id.split("."));
+    expect(one!.slice(0, 2)).toEqual(two!.slice(0, 2));
+    expect(BigInt(two![2]!)).toBe(BigInt(one![2]!) + 1n);
+    expect(await registry.metrics()).toMatch(/mkt_usage_publish_group_size_sum 11\n/);
+    await usage.close();
+  });
+
   it("publishes the events handed over in one turn as one group, each durable when its promise settles", async () => {
     const { usage, registry } = publisher();
     const events = Array.from({ length: 25 }, event);
@@ -117,8 +148,9 @@ describe("the edge's usage publisher", () => {
     const deadline = Date.now() + 10_000;
     while (usage.pending > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
     expect(usage.pending).toBe(0);
-    const stored = await storedIds();
-    expect(events.every((e) => stored.has(e.requestId))).toBe(true);
+    // Held as one batch and published as it was made: one message, never regrouped.
+    const held = (await storedBatches()).filter((batch) => events.some((e) => batch.requestIds.includes(e.requestId)));
+    expect(held.map((batch) => batch.requestIds)).toEqual([events.map((e) => e.requestId)]);
     expect(await registry.metrics()).toMatch(/mkt_usage_pending_events 0\n/);
     expect(await usage.close()).toBe(0);
   });

@@ -3,11 +3,13 @@ import type { ServerResponse } from "node:http";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { AppError } from "@mkt/runtime/errors";
 import { randomToken } from "@mkt/runtime/ids";
-import { countPromptTokens, type ChatMessageLike } from "@mkt/runtime/tokens";
+import type { ChatMessageLike } from "@mkt/runtime/tokens";
 import { parseChatRequest } from "../chat-request.ts";
 import type { ShutdownSignals } from "../shutdown-signals.ts";
 import { demoEmbeddings, parseEmbeddingRequest } from "./demo-embeddings.ts";
 import { demoReply, type DemoReply } from "./demo-reply.ts";
+import { demoUsage } from "./demo-usage.ts";
+import { PrefixCache } from "./prefix-cache.ts";
 
 export interface DemoOptions {
   models: readonly string[];
@@ -73,10 +75,10 @@ function clientGone(res: ServerResponse): AbortSignal {
   return gone.signal;
 }
 
-/** One piece of one choice, due once that choice has generated `tokensIn` tokens. */
+/** One delta of one choice, due once that choice has generated `tokensIn` tokens. */
 interface ScheduledPiece {
   choice: number;
-  piece: string;
+  delta: object;
   tokensIn: number;
 }
 
@@ -86,9 +88,9 @@ interface ScheduledPiece {
  * when its own choice reaches it.
  */
 function schedule(demos: readonly DemoReply[]): ScheduledPiece[] {
-  const pieces = demos.flatMap(({ answer }, choice) => {
+  const pieces = demos.flatMap(({ deltas }, choice) => {
     let tokensIn = 0;
-    return answer.pieces.map((piece, i) => ({ choice, piece, tokensIn: (tokensIn += answer.pieceTokens[i]!) }));
+    return deltas.map(({ delta, tokens }) => ({ choice, delta, tokensIn: (tokensIn += tokens) }));
   });
   // Stable: at equal times, choices in index order.
   return pieces.sort((a, b) => a.tokensIn - b.tokensIn);
@@ -134,8 +136,8 @@ async function streamAnswer(
       // catches up in one step instead of a write per token. (An explicit res.cork() would undo
       // that: the response then leaves its chunks one write each.)
       do {
-        const { choice, piece } = pieces[i]!;
-        write(chunk(choice, demos[choice]!.pieceDelta(piece), null));
+        const { choice, delta } = pieces[i]!;
+        write(chunk(choice, delta, null));
         i++;
       } while (i < pieces.length && pacer.dueIn(pieces[i]!.tokensIn) <= 0);
       await drained();
@@ -158,6 +160,7 @@ async function streamAnswer(
 export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
   const created = Math.floor(Date.now() / 1000);
   const models = new Set(options.models);
+  const prefixCache = new PrefixCache();
 
   app.get("/v1/models", async () => ({
     object: "list",
@@ -182,13 +185,8 @@ export function demoRoutes(app: FastifyInstance, options: DemoOptions): void {
     const demos = Array.from({ length: chat.n }, (_, i) =>
       demoReply(chat, i === 0 ? key : `${key}\n#${i}`, options.completionTokens),
     );
-    const promptTokens = countPromptTokens(chat.messages, { tools: chat.toolDefinitions });
-    const completionTokens = demos.reduce((sum, d) => sum + d.completionTokens, 0);
-    const usage = {
-      prompt_tokens: promptTokens,
-      completion_tokens: completionTokens,
-      total_tokens: promptTokens + completionTokens,
-    };
+    const cachedMessages = prefixCache.lookUpAndRecord(chat.model, chat.messages, chat.toolDefinitions);
+    const usage = demoUsage(chat, cachedMessages, demos);
     const id = `chatcmpl-${randomToken(12)}`;
     const now = Math.floor(Date.now() / 1000);
 

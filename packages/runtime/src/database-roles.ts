@@ -136,8 +136,8 @@ async function ensureRole(client: pg.Client, role: Role, asSuperuser: boolean): 
 
 /**
  * Creates the schema for `owner`, or hands an existing one to it with its tables, views,
- * sequences and functions (a schema that migrations of an earlier release created as the
- * administrator). Sequences of identity and serial columns follow their tables.
+ * sequences, composite types and functions (a schema that migrations of an earlier release created
+ * as the administrator). Sequences of identity and serial columns follow their tables.
  */
 async function ensureSchemaOwnedBy(client: pg.Client, schema: string, owner: string): Promise<void> {
   const [s, o] = [client.escapeIdentifier(schema), client.escapeIdentifier(owner)];
@@ -145,10 +145,10 @@ async function ensureSchemaOwnedBy(client: pg.Client, schema: string, owner: str
   await client.query(`ALTER SCHEMA ${s} OWNER TO ${o}`);
   const { rows } = await client.query<{ kind: string; name: string }>(
     `SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
-                           ELSE 'TABLE' END AS kind,
+                           WHEN 'c' THEN 'TYPE' ELSE 'TABLE' END AS kind,
             format('%I.%I', n.nspname, c.relname) AS name
        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+      WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'c')
         AND pg_get_userbyid(c.relowner) <> $2
         AND NOT (c.relkind = 'S' AND EXISTS (
           SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')))

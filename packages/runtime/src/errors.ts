@@ -9,7 +9,6 @@ import { Metadata, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js
 export const ERROR_CODES = {
   invalid_request: { http: 400, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
   context_length_exceeded: { http: 400, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
-  max_tokens_exceeded: { http: 400, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
   request_too_large: { http: 413, type: "invalid_request_error", grpc: GrpcStatus.INVALID_ARGUMENT },
   invalid_api_key: { http: 401, type: "authentication_error", grpc: GrpcStatus.UNAUTHENTICATED },
   invalid_credentials: { http: 401, type: "authentication_error", grpc: GrpcStatus.UNAUTHENTICATED },

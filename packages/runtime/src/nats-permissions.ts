@@ -41,26 +41,23 @@ export function natsPermissions(prefix: string): Record<NatsUser, NatsUserPermis
     `$JS.ACK.${stream}.${durable}.>`,
   ];
   const inbox = (user: NatsUser) => `${natsInboxPrefix(user)}.>`;
-  // Registry and billing each make sure the usage stream exists at start (ensureUsageStream):
-  // whichever starts first creates it. Nothing else of JetStream's API is theirs to call.
-  const usageStreamApi = [
-    "$JS.API.INFO",
-    `$JS.API.STREAM.INFO.${stream}`,
-    `$JS.API.STREAM.CREATE.${stream}`,
-    `$JS.API.STREAM.UPDATE.${stream}`,
-  ];
+  // Billing owns the usage stream: it creates it, or updates it to its settings
+  // (USAGE_STREAM_REPLICAS), at start. Registry only looks it up, waiting until billing made it:
+  // two writers of one stream's settings would flap it. Nothing else of JetStream's API is theirs.
+  const usageStreamLookup = ["$JS.API.INFO", `$JS.API.STREAM.INFO.${stream}`];
+  const usageStreamOwner = [...usageStreamLookup, `$JS.API.STREAM.CREATE.${stream}`, `$JS.API.STREAM.UPDATE.${stream}`];
   return {
     // Publishes catalog changes and hears other replicas'; reads usage with a durable consumer of
-    // its own (hosters' usage-report figures).
+    // its own (hosters' usage-report figures), on the stream billing made.
     registry: {
-      publish: [names.catalogChanged, ...usageStreamApi, ...consumerApi(names.hosterStatsConsumer)],
+      publish: [names.catalogChanged, ...usageStreamLookup, ...consumerApi(names.hosterStatsConsumer)],
       subscribe: [names.catalogChanged, inbox("registry")],
       allowResponses: false,
     },
-    // Settles usage with its durable consumer; the only sender of lease recalls (requests,
-    // answered on its inbox).
+    // Owns the usage stream and settles it with its durable consumer; the only sender of lease
+    // recalls (requests, answered on its inbox).
     billing: {
-      publish: [names.leaseRecall("*"), ...usageStreamApi, ...consumerApi(consumer)],
+      publish: [names.leaseRecall("*"), ...usageStreamOwner, ...consumerApi(consumer)],
       subscribe: [inbox("billing")],
       allowResponses: false,
     },

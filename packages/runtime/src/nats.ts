@@ -1,5 +1,6 @@
 import { connect, createInbox, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "./logger.ts";
 
 export type { NatsConnection };
@@ -39,6 +40,15 @@ export function natsInboxPrefix(user: string): string {
  */
 export function userInbox(user: string): string {
   return createInbox(natsInboxPrefix(user));
+}
+
+/**
+ * A fresh reply subject under the connection's own inbox prefix, made as nats.js makes one for a
+ * request (from its `inboxPrefix` option: the user's with credentials, `_INBOX` without), for a
+ * subscription of the service's own that takes replies in place of `request`.
+ */
+export function connectionInbox(nc: NatsConnection): string {
+  return createInbox((nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix);
 }
 
 /** A service's NATS user (nats-permissions.ts); the password is a secret, never logged. */
@@ -89,24 +99,97 @@ export async function connectNats(
   return nc;
 }
 
-/** Creates (or updates) the durable JetStream stream holding usage.completed events. */
-export async function ensureUsageStream(nc: NatsConnection, names: EventNames): Promise<void> {
+/** What the usage stream's owner (billing) decides about it; everything else is fixed here. */
+export interface UsageStreamSettings {
+  /** Copies of every event in a JetStream cluster (USAGE_STREAM_REPLICAS): 1 on a single server. */
+  replicas: number;
+}
+
+/**
+ * Creates the durable JetStream stream holding usage.completed events, or updates it to this
+ * configuration. Billing alone calls it (its USAGE_STREAM_REPLICAS is the one setting of the
+ * stream): two processes updating it with different settings would flap it. Everyone else waits
+ * for it (waitForUsageStream).
+ */
+export async function ensureUsageStream(
+  nc: NatsConnection,
+  names: EventNames,
+  settings: UsageStreamSettings = { replicas: 1 },
+): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const config = {
     name: names.usageStream,
     subjects: [names.usageCompleted],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
+    num_replicas: settings.replicas,
     // Nats-Msg-Id (the request id) duplicates within this window are dropped by the server: an
     // event published again after a lost ack is kept once.
     duplicate_window: 2 * 60 * 1_000_000_000,
     max_age: 7 * 24 * 3600 * 1_000_000_000,
   };
+  let exists = true;
   try {
     await jsm.streams.info(names.usageStream);
-    await jsm.streams.update(names.usageStream, config);
   } catch (err) {
-    if ((err as { name?: string }).name !== "StreamNotFoundError" && !String(err).includes("not found")) throw err;
-    await jsm.streams.add(config);
+    if (!isStreamNotFound(err)) throw err;
+    exists = false;
+  }
+  try {
+    if (exists) await jsm.streams.update(names.usageStream, config);
+    else await jsm.streams.add(config);
+  } catch (err) {
+    // A single server refuses more than one replica, a cluster more than it has nodes: say which
+    // setting asked for them.
+    throw new Error(
+      `${exists ? "updating" : "creating"} the usage stream ${names.usageStream} with ${settings.replicas} ` +
+        `replica(s) (USAGE_STREAM_REPLICAS) failed: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
+}
+
+function isStreamNotFound(err: unknown): boolean {
+  return (err as { name?: string }).name === "StreamNotFoundError" || String(err).includes("not found");
+}
+
+/** How waitForUsageStream paces its looks: doubling from the first, never longer than the last. */
+const STREAM_WAIT_FIRST_MS = 250;
+const STREAM_WAIT_MAX_MS = 5_000;
+
+/**
+ * Resolves once the usage stream exists, looking again with a backoff (250 ms doubling to 5 s)
+ * until it does or `signal` aborts. A reader of the stream that is not its owner (registry)
+ * starts before billing made it, so it waits instead of creating it with settings of its own.
+ * Logs the first miss, then every look that finds it still missing after the backoff is at its
+ * longest, at most one line per 5 s.
+ */
+export async function waitForUsageStream(
+  nc: NatsConnection,
+  names: EventNames,
+  log: Logger,
+  signal?: AbortSignal,
+): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  let delay = STREAM_WAIT_FIRST_MS;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await jsm.streams.info(names.usageStream);
+      if (attempt > 1) log.info({ stream: names.usageStream, attempts: attempt }, "usage stream found");
+      return;
+    } catch (err) {
+      if (signal?.aborted) throw signal.reason;
+      const missing = isStreamNotFound(err);
+      if (attempt === 1 || delay === STREAM_WAIT_MAX_MS) {
+        log.warn(
+          { stream: names.usageStream, retryInMs: delay, ...(missing ? {} : { err }) },
+          missing
+            ? "usage stream not created yet (billing creates it); waiting"
+            : "usage stream lookup failed; retrying",
+        );
+      }
+    }
+    await sleep(delay, undefined, { signal });
+    delay = Math.min(delay * 2, STREAM_WAIT_MAX_MS);
   }
 }

@@ -3,6 +3,11 @@ import { affordableOutput, chargesAnything, planPricing, requestCharge, worstCas
 
 const terms = { inputPricePer1m: 2_500_000n, outputPricePer1m: 9_999_999n, overagePricePer1m: 3_333_333n };
 const tokens = (inputTokens: bigint, outputTokens: bigint) => ({ inputTokens, outputTokens });
+const withCache = (inputTokens: bigint, outputTokens: bigint, cachedInputTokens: bigint) => ({
+  inputTokens,
+  outputTokens,
+  cachedInputTokens,
+});
 
 describe("requestCharge at per-1M prices", () => {
   it("is costMicros of the tokens, at most the worst case", () => {
@@ -95,5 +100,92 @@ describe("affordableOutput", () => {
     expect(chargesAnything([planPricing("free", terms, 0n), planPricing("subscription", terms, 0n)])).toBe(false);
     expect(chargesAnything([planPricing("subscription_overage", terms, 0n)])).toBe(true);
     expect(chargesAnything([planPricing("payg", terms, 0n)])).toBe(true);
+  });
+});
+
+describe("requestCharge with cached input tokens", () => {
+  const route = { inputPricePer1m: 3_000_000n, outputPricePer1m: 15_000_000n, cachedInputPricePer1m: 300_000n };
+
+  it("prices the cached part of the input at the cached price", () => {
+    // ceil((200 × 3 + 9800 × 0.3 + 100 × 15) micro-USD) = 600 + 2940 + 1500 = 5040.
+    expect(requestCharge(withCache(10_000n, 100n, 9_800n), route, 1_000_000n)).toEqual({
+      cost: 5_040n,
+      overageTokens: 0n,
+    });
+  });
+
+  it("prices cached tokens at the input price when no cached price is set, and an explicit 0 as 0", () => {
+    const plain = { inputPricePer1m: 3_000_000n, outputPricePer1m: 15_000_000n };
+    expect(requestCharge(withCache(10_000n, 100n, 9_800n), plain, 1_000_000n).cost).toBe(31_500n);
+    const zero = { ...plain, cachedInputPricePer1m: 0n };
+    // ceil(200 × 3 + 100 × 15) = 2100: the cached 9,800 cost nothing.
+    expect(requestCharge(withCache(10_000n, 100n, 9_800n), zero, 1_000_000n).cost).toBe(2_100n);
+  });
+
+  it("clamps cached tokens to [0, input] itself: never negative, never above the fresh price", () => {
+    const fresh = requestCharge(withCache(1_000n, 10n, 0n), route, 1_000_000n).cost;
+    expect(requestCharge(withCache(1_000n, 10n, -50n), route, 1_000_000n).cost).toBe(fresh);
+    const allCached = requestCharge(withCache(1_000n, 10n, 1_000n), route, 1_000_000n).cost;
+    expect(requestCharge(withCache(1_000n, 10n, 99_999n), route, 1_000_000n).cost).toBe(allCached);
+    // ceil(1000 × 0.3 + 10 × 15) = 450.
+    expect(allCached).toBe(450n);
+  });
+
+  it("is still at most the worst case", () => {
+    expect(requestCharge(withCache(10_000n, 100n, 9_800n), route, 4_000n).cost).toBe(4_000n);
+  });
+
+  it("worstCaseCharge holds every input token at the fresh price", () => {
+    expect(worstCaseCharge(tokens(10_000n, 100n), [route])).toBe(31_500n);
+  });
+});
+
+describe("requestCharge of a subscription_overage request with cached tokens", () => {
+  const overageTerms = { ...terms, overagePricePer1m: 4_000_000n, cachedInputPricePer1m: 400_000n };
+  const overage = (included: bigint) => planPricing("subscription_overage", overageTerms, included);
+
+  it("covers fresh input and output with included tokens first; the cached tokens left over pay the cached price", () => {
+    // 1,000 input (800 cached) + 100 output = 1,100 tokens, 600 included: 500 beyond. Cached tokens
+    // are the last the included tokens cover, so all 500 beyond are cached: ceil(500 × 0.4) = 200.
+    expect(requestCharge(withCache(1_000n, 100n, 800n), overage(600n), 10_000n)).toEqual({
+      cost: 200n,
+      overageTokens: 500n,
+    });
+  });
+
+  it("charges fresh overage tokens once the cached ones are all beyond the included tokens", () => {
+    // 1,100 tokens, 200 included: 900 beyond, of which the 800 cached pay 0.4 and 100 fresh pay 4:
+    // ceil(800 × 0.4 + 100 × 4) = 720.
+    expect(requestCharge(withCache(1_000n, 100n, 800n), overage(200n), 10_000n)).toEqual({
+      cost: 720n,
+      overageTokens: 900n,
+    });
+  });
+
+  it("within the included tokens costs nothing, cached or not", () => {
+    expect(requestCharge(withCache(1_000n, 100n, 800n), overage(1_100n), 10_000n)).toEqual({
+      cost: 0n,
+      overageTokens: 0n,
+    });
+  });
+
+  it("past the worst case pays for the cheapest overage tokens first and counts only those", () => {
+    // 900 beyond as above (720 uncapped); a worst case of 500 pays the 800 cached (320) and then
+    // floor(180 / 4 × 1M / 1M) = 45 fresh (180): 845 tokens, 500 micro-USD.
+    expect(requestCharge(withCache(1_000n, 100n, 800n), overage(200n), 500n)).toEqual({
+      cost: 500n,
+      overageTokens: 845n,
+    });
+  });
+
+  it("uses the overage price for cached tokens when the plan sets no cached price", () => {
+    const plain = planPricing("subscription_overage", { ...terms, overagePricePer1m: 4_000_000n }, 200n);
+    expect(requestCharge(withCache(1_000n, 100n, 800n), plain, 10_000n).cost).toBe(3_600n);
+  });
+
+  it("payg plans take their cached price through planPricing", () => {
+    const payg = planPricing("payg", { ...terms, cachedInputPricePer1m: 250_000n }, 0n);
+    // ceil(234 × 2.5 + 1000 × 0.25 + 567 × 9.999999) = ceil(585 + 250 + 5669.999433) = 6505.
+    expect(requestCharge(withCache(1_234n, 567n, 1_000n), payg, 100_000n).cost).toBe(6_505n);
   });
 });

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { connect } from "node:net";
 import { delimiter, join } from "node:path";
@@ -35,4 +36,22 @@ export function findNatsServer(path = process.env.PATH ?? "", sbin = SBIN): stri
     }
   }
   return undefined;
+}
+
+/** The version a nats-server binary reports (`nats-server --version` prints `nats-server: v2.9.10`). */
+export function natsServerVersion(binary: string): string | undefined {
+  try {
+    return /v(\d+\.\d+\.\d+)/.exec(execFileSync(binary, ["--version"], { encoding: "utf8", timeout: 5_000 }))?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * True when the binary understands `sync_interval: always` (nats-server 2.10 and later): an older
+ * server refuses a configuration file that names it, so the file leaves it out there.
+ */
+export function natsServerSyncsEveryWrite(binary: string): boolean {
+  const [major = 0, minor = 0] = (natsServerVersion(binary) ?? "0.0.0").split(".").map(Number);
+  return major > 2 || (major === 2 && minor >= 10);
 }

@@ -1,7 +1,14 @@
 /** What a streamed chat completion ends with: its text and the usage billed for it. */
 export interface ChatResult {
   text: string;
-  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number; cost?: number };
+  usage?: {
+    prompt_tokens: number;
+    completion_tokens: number;
+    total_tokens: number;
+    /** Of prompt_tokens, those the model's server read from its prompt cache (a cheaper price). */
+    prompt_tokens_details?: { cached_tokens?: number };
+    cost?: number;
+  };
   finishReason?: string;
   /** The request id (`chatcmpl-<id>`), for GET /v1/generations/{id}. */
   id?: string;

@@ -12,6 +12,7 @@ interface OpenModel {
   endpoints: number;
   lowest_input_price_per_1m_usd: number;
   lowest_output_price_per_1m_usd: number;
+  lowest_cached_input_price_per_1m_usd: number;
 }
 
 interface Endpoint {
@@ -22,27 +23,38 @@ interface Endpoint {
   context_window: number;
   input_price_per_1m_usd: number;
   output_price_per_1m_usd: number;
+  /** The plan's cached price, or its input price where it sets none. */
+  cached_input_price_per_1m_usd: number;
   stats: Stats;
   verification: Verification;
 }
 
 const COLUMNS: Column[] = [
   { label: "Hoster" },
-  { label: "Per 1M in / out", numeric: true },
+  { label: "Per 1M tokens", numeric: true },
   { label: "Uptime 30 min", numeric: true },
   { label: "By hour, last day" },
-  { label: "First token / total p50", numeric: true },
+  { label: "Latency p50", numeric: true },
   { label: "Tokens/s", numeric: true },
   { label: "Verification" },
 ];
 
-/** A verdict, with the checks its last run failed (what a customer should know before choosing it). */
+/**
+ * A verdict, with the checks its last run failed (what a customer should know before choosing it);
+ * a failed check that is shown but not held (a cache discount not given) does not degrade it.
+ */
 function VerdictCell({ verification }: { verification: Verification }) {
   const failed = verification.checks.filter((c) => !c.passed && c.held).map((c) => c.check);
+  const shown = verification.checks.filter((c) => !c.passed && !c.held).map((c) => c.check);
   return (
     <>
       <span className={`badge ${verification.status}`}>{verification.status}</span>
       {failed.length > 0 && <span className="muted"> failed: {failed.join(", ")}</span>}
+      {shown.length > 0 && (
+        <span className="muted">
+          {failed.length > 0 && ";"} not held: {shown.join(", ")}
+        </span>
+      )}
     </>
   );
 }
@@ -62,10 +74,18 @@ function Endpoints({ model }: { model: OpenModel }) {
         </span>
         {e.status !== "healthy" && <span className={`badge ${e.status}`}>{e.status}</span>}
       </>,
-      `${usd(e.input_price_per_1m_usd)} / ${usd(e.output_price_per_1m_usd)}`,
+      // One figure a line: side by side, they made the table wider than a desktop page.
+      <span className="lines">
+        <span>{usd(e.input_price_per_1m_usd)} in</span>
+        <span>{usd(e.cached_input_price_per_1m_usd)} cached in</span>
+        <span>{usd(e.output_price_per_1m_usd)} out</span>
+      </span>,
       uptime(e.stats.last_30m),
       <UptimeBars hours={e.stats.hours} label={`${e.hoster_name} uptime`} />,
-      `${ms(e.stats.last_30m.ttft_p50_ms)} / ${ms(e.stats.last_30m.latency_p50_ms)}`,
+      <span className="lines">
+        <span>{ms(e.stats.last_30m.ttft_p50_ms)} first token</span>
+        <span>{ms(e.stats.last_30m.latency_p50_ms)} total</span>
+      </span>,
       e.stats.last_30m.tokens_per_second_p50 ?? "–",
       <VerdictCell verification={e.verification} />,
     ],
@@ -105,6 +125,8 @@ export function ModelsPage() {
             <span className="muted">
               {m.endpoints === 1 ? "1 endpoint" : `${count(m.endpoints)} endpoints`}, from{" "}
               {usd(m.lowest_input_price_per_1m_usd)} / {usd(m.lowest_output_price_per_1m_usd)} per 1M tokens
+              {m.lowest_cached_input_price_per_1m_usd < m.lowest_input_price_per_1m_usd &&
+                `, cached input from ${usd(m.lowest_cached_input_price_per_1m_usd)}`}
             </span>
           </li>
         ))}

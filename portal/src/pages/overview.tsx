@@ -19,6 +19,7 @@ interface UsageSummary {
   usage_30d: {
     total_requests: number;
     total_input_tokens: number;
+    total_cached_input_tokens: number;
     total_output_tokens: number;
     total_cost_microdollars: number;
     avg_latency_ms: number;
@@ -51,7 +52,11 @@ export function OverviewPage() {
       <h2>Last 30 days</h2>
       <section className="stats" aria-label="Last 30 days">
         <Stat label="Requests" value={count(usage.total_requests)} />
-        <Stat label="Input tokens" value={count(usage.total_input_tokens)} />
+        <Stat
+          label="Input tokens"
+          value={count(usage.total_input_tokens)}
+          note={`${count(usage.total_cached_input_tokens)} from cache`}
+        />
         <Stat label="Output tokens" value={count(usage.total_output_tokens)} />
         <Stat label="Spent" value={usd(usage.total_cost_microdollars / 1e6)} />
         <Stat label="Average latency" value={`${Math.round(usage.avg_latency_ms)} ms`} />

@@ -14,6 +14,12 @@ const NUMBER_FIELDS = [
     "Subscription with overage.",
     "0.000001",
   ],
+  [
+    "cached_input_price_per_1m_usd",
+    "Price per 1M cached input tokens (USD)",
+    "Input tokens your server served from its prompt cache. Pay-as-you-go (at most the input price) and subscription with overage (at most the overage price). Empty on a new plan: they cost the input (overage) price; once set, a price stays set (set it to that price to drop the discount).",
+    "0.000001",
+  ],
   ["rpm_limit", "Requests per minute, per subscriber", "Default 60.", "1"],
   ["tpm_limit", "Tokens per minute, per subscriber", "Default 100,000.", "1"],
   ["max_concurrent", "Requests at once, per subscriber", "Default 5.", "1"],
@@ -75,7 +81,8 @@ export function PlanForm({ plan, onSaved }: { plan?: Plan; onSaved: () => void }
             min={0}
             step={step}
             hint={hint}
-            defaultValue={plan ? String(plan[name]) : undefined}
+            // A plan without a cached price shows an empty field, not "null".
+            defaultValue={plan?.[name] == null ? undefined : String(plan[name])}
           />
         ))}
       </div>

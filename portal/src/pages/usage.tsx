@@ -20,6 +20,7 @@ interface Breakdown {
     provider: string;
     requests: number;
     input_tokens: number;
+    cached_input_tokens: number;
     output_tokens: number;
     total_cost_usd: number;
     avg_latency_ms: number;
@@ -90,6 +91,7 @@ export function UsagePage() {
             { label: "Served by" },
             { label: "Requests", numeric: true },
             { label: "Input tokens", numeric: true },
+            { label: "Cached input tokens", numeric: true },
             { label: "Output tokens", numeric: true },
             { label: "Cost", numeric: true },
             { label: "Avg latency", numeric: true },
@@ -101,6 +103,7 @@ export function UsagePage() {
               m.provider,
               count(m.requests),
               count(m.input_tokens),
+              count(m.cached_input_tokens),
               count(m.output_tokens),
               usd(m.total_cost_usd),
               `${Math.round(m.avg_latency_ms)} ms`,

@@ -22,9 +22,12 @@ export function accountsService(ctx: AccountsContext): AccountsServiceServer {
     createAccount: unary(log, "CreateAccount", (req) => createAccount(ctx, attempts, req)),
     authenticate: unary(log, "Authenticate", async (req) => ({
       principal: await authenticate(ctx, req.apiKey, req.edgeId),
+      // The edge trusts the principal this long (accounts owns it: docs/architecture.md#authentication).
+      principalTtlMs: BigInt(ctx.config.PRINCIPAL_TTL_MS),
     })),
     revalidateKeys: unary(log, "RevalidateKeys", async (req) => ({
       principals: await revalidateKeys(ctx, req.keyIds, req.edgeId),
+      principalTtlMs: BigInt(ctx.config.PRINCIPAL_TTL_MS),
     })),
     createApiKey: unary(log, "CreateApiKey", (req) => createApiKey(ctx, req)),
     listApiKeys: unary(log, "ListApiKeys", (req) => listApiKeys(ctx, req.accountId)),

@@ -20,11 +20,13 @@ export function loadAccountsConfig(env: NodeJS.ProcessEnv = process.env) {
       /** Failed logins allowed per client IP per UTC hour; 0 turns the limit off. */
       LOGIN_FAILURES_PER_IP_PER_HOUR: intBetween(0, 1_000_000)({ default: 20 }),
       /**
-       * Must equal the edges' LEASE_TTL_MS: an edge uses a cached key at most this long after
-       * its last check, so a revocation waits at most this long for the acks of the edges that
-       * checked the key (docs/adr/0018-revocation-waits-for-the-edges.md).
+       * How long an edge may use a principal past its check's send: accounts owns it and sends it
+       * in every Authenticate and RevalidateKeys reply, and the edges use that. A revocation waits
+       * at most this long for the acks of the edges that checked the key
+       * (docs/adr/0018-revocation-waits-for-the-edges.md). It was LEASE_TTL_MS, which is billing's
+       * alone now: accounts reads no LEASE_TTL_MS (one environment may serve every process).
        */
-      LEASE_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
+      PRINCIPAL_TTL_MS: intBetween(200, 60_000)({ default: 2_000 }),
       /** How long a login session lasts. */
       SESSION_TTL_HOURS: intBetween(1, 24 * 90)({ default: 24 * 7 }),
     },

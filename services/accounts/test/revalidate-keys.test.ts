@@ -42,7 +42,11 @@ describe("RevalidateKeys", () => {
     const { principals } = await t.client.revalidateKeys({ edgeId: "", keyIds });
     expect(principals.map((p) => p.keyId).sort()).toEqual([...keyIds].sort());
 
-    expect(await t.client.revalidateKeys({ edgeId: "", keyIds: [] })).toEqual({ principals: [] });
+    // An empty call still says how long the edge may trust what it caches.
+    expect(await t.client.revalidateKeys({ edgeId: "", keyIds: [] })).toEqual({
+      principals: [],
+      principalTtlMs: 2000n,
+    });
     await expect(
       t.client.revalidateKeys({ edgeId: "", keyIds: Array.from({ length: 10_001 }, () => randomUUID()) }),
     ).rejects.toMatchObject({ code: "invalid_request", param: "key_ids" });

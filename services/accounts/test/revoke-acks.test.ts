@@ -13,7 +13,7 @@ const FENCE_WAIT = TTL + TTL / 10;
 
 let t: TestAccounts;
 beforeAll(async () => {
-  t = await startTestAccounts({ LEASE_TTL_MS: String(TTL) });
+  t = await startTestAccounts({ PRINCIPAL_TTL_MS: String(TTL) });
 });
 afterAll(async () => {
   await t?.close();

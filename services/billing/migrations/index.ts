@@ -15,6 +15,14 @@ import { Migration20261230000000KeySpendLimits } from "./Migration20261230000000
 import { Migration20261231000000SettlementWriteCost } from "./Migration20261231000000SettlementWriteCost.ts";
 import { Migration20270105000000EdgeIncarnations } from "./Migration20270105000000EdgeIncarnations.ts";
 import { Migration20270110000000ImplicitSubscriptions } from "./Migration20270110000000ImplicitSubscriptions.ts";
+import { Migration20270115000000CachedInput } from "./Migration20270115000000CachedInput.ts";
+import { Migration20270125000000BatchJournal } from "./Migration20270125000000BatchJournal.ts";
+import { Migration20270130000000MoneyChecks } from "./Migration20270130000000MoneyChecks.ts";
+import { Migration20270131000000HeartbeatWrites } from "./Migration20270131000000HeartbeatWrites.ts";
+import { Migration20270201000000LeaseBounds } from "./Migration20270201000000LeaseBounds.ts";
+import { Migration20270202000000RollupQueue } from "./Migration20270202000000RollupQueue.ts";
+import { Migration20270203000000UsageDeadLetters } from "./Migration20270203000000UsageDeadLetters.ts";
+import { Migration20270204000000UsageRecordsAppend } from "./Migration20270204000000UsageRecordsAppend.ts";
 
 /** Billing's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -37,4 +45,12 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261231000000SettlementWriteCost", class: Migration20261231000000SettlementWriteCost },
   { name: "Migration20270105000000EdgeIncarnations", class: Migration20270105000000EdgeIncarnations },
   { name: "Migration20270110000000ImplicitSubscriptions", class: Migration20270110000000ImplicitSubscriptions },
+  { name: "Migration20270115000000CachedInput", class: Migration20270115000000CachedInput },
+  { name: "Migration20270125000000BatchJournal", class: Migration20270125000000BatchJournal },
+  { name: "Migration20270130000000MoneyChecks", class: Migration20270130000000MoneyChecks },
+  { name: "Migration20270131000000HeartbeatWrites", class: Migration20270131000000HeartbeatWrites },
+  { name: "Migration20270201000000LeaseBounds", class: Migration20270201000000LeaseBounds },
+  { name: "Migration20270202000000RollupQueue", class: Migration20270202000000RollupQueue },
+  { name: "Migration20270203000000UsageDeadLetters", class: Migration20270203000000UsageDeadLetters },
+  { name: "Migration20270204000000UsageRecordsAppend", class: Migration20270204000000UsageRecordsAppend },
 ];

@@ -29,4 +29,7 @@ export const BILLING_CALLERS = {
   getHosterEarningsByModel: ["edge"],
   listHosterSubscribers: ["edge"],
   recordUsage: ["edge"],
+  // The operator's (npm run admin), through the edge's admin API.
+  listUsageDeadLetters: ["edge"],
+  replayUsageDeadLetters: ["edge"],
 } as const satisfies CallerTable<BillingServiceServer>;

@@ -18,6 +18,7 @@ import { renewDueSubscriptions } from "./subscriptions/renewal-scheduler.ts";
 import { hosterEarnings, hosterEarningsByModel } from "./earnings/hoster-earnings.ts";
 import { listHosterSubscribers } from "./earnings/hoster-subscribers.ts";
 import { listKeyLimits, setKeyLimit } from "./key-limits/key-limits.ts";
+import { listUsageDeadLetters, replayUsageDeadLetters } from "./settlement/replay-dead-letters.ts";
 import { recordUsage } from "./settlement/record-usage.ts";
 
 /** The BillingService gRPC handlers. */
@@ -56,5 +57,9 @@ export function billingService(ctx: BillingContext, log: Logger): BillingService
     getHosterEarningsByModel: unary(log, "GetHosterEarningsByModel", (req) => hosterEarningsByModel(ctx, req)),
     listHosterSubscribers: unary(log, "ListHosterSubscribers", (req) => listHosterSubscribers(ctx, req.hosterId)),
     recordUsage: unary(log, "RecordUsage", (req) => recordUsage(ctx, req, log.child({ component: "settler" }))),
+    listUsageDeadLetters: unary(log, "ListUsageDeadLetters", () => listUsageDeadLetters(ctx)),
+    replayUsageDeadLetters: unary(log, "ReplayUsageDeadLetters", (req) =>
+      replayUsageDeadLetters(ctx, req, log.child({ component: "settler" })),
+    ),
   };
 }

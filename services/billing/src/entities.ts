@@ -5,6 +5,7 @@ import { RateCounter } from "./rate-limits/rate-counter.entity.ts";
 import { UsageRecord } from "./usage/usage-record.entity.ts";
 import { UsageHourly } from "./usage/usage-hourly.entity.ts";
 import { EdgeSession, Lease, LeaseAllowance, LeaseBudget } from "./leases/lease.entity.ts";
+import { KeyLimit } from "./key-limits/key-limit.entity.ts";
 import { Subscription } from "./subscriptions/subscription.entity.ts";
 import { SubscriptionRateCounter, SubscriptionUsage } from "./subscriptions/subscription-usage.entity.ts";
 
@@ -23,4 +24,5 @@ export const entities = [
   Lease,
   LeaseAllowance,
   LeaseBudget,
+  KeyLimit,
 ] as unknown as EntitySchema[];

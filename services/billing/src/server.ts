@@ -24,6 +24,8 @@ import { recallSender } from "./leases/recall-sender.ts";
 import { closeDueLeases, startLeaseCloser, type CloseResult } from "./leases/lease-closer.ts";
 import { startSubscriptionJanitor, tidySubscriptions, type TidyResult } from "./subscriptions/subscription-janitor.ts";
 import { startRenewalScheduler, type RenewalResult } from "./subscriptions/renewal-scheduler.ts";
+import { startRollupFolder } from "./usage/rollup-fold.ts";
+import { maintainUsagePartitions, startUsagePartitions, type PartitionChanges } from "./usage/usage-partitions.ts";
 
 export interface BillingOptions {
   /** The clock for windows, holds and expiry; tests set it. */
@@ -48,6 +50,10 @@ export interface BillingHandle {
   tidySubscriptions(): Promise<TidyResult>;
   /** Runs one renewal pass now, as of `now` (billing's clock by default). */
   renewSubscriptions(now?: Date): Promise<RenewalResult>;
+  /** Folds every settled batch's rollup deltas now (reports otherwise trail by ROLLUP_FOLD_INTERVAL_MS). */
+  foldRollups(): Promise<number>;
+  /** Runs the usage records' partition maintenance now, as of `now` (billing's clock by default). */
+  maintainUsagePartitions(now?: Date): Promise<PartitionChanges>;
   /** Stop accepting → finish the settling batch → nats.drain() → orm.close(). */
   close(): Promise<void>;
 }
@@ -62,7 +68,7 @@ const GRANTS_AT_ONCE = 5;
 
 /**
  * Opens billing's dependencies, starts the gRPC server, the settlement consumer and the periodic
- * jobs (lease closer, counter pruning, subscription janitor, renewals).
+ * jobs (lease closer, counter pruning, subscription janitor, renewals, usage record partitions).
  */
 export async function startBilling(
   config: BillingConfig,
@@ -114,6 +120,8 @@ export async function startBilling(
   const stopLeaseCloser = startLeaseCloser(ctx, options.leaseCloserIntervalMs ?? config.LEASE_TTL_MS);
   const stopJanitor = startSubscriptionJanitor(ctx, options.janitorIntervalMs ?? 60_000);
   const renewals = startRenewalScheduler(ctx, options.renewalIntervalMs ?? config.RENEWAL_INTERVAL_MS);
+  const folder = startRollupFolder(() => orm.em.fork(), config.ROLLUP_FOLD_INTERVAL_MS, log);
+  const stopPartitions = startUsagePartitions(() => orm.em.fork(), ctx.clock, config.USAGE_RETENTION_MONTHS, log);
   // When a listener cannot start (its port taken): undo everything started before it.
   const stopBackground = async () => {
     await renewals.stop();
@@ -121,6 +129,8 @@ export async function startBilling(
     await stopLeaseCloser();
     await stopPruner();
     await settler.stop();
+    await folder.stop();
+    await stopPartitions();
     closeClients();
     await nc.close();
     await orm.close();
@@ -154,6 +164,9 @@ export async function startBilling(
     closeDueLeases: () => closeDueLeases(ctx),
     tidySubscriptions: () => tidySubscriptions(ctx),
     renewSubscriptions: (now?: Date) => renewals.runOnce(now),
+    foldRollups: () => folder.foldNow(),
+    maintainUsagePartitions: (now?: Date) =>
+      maintainUsagePartitions(orm.em.fork(), now ?? ctx.clock(), config.USAGE_RETENTION_MONTHS),
     async close() {
       closing = true;
       await grpc.close();
@@ -162,6 +175,9 @@ export async function startBilling(
       await stopLeaseCloser();
       await stopPruner();
       await settler.stop();
+      // After the settler, so its last batches' deltas are folded.
+      await folder.stop();
+      await stopPartitions();
       // After the settler: its last batch still counts in a final scrape until here.
       await metricsServer.close();
       closeClients();

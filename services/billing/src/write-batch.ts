@@ -2,19 +2,26 @@ import { sqlArray, type ArrayElement } from "./batch-statement.ts";
 import type { Em } from "./context.ts";
 
 /**
+ * How a column of two rows with the same key merges: `sum` adds them, `last` keeps the later
+ * row's, `set` the later row's unless it is null (null: this write leaves the column as it is).
+ */
+export type ColumnMerge = "sum" | "last" | "set";
+
+/**
  * A write made of rows that one statement applies together (over arrays, as settlement does):
  * `sql` gets the rows as `v`, a FROM item with the shape's columns. Rows with the same key merge
- * before they are sent (`sum` adds the other columns, `last` keeps the later row), since an
- * UPDATE … FROM applies only one of several rows matching the same target row. Every shape's
- * writes commute with each other and with any other write of the same transaction: increments,
- * or values no other write sets.
+ * before they are sent (`merge`: one rule for every other column, or one per column after the
+ * key), since an UPDATE … FROM applies only one of several rows matching the same target row: a
+ * lease call that changes a row several times writes it once. Every shape's writes commute with
+ * each other and with any other write of the same transaction: increments, or values no other
+ * write sets.
  */
 export interface RowShape {
   /** Column names and PostgreSQL types, in row order. */
   columns: ReadonlyArray<readonly [name: string, type: string]>;
   /** How many leading columns identify the target row. */
   keyColumns: number;
-  merge: "sum" | "last";
+  merge: ColumnMerge | readonly ColumnMerge[];
   sql: (v: string) => string;
 }
 
@@ -23,6 +30,8 @@ interface Batch {
   statements: string[];
   /** Each shape's rows by key. */
   rows: Map<RowShape, Map<string, ArrayElement[]>>;
+  /** Sends what is held back (the batch's flush). */
+  flush: () => Promise<void>;
 }
 
 const batches = new WeakMap<Em, Batch>();
@@ -49,7 +58,6 @@ function rowsOf(shape: RowShape, rows: ArrayElement[][]): { from: string; params
  * RETURNING, no affected count): neither returns anything.
  */
 export function batchWrites(em: Em): { em: Em; flush(): Promise<void> } {
-  const batch: Batch = { statements: [], rows: new Map() };
   const platform = em.getPlatform();
   const flush = async () => {
     const sql = [...batch.statements];
@@ -62,6 +70,7 @@ export function batchWrites(em: Em): { em: Em; flush(): Promise<void> } {
     // Values are inlined (as em.execute itself does), so the batch goes as one simple query.
     if (sql.length > 0) await em.execute(sql.join(";\n"));
   };
+  const batch: Batch = { statements: [], rows: new Map(), flush };
   const batching = new Proxy(em, {
     get(target, property, receiver) {
       if (property === "execute") {
@@ -76,6 +85,15 @@ export function batchWrites(em: Em): { em: Em; flush(): Promise<void> } {
   });
   batches.set(batching, batch);
   return { em: batching, flush };
+}
+
+/**
+ * Sends the writes held back on `em` (one from batchWrites; nothing on a plain one), for a read
+ * that does not go through `execute`: a typed query (billing-db.ts) runs on the transaction's
+ * connection directly, and must still see the transaction's own writes.
+ */
+export async function sendHeldWrites(em: Em): Promise<void> {
+  await batches.get(em)?.flush();
 }
 
 /**
@@ -105,10 +123,15 @@ export async function writeRow(em: Em, shape: RowShape, row: ArrayElement[]): Pr
     row.slice(0, shape.keyColumns).map((v) => (v instanceof Date ? v.toISOString() : String(v))),
   );
   const earlier = byKey.get(key);
-  if (earlier && shape.merge === "sum") {
-    byKey.set(
-      key,
-      row.map((value, i) => (i < shape.keyColumns ? value : BigInt(earlier[i] as bigint) + BigInt(value as bigint))),
-    );
-  } else byKey.set(key, row);
+  byKey.set(key, earlier ? mergeRows(shape, earlier, row) : row);
+}
+
+function mergeRows(shape: RowShape, earlier: ArrayElement[], later: ArrayElement[]): ArrayElement[] {
+  return later.map((value, i) => {
+    if (i < shape.keyColumns) return value;
+    const rule = typeof shape.merge === "string" ? shape.merge : shape.merge[i - shape.keyColumns];
+    if (rule === "sum") return BigInt(earlier[i] as bigint) + BigInt(value as bigint);
+    if (rule === "set") return value ?? earlier[i] ?? null;
+    return value;
+  });
 }

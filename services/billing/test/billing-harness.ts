@@ -4,7 +4,9 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { ClientUnaryCall, Metadata, CallOptions, ServiceError } from "@grpc/grpc-js";
 import type { CallSettings } from "@mkt/runtime/grpc-client";
-import { createLogger } from "@mkt/runtime/logger";
+import { newRequestId } from "@mkt/runtime/ids";
+import { openDatabase, type Orm } from "@mkt/runtime/db";
+import { createLogger, type Logger } from "@mkt/runtime/logger";
 import { eventNames } from "@mkt/runtime/nats";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { allowedCallerClient, testCertificates } from "@mkt/testkit/test-certificates";
@@ -13,8 +15,10 @@ import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import { LeaseResource, type LeaseRoom } from "@mkt/proto/billing/v1/leases";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { loadBillingConfig } from "../src/config.ts";
+import { entities } from "../src/entities.ts";
 import { startBilling, type BillingOptions } from "../src/server.ts";
 import { BILLING_CALLERS } from "../src/billing-callers.ts";
+import { reconcile } from "../src/wallets/reconciliation.ts";
 
 type UnaryMethod<Req, Res> = (
   request: Req,
@@ -71,6 +75,8 @@ export async function startTestBilling(env: Record<string, string> = {}, options
   return {
     billing,
     config,
+    /** Billing's clock (the test's, when it gave one). */
+    clock: options.clock ?? (() => new Date()),
     client,
     db,
     names,
@@ -82,12 +88,17 @@ export async function startTestBilling(env: Record<string, string> = {}, options
     async publishRaw(data: Uint8Array, msgID: string) {
       await js.publish(names.usageCompleted, data, { msgID });
     },
-    /** Waits until the settlement consumer has taken and acknowledged everything published. */
+    /**
+     * Waits until the settlement consumer has taken and acknowledged everything published, then
+     * folds the settled batches' rollup deltas, so reports read next see them (they would within
+     * ROLLUP_FOLD_INTERVAL_MS).
+     */
     async waitSettled() {
       await waitFor(
         () => jsm.consumers.info(names.usageStream, names.settlerConsumer),
         (info) => info.num_pending === 0 && info.num_ack_pending === 0,
       );
+      await this.billing.foldRollups();
     },
     async query<R extends Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<R[]> {
       return (await db.query<R>(sql, params)).rows;
@@ -110,6 +121,17 @@ export type TestBilling = Awaited<ReturnType<typeof startTestBilling>>;
 export type LeaseUsage = Partial<UsageCompleted> & { accountId: string; tier?: string };
 
 /**
+ * An ORM on the test billing's database, migrated already, for tests that call billing's functions
+ * (settlement, lease reads) directly rather than through its gRPC API.
+ */
+export function openTestOrm(
+  t: Pick<TestBilling, "config">,
+  log: Logger = createLogger("billing-test", "silent"),
+): Promise<Orm> {
+  return openDatabase({ url: t.config.DATABASE_URL, schema: "billing", entities, migrations: [], migrate: false, log });
+}
+
+/**
  * Admits one request the way production does (docs/architecture.md#admission-on-a-lease): a fresh
  * edge is granted a lease on the account with room for the request's worst case (in the
  * subscription's budget when the event names one), admits the request on it and returns the lease,
@@ -118,12 +140,13 @@ export type LeaseUsage = Partial<UsageCompleted> & { accountId: string; tier?: s
  * Returns the request's usage.completed as registry would publish it on that lease (not yet
  * published). Defaults: a local model at $0.50 / $1.50 per 1M tokens, a worst case of exactly the
  * event's cost at its prices and of its tokens, the included tokens its budget was granted (at most
- * its worst case's), billing's clock for the request's time. A refused grant throws its error.
+ * its worst case's), billing's clock for the request's time (its started_at). A refused grant throws its error.
  */
 export async function admitOnLease(t: TestBilling, usage: LeaseUsage): Promise<UsageCompleted> {
   const { tier = "free", ...fields } = usage;
   const event = UsageCompleted.fromPartial({
-    requestId: `req_${randomUUID()}`,
+    requestId: newRequestId(),
+    startedAt: t.clock().toISOString(),
     keyId: "key_1",
     modelId: "demo-small",
     provider: "local",
@@ -212,9 +235,15 @@ export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boo
 
 /**
  * Ledger invariants: every journal entry sums to zero (so all postings do), and each wallet's
- * posted balance equals the sum of its customer postings.
+ * posted balance equals the sum of its customer postings. It also runs the whole reconciliation
+ * (reconciliation.ts) and throws, listing them, on any other discrepancy (a leg that is not the
+ * sum of its records, a record's split, a charge no entry posted, a hold), so every test that
+ * checks the books checks all of them.
  */
 export async function ledgerInvariants(t: Pick<TestBilling, "query">) {
+  const discrepancies = await reconcile((sql) => t.query(sql));
+  const others = discrepancies.filter((d) => d.check !== "unbalanced_entry" && d.check !== "wallet_postings");
+  if (others.length > 0) throw new Error(`the books do not reconcile: ${JSON.stringify(others)}`);
   const [total] = await t.query<{ sum: string | null }>(`select sum(amount_micros)::text as sum from ledger_postings`);
   const unbalanced = await t.query(
     `select entry_id from ledger_postings group by entry_id having sum(amount_micros) <> 0`,
@@ -230,4 +259,84 @@ export async function ledgerInvariants(t: Pick<TestBilling, "query">) {
     unbalancedEntries: unbalanced.length,
     mismatchedWallets: mismatched.length,
   };
+}
+
+/**
+ * What the ledger charged the customer for one request (`v`, null when nothing), read as an
+ * auditor would now that a settled batch posts one entry (docs/adr/0040-one-journal-entry-per-settled-batch.md):
+ * the request's usage record's cost, counted only if the record names a `usage_batch` entry
+ * whose customer leg for its account is exactly the sum over that entry's records of that
+ * account (each charged once: the record is unique on request id). A per-request `usage` entry
+ * of an earlier settlement still answers by its reference. `$1` is the request id.
+ */
+export const REQUEST_CHARGE_SQL = `
+  select coalesce(
+    (select r.cost_micros from usage_records r
+      join journal_entries e on e.id = r.entry_id and e.kind = 'usage_batch'
+      join ledger_postings p on p.entry_id = e.id and p.ledger_account = 'customer:' || r.account_id
+      where r.request_id = $1::text::uuid and -p.amount_micros = (select sum(o.cost_micros - o.write_off_micros)
+        from usage_records o where o.entry_id = r.entry_id and o.account_id = r.account_id)),
+    (select -sum(p.amount_micros) from journal_entries e join ledger_postings p on p.entry_id = e.id
+      where e.kind = 'usage' and e.reference = $1::text and p.ledger_account like 'customer:%')
+  )::text as v`;
+
+/** One request's settlement: its usage record's money, its batch entry's legs and how many records that entry sums. */
+export async function settlementOf(t: Pick<TestBilling, "query">, requestId: string) {
+  const [record] = await t.query<{
+    cost_micros: string;
+    platform_fee_micros: string;
+    hoster_earned_micros: string;
+    write_off_micros: string;
+    entry_id: string | null;
+  }>(
+    `select cost_micros, platform_fee_micros, hoster_earned_micros, write_off_micros, entry_id
+     from usage_records where request_id = $1`,
+    [requestId],
+  );
+  if (!record) throw new Error(`no usage record for ${requestId}`);
+  const legs = await t.query<{ ledger_account: string; amount_micros: string }>(
+    `select ledger_account, amount_micros from ledger_postings where entry_id = $1 order by ledger_account`,
+    [record.entry_id],
+  );
+  const [{ n }] = (await t.query<{ n: number }>(`select count(*)::int as n from usage_records where entry_id = $1`, [
+    record.entry_id,
+  ])) as [{ n: number }];
+  return {
+    record,
+    legs: Object.fromEntries(legs.map((l) => [l.ledger_account, l.amount_micros])),
+    recordsInEntry: n,
+  };
+}
+
+/**
+ * What one request moved, by ledger account ({} when nothing): its usage record's legs (the
+ * customer pays cost less write-off, the platform keeps the fee and absorbs the write-off, the
+ * hoster earns the rest), checked against the ledger: its batch's journal entry must post, per
+ * account, exactly the sum of the legs of the records that name it, or this throws.
+ */
+export async function requestLegs(t: Pick<TestBilling, "query">, requestId: string): Promise<Record<string, bigint>> {
+  const legsOf = `select r.entry_id, l.account, sum(l.amount)::text as amount from usage_records r
+    cross join lateral (values ('customer:' || r.account_id, r.write_off_micros - r.cost_micros),
+      ('platform:revenue', r.platform_fee_micros), ('hoster:' || r.hoster_id, r.hoster_earned_micros),
+      ('platform:write_offs', -r.write_off_micros)) as l(account, amount)`;
+  const mine = await t.query<{ entry_id: string | null; account: string; amount: string }>(
+    `${legsOf} where r.request_id = $1 group by 1, 2 having sum(l.amount) <> 0`,
+    [requestId],
+  );
+  const entryId = mine[0]?.entry_id;
+  if (entryId) {
+    const expected = await t.query(
+      `${legsOf} where r.entry_id = $1 group by 1, 2 having sum(l.amount) <> 0 order by 2`,
+      [entryId],
+    );
+    const posted = await t.query(
+      `select entry_id, ledger_account as account, amount_micros::text as amount from ledger_postings
+       where entry_id = $1 order by 2`,
+      [entryId],
+    );
+    if (JSON.stringify(posted) !== JSON.stringify(expected)) {
+      throw new Error(`entry ${entryId} posted ${JSON.stringify(posted)}, its records say ${JSON.stringify(expected)}`);
+    }
+  }
+  return Object.fromEntries(mine.map((l) => [l.account, BigInt(l.amount)]));
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { newRequestId } from "@mkt/runtime/ids";
 import type { LeaseNeed } from "@mkt/proto/billing/v1/leases";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { startTestBilling, type TestBilling } from "./billing-harness.ts";
@@ -63,7 +64,7 @@ const grant = async (accountId: string, credit: bigint, edgeId = edge()) =>
   ).lease!;
 
 const usage = (leaseId: string, accountId: string, fields: Partial<UsageCompleted>): Partial<UsageCompleted> => ({
-  requestId: `req_${randomUUID()}`,
+  requestId: newRequestId(),
   accountId,
   keyId: "key_1",
   modelId: "demo-small",

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
 import { LeaseResource, LeaseStatus, type LeaseNeed } from "@mkt/proto/billing/v1/leases";
@@ -137,6 +138,35 @@ describe("edge incarnations", () => {
     );
     expect(open!.n).toBe("0");
     expect(await held(accountId)).toBe(0n);
+  });
+
+  it("a call waits for an incarnation being started and is refused once it commits", async () => {
+    const old = edgeProcess();
+    const accountId = randomUUID();
+    await old.grant(accountId, need(1_000n));
+    // What startIncarnation does, held open: the edge's incarnation lock, then the new incarnation.
+    const starting = new pg.Client({ connectionString: t.config.DATABASE_URL, options: "-c search_path=billing" });
+    await starting.connect();
+    try {
+      await starting.query("begin");
+      await starting.query("select lock_edge_incarnation($1)", [old.edgeId]);
+      await starting.query(
+        `update edge_sessions set incarnation = incarnation + 1, boot_id = 'next' where edge_id = $1`,
+        [old.edgeId],
+      );
+      // The grant reads the live session without a lock (its deadline is far enough), then waits here.
+      let settled = false;
+      const grant = old.grant(accountId, need(1_000n)).finally(() => (settled = true));
+      grant.catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(settled).toBe(false);
+      await starting.query("commit");
+      await expect(grant).rejects.toSatisfy((err) => errorCode(err) === "edge_superseded");
+    } finally {
+      await starting.end();
+    }
+    // Only the first grant's credit is held: the refused one took nothing.
+    expect(await held(accountId)).toBe(1_000n);
   });
 
   it("the first calls of one process in flight at once share one incarnation", async () => {

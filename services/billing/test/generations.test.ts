@@ -1,8 +1,9 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { newRequestId } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { settleOnLease, startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { REQUEST_CHARGE_SQL, settleOnLease, startTestBilling, type TestBilling } from "./billing-harness.ts";
 
 // GetGeneration (GET /v1/generations/{id}): what settlement records of an answer, read back for
 // its owner only. Real billing, Postgres and JetStream.
@@ -16,13 +17,9 @@ afterAll(async () => {
 
 const answer = { latencyMs: 900n, timeToFirstTokenMs: 120n, finishReason: "length" };
 
-/** The customer's charge as the ledger posted it: minus the customer leg of the request's usage entry. */
+/** The customer's charge as the ledger posted it: its record's cost, in its batch entry's customer leg (REQUEST_CHARGE_SQL). */
 async function postedCharge(requestId: string): Promise<bigint> {
-  const [row] = await t.query<{ v: string | null }>(
-    `select -sum(p.amount_micros) as v from ledger_postings p join journal_entries e on e.id = p.entry_id
-     where e.kind = 'usage' and e.reference = $1 and p.ledger_account like 'customer:%'`,
-    [requestId],
-  );
+  const [row] = await t.query<{ v: string | null }>(REQUEST_CHARGE_SQL, [requestId]);
   return BigInt(row?.v ?? "0");
 }
 
@@ -86,9 +83,19 @@ describe("GetGeneration", () => {
 
   it("is not_found for another account's request, another subscription's, an unknown or empty id", async () => {
     const accountId = randomUUID();
+    // A random (v4) id, as every request had before ids became UUIDv7: its record is found too.
     const requestId = randomUUID();
     // No hold: recorded at no cost, still the account's request.
-    await settle({ requestId, accountId, keyId: "k", modelId: "demo-small", provider: "local", success: true });
+    const startedAt = new Date().toISOString();
+    await settle({
+      requestId,
+      accountId,
+      keyId: "k",
+      modelId: "demo-small",
+      provider: "local",
+      success: true,
+      startedAt,
+    });
     expect((await t.client.getGeneration({ accountId, requestId })).generation).toMatchObject({ costMicros: 0n });
 
     const refusal = (request: Parameters<TestBilling["client"]["getGeneration"]>[0]) =>
@@ -100,8 +107,10 @@ describe("GetGeneration", () => {
     // A scoped key reads only its subscription's requests.
     expect(await refusal({ accountId, requestId, subscriptionId: randomUUID() })).toBe("not_found");
     expect(await refusal({ accountId, requestId: randomUUID() })).toBe("not_found");
+    expect(await refusal({ accountId, requestId: newRequestId() })).toBe("not_found");
     expect(await refusal({ accountId, requestId: "" })).toBe("not_found");
     expect(await refusal({ accountId, requestId: "x".repeat(500) })).toBe("not_found");
+    expect(await refusal({ accountId, requestId: "req_1' or true --" })).toBe("not_found");
     expect(await refusal({ accountId: "not-a-uuid", requestId })).toBe("invalid_request");
   });
 });

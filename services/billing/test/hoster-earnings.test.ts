@@ -65,12 +65,16 @@ async function request(
   });
 }
 
-/** What the ledger says the hoster was paid, by kind (the auditor's figure). */
+/**
+ * What the ledger says the hoster was paid, by kind (the auditor's figure): usage is the
+ * hoster's legs of settled batches' entries (and of per-request entries before them).
+ */
 async function posted(hosterId: string, kind: "usage" | "subscription_fee", from?: string): Promise<bigint> {
+  const kinds = kind === "usage" ? ["usage", "usage_batch"] : [kind];
   const [row] = await t.query<{ v: string | null }>(
     `select sum(p.amount_micros)::text as v from ledger_postings p join journal_entries e on e.id = p.entry_id
-     where p.ledger_account = $1 and e.kind = $2 and ($3::timestamptz is null or p.created_at >= $3::timestamptz)`,
-    [`hoster:${hosterId}`, kind, from ?? null],
+     where p.ledger_account = $1 and e.kind = any($2) and ($3::timestamptz is null or p.created_at >= $3::timestamptz)`,
+    [`hoster:${hosterId}`, kinds, from ?? null],
   );
   return BigInt(row?.v ?? "0");
 }
@@ -265,45 +269,35 @@ describe("hoster earnings and subscribers", () => {
 });
 
 describe("the hoster rollup", () => {
-  it("follows usage records through insert, replacement (a late event) and delete, in one statement each", async () => {
-    const hoster = randomUUID();
-    const record = (requestId: string, cost: number, earned: number, success: boolean) => [
-      requestId,
-      randomUUID(),
-      "key_rollup",
-      "model-r",
-      hoster,
-      cost,
-      earned,
-      success,
-    ];
-    const insert = `insert into usage_records (request_id, account_id, key_id, model_id, provider, hoster_id,
-        input_tokens, output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success,
-        created_at)
-      values ($1, $2, $3, $4, 'hoster', $5, 10, 5, $6::bigint, $6::bigint - $7::bigint, $7::bigint, 1, $8,
-        '2030-06-01T23:59:59Z')`;
+  it("is folded from each settled batch's deltas, each request once however often its event comes", async () => {
+    const hosterId = randomUUID();
+    const { accountId } = await customer(1_000_000n);
+    const usage = {
+      accountId,
+      provider: "hoster",
+      hosterId,
+      keyId: "key_rollup",
+      modelId: "model-r",
+      inputTokens: 1000n,
+      outputTokens: 500n,
+    };
     const rollup = async () =>
       (
-        await t.query<{ day: string; requests: string; cost: string; earned: string }>(
-          `select to_char(day, 'YYYY-MM-DD') as day, requests::text, cost_micros::text as cost,
-             hoster_earned_micros::text as earned
+        await t.query<{ requests: string; cost: string; earned: string }>(
+          `select requests::text, cost_micros::text as cost, hoster_earned_micros::text as earned
            from hoster_usage_daily where hoster_id = $1`,
-          [hoster],
+          [hosterId],
         )
-      ).map((r) => [r.day, Number(r.requests), Number(r.cost), Number(r.earned)]);
-
-    await t.query(insert, record("rollup-1", 0, 0, false)); // a failed request's row, charged nothing
-    await t.query(insert, record("rollup-2", 100, 80, true));
-    expect(await rollup()).toEqual([["2030-06-01", 2, 100, 80]]);
-    // A late event replaces the expiry row: still two requests, now both charged.
-    await t.query(
-      `update usage_records set cost_micros = 50, platform_fee_micros = 10, hoster_earned_micros = 40, success = true
-       where request_id = 'rollup-1'`,
-    );
-    expect(await rollup()).toEqual([["2030-06-01", 2, 150, 120]]);
-    await t.query(`delete from usage_records where request_id = 'rollup-2'`);
-    expect(await rollup()).toEqual([["2030-06-01", 1, 50, 40]]);
-    await t.query(`delete from usage_records where request_id = 'rollup-1'`);
+      ).map((r) => [Number(r.requests), Number(r.cost), Number(r.earned)]);
+    const first = await settleOnLease(t, usage);
+    await settleOnLease(t, { ...usage, success: false, outputTokens: 0n });
+    // 1,250 = 1000 × 0.50 + 500 × 1.50 per 1M, of which the hoster earns 80%; a failed request
+    // counts and costs nothing.
+    expect(await rollup()).toEqual([[2, 1250, 1000]]);
+    // The first event again, under another message id (a replay): recorded already, it adds nothing.
+    await t.publishUsage(first, `replay-${first.requestId}`);
+    await t.waitSettled();
+    expect(await rollup()).toEqual([[2, 1250, 1000]]);
   });
 });
 

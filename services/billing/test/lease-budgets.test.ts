@@ -1,18 +1,16 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase } from "@mkt/runtime/db";
+import type { Orm } from "@mkt/runtime/db";
 import { createLogger } from "@mkt/runtime/logger";
 import { LeaseResource, LeaseStatus, type LeaseNeed } from "@mkt/proto/billing/v1/leases";
-import { entities } from "../src/entities.ts";
-import { migrations } from "../migrations/index.ts";
-import { startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { startTestBilling, type TestBilling, openTestOrm } from "./billing-harness.ts";
 
 const TTL = 2_000;
 // A fixed clock 10 s into a UTC minute, inside the subscriptions' period.
 const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
 const offsetMs = 0;
 let t: TestBilling;
-let orm: Awaited<ReturnType<typeof openDatabase>>;
+let orm: Orm;
 
 beforeAll(async () => {
   t = await startTestBilling(
@@ -23,14 +21,7 @@ beforeAll(async () => {
     },
     { clock: () => new Date(BASE + offsetMs) },
   );
-  orm = await openDatabase({
-    url: t.config.DATABASE_URL,
-    schema: "billing",
-    entities,
-    migrations,
-    migrate: false,
-    log: createLogger("lease-budget-test", "silent"),
-  });
+  orm = await openTestOrm(t, createLogger("lease-budget-test", "silent"));
 });
 afterAll(async () => {
   await orm?.close();

@@ -1,8 +1,9 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { newRequestId } from "@mkt/runtime/ids";
 import type { LeaseNeed, LeaseState } from "@mkt/proto/billing/v1/leases";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { ledgerInvariants, settlementOf, startTestBilling, type TestBilling } from "./billing-harness.ts";
 
 // Settlement of usage.completed events admitted on admission leases
 // (docs/architecture.md#settlement): real billing, real Postgres, events published to real
@@ -53,7 +54,7 @@ const grant = async (accountId: string, request: LeaseNeed, edgeId = edge()) =>
 
 /** A usage.completed as registry publishes it for a request admitted on `lease`. */
 const usage = (lease: LeaseState, accountId: string, fields: Partial<UsageCompleted>): Partial<UsageCompleted> => ({
-  requestId: `req_${randomUUID()}`,
+  requestId: newRequestId(),
   accountId,
   keyId: "key_1",
   modelId: "demo-small",
@@ -109,8 +110,8 @@ async function conservation(accountId: string) {
          where l.account_id = w.account_id and l.released_at is null and l.held_micros <> case when l.status = 'closed'
            then a.admitted - l.settled_micros else a.granted - l.settled_micros end) as bad_leases,
        coalesce((select sum(p.amount_micros) from ledger_postings p join journal_entries e on e.id = p.entry_id
-         where p.ledger_account = 'customer:' || w.account_id and e.kind in ('grant', 'write_off')), 0)
-         - coalesce((select sum(cost_micros) from usage_records where account_id = w.account_id), 0)
+         where p.ledger_account = 'customer:' || w.account_id and e.kind = 'grant'), 0)
+         - coalesce((select sum(cost_micros - write_off_micros) from usage_records where account_id = w.account_id), 0)
          - w.posted_micros as money_gap
      from wallets w where w.account_id = $1`,
     [accountId],
@@ -212,9 +213,16 @@ describe("settlement from lease holds", () => {
     for (let i = 0; i < 3; i++) await t.publishUsage(event, `${event.requestId}-replay-${i}`);
     await t.waitSettled();
     expect({ wallet: await wallet(accountId), lease: await lease(l.leaseId) }).toEqual(before);
-    const entries = await t.query(`select kind from journal_entries where reference = $1`, [event.requestId]);
-    expect(entries).toEqual([{ kind: "usage" }]);
     expect(await t.query(`select 1 from usage_records where request_id = $1`, [event.requestId])).toHaveLength(1);
+    // Its one charge: the customer leg of the one batch entry that settled it.
+    const { record, legs, recordsInEntry } = await settlementOf(t, event.requestId!);
+    expect(recordsInEntry).toBe(1);
+    expect(legs[`customer:${accountId}`]).toBe(`-${record.cost_micros}`);
+    expect(
+      await t.query(`select 1 from ledger_postings where ledger_account = $1 and amount_micros < 0`, [
+        `customer:${accountId}`,
+      ]),
+    ).toHaveLength(1);
     expect(await conservation(accountId)).toEqual({ heldGap: 0, badLeases: 0, moneyGap: 0 });
   });
 
@@ -353,15 +361,16 @@ describe("settlement from lease holds", () => {
     expect(await record(late.requestId!)).toMatchObject({ cost_micros: "3000" });
     expect(await wallet(accountId)).toEqual({ posted: 9_900n, held: 9_900n });
     expect(await free(accountId)).toBe(0n);
-    const writeOff = await t.query(
-      `select p.ledger_account, p.amount_micros from ledger_postings p join journal_entries e on e.id = p.entry_id
-       where e.kind = 'write_off' and e.reference = $1 order by p.amount_micros`,
-      [late.requestId],
-    );
-    expect(writeOff).toEqual([
-      { ledger_account: "platform:write_offs", amount_micros: "-2900" },
-      { ledger_account: `customer:${accountId}`, amount_micros: "2900" },
-    ]);
+    // The write-off is on the record and folded into its batch's entry: the customer pays the 100
+    // it had (−3,000 + 2,900), the platform keeps the whole cost of a local model and absorbs 2,900.
+    const { record: lateRecord, legs, recordsInEntry } = await settlementOf(t, late.requestId!);
+    expect(lateRecord).toMatchObject({ cost_micros: "3000", write_off_micros: "2900" });
+    expect(recordsInEntry).toBe(1);
+    expect(legs).toEqual({
+      [`customer:${accountId}`]: "-100",
+      "platform:revenue": "3000",
+      "platform:write_offs": "-2900",
+    });
     // The other lease's hold was never touched.
     expect(await lease(other.leaseId)).toEqual({ held: 9_900n, settled: 0n });
     expect(await conservation(accountId)).toEqual({ heldGap: 0, badLeases: 0, moneyGap: 0 });

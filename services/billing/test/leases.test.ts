@@ -1,12 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase } from "@mkt/runtime/db";
+import type { Orm } from "@mkt/runtime/db";
 import { createLogger } from "@mkt/runtime/logger";
 import { LeaseStatus, type LeaseNeed, type LeaseState } from "@mkt/proto/billing/v1/leases";
-import { entities } from "../src/entities.ts";
-import { migrations } from "../migrations/index.ts";
 import { fenceLeases } from "../src/leases/fence-leases.ts";
-import { startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { startTestBilling, type TestBilling, openTestOrm } from "./billing-harness.ts";
 
 const TTL = 2_000;
 const MAX_REQUEST = 60_000;
@@ -16,7 +14,7 @@ const ISOLATION = 20_000;
 const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
 let offsetMs = 0;
 let t: TestBilling;
-let orm: Awaited<ReturnType<typeof openDatabase>>;
+let orm: Orm;
 
 beforeAll(async () => {
   t = await startTestBilling(
@@ -29,14 +27,7 @@ beforeAll(async () => {
     },
     { clock: () => new Date(BASE + offsetMs) },
   );
-  orm = await openDatabase({
-    url: t.config.DATABASE_URL,
-    schema: "billing",
-    entities,
-    migrations,
-    migrate: false,
-    log: createLogger("lease-test", "silent"),
-  });
+  orm = await openTestOrm(t, createLogger("lease-test", "silent"));
 });
 afterAll(async () => {
   await orm?.close();

@@ -1,18 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, type Orm } from "@mkt/runtime/db";
+import type { Orm } from "@mkt/runtime/db";
 import { createLogger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import type { ProductTerms } from "@mkt/proto/registry/v1/registry";
 import { startTestAccounts, type TestAccounts } from "../../accounts/test/accounts-harness.ts";
-import { entities } from "../src/entities.ts";
 import { settleUsageBatch } from "../src/settlement/settle-batch.ts";
 import {
   admitOnLease,
   ledgerInvariants,
+  requestLegs,
   settleOnLease,
   startTestBilling,
   type LeaseUsage,
   type TestBilling,
+  openTestOrm,
 } from "./billing-harness.ts";
 import { startRegistryDouble, type RegistryDouble } from "./registry-double.ts";
 import { refusal } from "@mkt/testkit/refusal";
@@ -34,14 +35,7 @@ beforeAll(async () => {
     { ACCOUNTS_ADDR: `127.0.0.1:${accounts.accounts.port}`, REGISTRY_ADDR: `127.0.0.1:${registry.port}` },
     { clock: () => now },
   );
-  orm = await openDatabase({
-    url: t.config.DATABASE_URL,
-    schema: "billing",
-    entities,
-    migrations: [],
-    migrate: false,
-    log,
-  });
+  orm = await openTestOrm(t, log);
 });
 afterAll(async () => {
   await orm?.close();
@@ -108,15 +102,11 @@ async function served(
   );
 }
 
-/** The usage postings of one request, by ledger account ({} when it moved no money). */
-async function usagePostings(requestId: string): Promise<Record<string, bigint>> {
-  const rows = await t.query<{ ledger_account: string; amount_micros: string }>(
-    `select p.ledger_account, p.amount_micros from journal_entries e join ledger_postings p on p.entry_id = e.id
-     where e.kind = 'usage' and e.reference = $1`,
-    [requestId],
-  );
-  return Object.fromEntries(rows.map((r) => [r.ledger_account, BigInt(r.amount_micros)]));
-}
+/**
+ * What one request moved, by ledger account ({} when it moved no money): its record's legs, which
+ * its batch's journal entry sums (requestLegs checks the entry against its records).
+ */
+const usagePostings = (requestId: string) => requestLegs(t, requestId);
 
 const balance = async (accountId: string) => (await t.client.getBalance({ accountId })).creditBalanceMicros;
 const periodUsage = async (subscriptionId: string) =>

@@ -1,11 +1,18 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { newRequestId } from "@mkt/runtime/ids";
 import { AppError } from "@mkt/runtime/errors";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { testCertificates } from "@mkt/testkit/test-certificates";
 import { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
-import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { admitOnLease, ledgerInvariants, startTestBilling, type TestBilling } from "./billing-harness.ts";
+import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import {
+  admitOnLease,
+  ledgerInvariants,
+  REQUEST_CHARGE_SQL,
+  startTestBilling,
+  type TestBilling,
+} from "./billing-harness.ts";
 
 // RecordUsage, the edge's way to hand billing the usage events JetStream did not ack in time:
 // the same settlement as the stream's, so a request reaching billing both ways is charged once.
@@ -26,10 +33,13 @@ async function books(event: UsageCompleted) {
   const [wallet] = await t.query(`select posted_micros, held_micros from wallets where account_id = $1`, [
     event.accountId,
   ]);
-  const [usage] = await t.query(`select count(*)::int as entries from journal_entries where reference = $1`, [
-    event.requestId,
-  ]);
-  return { records, wallet, entries: usage!.entries };
+  // The request's charge: its record in its batch's entry, whose customer leg sums its records.
+  const [charged] = await t.query(REQUEST_CHARGE_SQL, [event.requestId]);
+  const [debits] = await t.query(
+    `select count(*)::int as n from ledger_postings where ledger_account = $1 and amount_micros < 0`,
+    [`customer:${event.accountId}`],
+  );
+  return { records, wallet, charged: charged!.v, debits: debits!.n };
 }
 
 describe("RecordUsage", () => {
@@ -38,7 +48,8 @@ describe("RecordUsage", () => {
     await t.client.recordUsage({ events: [event] });
     const recorded = await books(event);
     expect(recorded.records).toEqual([{ cost_micros: "275" }]);
-    expect(recorded.entries).toBe(1);
+    expect(recorded.charged).toBe("275");
+    expect(recorded.debits).toBe(1);
     expect(recorded.wallet).toEqual({ posted_micros: String(5_000_000 - 275), held_micros: "0" });
 
     await t.publishUsage(event);
@@ -66,9 +77,9 @@ describe("RecordUsage", () => {
     await Promise.all([t.client.recordUsage({ events }), ...events.map((event) => t.publishUsage(event))]);
     await t.waitSettled();
     for (const event of events) {
-      const { records, entries } = await books(event);
+      const { records, charged, debits } = await books(event);
       expect(records).toEqual([{ cost_micros: "275" }]);
-      expect(entries).toBe(1);
+      expect({ charged, debits }).toEqual({ charged: "275", debits: 1 });
     }
     expect(await ledgerInvariants(t)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
   });
@@ -88,12 +99,25 @@ describe("RecordUsage", () => {
     expect(await ledgerInvariants(t)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
   });
 
-  it("refuses an event without a request id, settling nothing of the call", async () => {
+  it("dead-letters an event it can never record and settles the rest of the call", async () => {
     const event = await admitOnLease(t, { accountId: randomUUID(), ...tokens });
-    const err = await t.client.recordUsage({ events: [event, { ...event, requestId: "" }] }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(AppError);
-    expect((err as AppError).code).toBe("invalid_request");
-    expect((await books(event)).records).toEqual([]);
+    const nameless = { ...event, requestId: "" };
+    const accountless = { ...event, requestId: newRequestId(), accountId: "not-an-account" };
+    await t.client.recordUsage({ events: [event, nameless, accountless] });
+    expect((await books(event)).records).toHaveLength(1);
+    const rows = await t.query(
+      `select request_id, subject, reason, attempts from usage_dead_letters where request_id = $1 or data = $2`,
+      [accountless.requestId, Buffer.from(UsageCompleted.encode(UsageCompleted.fromPartial(nameless)).finish())],
+    );
+    expect(rows.sort((a, b) => String(a.reason).localeCompare(String(b.reason)))).toEqual([
+      {
+        request_id: accountless.requestId,
+        subject: "grpc:RecordUsage",
+        reason: 'account_id "not-an-account" is not a UUID',
+        attempts: 1,
+      },
+      { request_id: null, subject: "grpc:RecordUsage", reason: "request_id is empty", attempts: 1 },
+    ]);
   });
 
   it.each(["registry", "accounts"] as const)(

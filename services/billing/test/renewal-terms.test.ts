@@ -32,6 +32,22 @@ describe("the terms a subscription renews on", () => {
     expect(renewalTerms(bought, offer(down))).toEqual({ ...bought, ...down });
   });
 
+  it("keeps the lower cached price, an absent one read as the overage price it stands for", () => {
+    const cheap = { ...bought, cachedInputPricePer1mMicros: 200_000n };
+    // The plan raised its cached price: the subscriber keeps 0.20.
+    expect(renewalTerms(cheap, offer({ cachedInputPricePer1mMicros: 900_000n })).cachedInputPricePer1mMicros).toBe(
+      200_000n,
+    );
+    // The plan dropped it (absent: its overage price, 2.00): still 0.20.
+    expect(renewalTerms(cheap, offer({})).cachedInputPricePer1mMicros).toBe(200_000n);
+    // Bought without one (2.00), the plan now offers 0.10: the subscriber gets it.
+    expect(renewalTerms(bought, offer({ cachedInputPricePer1mMicros: 100_000n })).cachedInputPricePer1mMicros).toBe(
+      100_000n,
+    );
+    // Neither has one: none (the overage price).
+    expect(renewalTerms(bought, offer({})).cachedInputPricePer1mMicros).toBeUndefined();
+  });
+
   it("takes more included tokens and higher limits, keeps its own when the plan's shrink", () => {
     const more = { includedTokens: 5_000_000n, rpmLimit: 600n, tpmLimit: 1_000_000n, maxConcurrent: 50n };
     const longer = { maxOutputTokens: 8192n, maxContextTokens: 32_768n };

@@ -1,9 +1,9 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, type Orm } from "@mkt/runtime/db";
+import { newRequestId } from "@mkt/runtime/ids";
+import type { Orm } from "@mkt/runtime/db";
 import { createLogger } from "@mkt/runtime/logger";
 import { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { entities } from "../src/entities.ts";
 import { settleUsageBatch } from "../src/settlement/settle-batch.ts";
 import {
   admitOnLease,
@@ -11,6 +11,7 @@ import {
   startTestBilling,
   type LeaseUsage,
   type TestBilling,
+  openTestOrm,
 } from "./billing-harness.ts";
 
 // The consumer decides how events group into batches; to test one batch with every kind of
@@ -20,14 +21,7 @@ let orm: Orm;
 const log = createLogger("settle-batch-test", "silent");
 beforeAll(async () => {
   t = await startTestBilling();
-  orm = await openDatabase({
-    url: t.config.DATABASE_URL,
-    schema: "billing",
-    entities,
-    migrations: [],
-    migrate: false,
-    log,
-  });
+  orm = await openTestOrm(t, log);
 });
 afterAll(async () => {
   await orm?.close();
@@ -65,7 +59,7 @@ describe("batch settlement", () => {
       greedy({ inputTokens: 100n, outputTokens: 1_000_000n }), // reports more than its worst case
       hosted(tokens),
       // No lease id: no edge sends one; recorded at no cost.
-      UsageCompleted.fromPartial({ requestId: `req_${randomUUID()}`, accountId, success: true, ...tokens }),
+      UsageCompleted.fromPartial({ requestId: newRequestId(), accountId, success: true, ...tokens }),
       other(tokens),
     ];
 
@@ -80,6 +74,8 @@ describe("batch settlement", () => {
     expect(costs.map((c) => Object.values(c).join("/")).sort()).toEqual(
       ["0/0/0", "275/275/0", "350/350/0", "400/80/320"].sort(),
     );
+    // The batch queued its rollup deltas; the fold adds them to the hourly rollup.
+    await t.billing.foldRollups();
     const [hourly] = await t.query(
       `select sum(requests)::text as requests, sum(cost_micros)::text as cost from usage_hourly where account_id = $1`,
       [accountId],

@@ -1,9 +1,12 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { newRequestId } from "@mkt/runtime/ids";
+import { UsageCompleted } from "@mkt/proto/events/v1/events";
 import {
   admitOnLease,
   ledgerInvariants,
+  REQUEST_CHARGE_SQL,
+  settlementOf,
   startTestBilling,
   waitFor,
   type LeaseUsage,
@@ -42,13 +45,15 @@ async function admitted(overrides: Partial<LeaseUsage> = {}) {
 
 const usageRecords = (requestId: string) =>
   t.query<Record<string, unknown>>(`select * from usage_records where request_id = $1`, [requestId]);
-const settledOnce = async (requestId: string) =>
-  (
-    await waitFor(
-      () => usageRecords(requestId),
-      (rows) => rows.length > 0,
-    )
-  )[0]!;
+/** The request's usage record once settled, its batch's rollup deltas folded (reports read them). */
+const settledOnce = async (requestId: string) => {
+  const [record] = await waitFor(
+    () => usageRecords(requestId),
+    (rows) => rows.length > 0,
+  );
+  await t.billing.foldRollups();
+  return record!;
+};
 
 describe("usage settlement", () => {
   it("charges the exact cost, releases the hold and counts the request in the usage summary", async () => {
@@ -70,6 +75,7 @@ describe("usage settlement", () => {
       totalInputTokens: 100n,
       totalOutputTokens: 150n,
       totalCostMicros: 275n,
+      totalCachedInputTokens: 0n,
       avgLatencyMs: 1234,
     });
     const [wallet] = await t.query(`select posted_micros, held_micros from wallets where account_id = $1`, [
@@ -105,6 +111,72 @@ describe("usage settlement", () => {
     expect(summary.usage30d).toMatchObject({ totalRequests: 2n, avgLatencyMs: 750 });
   });
 
+  describe("cached input tokens", () => {
+    // A 1,000-token prompt and 100 output tokens at $3 / $15 per 1M, cached input at $0.30.
+    const prices = {
+      provider: "hoster",
+      hosterId: "hoster-cache",
+      inputPricePer1mMicros: 3_000_000n,
+      outputPricePer1mMicros: 15_000_000n,
+      worstCaseMicros: 4_500n,
+    };
+
+    it("charges them at the event's cached price, splits that 80/20 and keeps them on the record", async () => {
+      const { req, event } = await admitted({ ...prices, cachedInputPricePer1mMicros: 300_000n });
+      await t.publishUsage(
+        event({ inputTokens: 1000n, outputTokens: 100n, cachedInputTokens: 800n, reasoningTokens: 40n }),
+      );
+      const record = await settledOnce(req.requestId);
+      // ceil(200 × 3 + 800 × 0.30 + 100 × 15) = 600 + 240 + 1500 = 2340 micro-USD.
+      expect(record).toMatchObject({
+        cost_micros: "2340",
+        platform_fee_micros: "468",
+        hoster_earned_micros: "1872",
+        cached_input_tokens: "800",
+        reasoning_tokens: "40",
+      });
+      const summary = await t.client.getUsageSummary({ accountId: req.accountId, tier: "free" });
+      expect(summary.usage30d).toMatchObject({ totalInputTokens: 1000n, totalCachedInputTokens: 800n });
+    });
+
+    it("prices them at the input price when the event names no cached price (an edge from before)", async () => {
+      const { req, event } = await admitted(prices);
+      await t.publishUsage(event({ inputTokens: 1000n, outputTokens: 100n, cachedInputTokens: 800n }));
+      // ceil(1000 × 3 + 100 × 15) = 4500.
+      expect(await settledOnce(req.requestId)).toMatchObject({ cost_micros: "4500", cached_input_tokens: "800" });
+    });
+
+    it("charges an explicit cached price of 0 as 0", async () => {
+      const { req, event } = await admitted({ ...prices, cachedInputPricePer1mMicros: 0n });
+      await t.publishUsage(event({ inputTokens: 1000n, outputTokens: 100n, cachedInputTokens: 800n }));
+      // ceil(200 × 3 + 100 × 15) = 2100.
+      expect(await settledOnce(req.requestId)).toMatchObject({ cost_micros: "2100" });
+    });
+
+    it("clamps an event's cached count to [0, input] and its reasoning count to [0, output]", async () => {
+      const over = await admitted({ ...prices, cachedInputPricePer1mMicros: 300_000n });
+      await t.publishUsage(
+        over.event({ inputTokens: 1000n, outputTokens: 100n, cachedInputTokens: 5_000n, reasoningTokens: 900n }),
+      );
+      // All 1,000 input tokens cached at most: ceil(1000 × 0.30 + 100 × 15) = 1800.
+      expect(await settledOnce(over.req.requestId)).toMatchObject({
+        cost_micros: "1800",
+        cached_input_tokens: "1000",
+        reasoning_tokens: "100",
+      });
+      const negative = await admitted({ ...prices, cachedInputPricePer1mMicros: 300_000n });
+      await t.publishUsage(
+        negative.event({ inputTokens: 1000n, outputTokens: 100n, cachedInputTokens: -5n, reasoningTokens: -1n }),
+      );
+      expect(await settledOnce(negative.req.requestId)).toMatchObject({
+        cost_micros: "4500",
+        cached_input_tokens: "0",
+        reasoning_tokens: "0",
+      });
+      await ledgerInvariants(t);
+    });
+  });
+
   it("splits a hoster-served cost 80/20 in the ledger", async () => {
     const { req, event } = await admitted({
       provider: "hoster",
@@ -115,17 +187,16 @@ describe("usage settlement", () => {
     });
     await t.publishUsage(event({ inputTokens: 1000n, outputTokens: 500n, latencyMs: 10n }));
     const record = await settledOnce(req.requestId);
+    // The split is the record's (the proof per request); its batch's entry moves the sums.
     expect(record).toMatchObject({ cost_micros: "2000", platform_fee_micros: "400", hoster_earned_micros: "1600" });
-    const postings = await t.query(
-      `select p.ledger_account, p.amount_micros from ledger_postings p join journal_entries e on e.id = p.entry_id
-       where e.kind = 'usage' and e.reference = $1 order by p.amount_micros`,
-      [req.requestId],
-    );
-    expect(postings).toEqual([
-      { ledger_account: `customer:${req.accountId}`, amount_micros: "-2000" },
-      { ledger_account: "platform:revenue", amount_micros: "400" },
-      { ledger_account: "hoster:hoster-1", amount_micros: "1600" },
-    ]);
+    const { legs, recordsInEntry } = await settlementOf(t, req.requestId);
+    expect(recordsInEntry).toBe(1); // settled alone: the legs are this request's
+    expect(legs).toEqual({
+      [`customer:${req.accountId}`]: "-2000",
+      "platform:revenue": "400",
+      "hoster:hoster-1": "1600",
+    });
+    expect(await ledgerInvariants(t)).toEqual({ totalPostings: 0n, unbalancedEntries: 0, mismatchedWallets: 0 });
   });
 
   it("never charges more than the admitted worst case", async () => {
@@ -145,10 +216,14 @@ describe("usage settlement", () => {
     await t.waitSettled();
 
     expect(await usageRecords(req.requestId)).toHaveLength(1);
-    const charges = await t.query(`select id from journal_entries where kind = 'usage' and reference = $1`, [
-      req.requestId,
-    ]);
-    expect(charges).toHaveLength(1);
+    // Charged once: one record, in one batch entry whose customer leg is the sum of its records.
+    const [charged] = await t.query<{ v: string }>(REQUEST_CHARGE_SQL, [req.requestId]);
+    expect(charged?.v).toBe("275");
+    expect(
+      await t.query(`select 1 from ledger_postings where ledger_account = $1 and amount_micros < 0`, [
+        `customer:${req.accountId}`,
+      ]),
+    ).toHaveLength(1);
     const summary = await t.client.getUsageSummary({ accountId: req.accountId, tier: "free" });
     expect(summary.creditBalanceMicros).toBe(5_000_000n - 275n);
     expect(summary.usage30d).toMatchObject({ totalRequests: 1n, totalCostMicros: 275n, totalOutputTokens: 150n });
@@ -185,10 +260,10 @@ describe("usage settlement", () => {
       await new Promise((resolve) => setTimeout(resolve, 30));
     }
     await t.waitSettled();
-    // One transaction per batch: its entries share the transaction's timestamp.
-    const batches = await t.query<{ created_at: Date; n: string }>(
-      `select created_at, count(*)::text as n from journal_entries
-       where kind = 'usage' and reference = any($1) group by created_at order by created_at`,
+    // One journal entry per batch: the records name the entry that settled them.
+    const batches = await t.query<{ n: string }>(
+      `select count(*)::text as n from usage_records r join journal_entries e on e.id = r.entry_id
+       where e.kind = 'usage_batch' and r.request_id = any($1) group by e.id order by min(e.created_at)`,
       [all.map(({ req }) => req.requestId)],
     );
     expect(batches.map((b) => b.n)).toEqual(["1", "5"]);
@@ -196,7 +271,7 @@ describe("usage settlement", () => {
 
   it("records an event with no lease id at no cost (no edge sends one)", async () => {
     const accountId = randomUUID();
-    const requestId = `req_${randomUUID()}`;
+    const requestId = newRequestId();
     await t.publishUsage({
       requestId,
       accountId,
@@ -211,14 +286,27 @@ describe("usage settlement", () => {
     expect(record).toMatchObject({ cost_micros: "0", input_tokens: "10" });
   });
 
-  it("terminates an undecodable message and keeps settling what follows", async () => {
+  it("dead-letters an undecodable message and an event without a request id, and keeps settling what follows", async () => {
     // Field 1 with wire type 7 does not exist in protobuf: decoding must fail.
-    await t.publishRaw(new Uint8Array([0x0f, 0xff, 0xff]), `poison-${randomUUID()}`);
-    await t.publishUsage({ requestId: "", accountId: randomUUID() }, `empty-${randomUUID()}`);
+    const poison = new Uint8Array([0x0f, 0xff, 0xff]);
+    await t.publishRaw(poison, `poison-${randomUUID()}`);
+    const nameless = randomUUID();
+    await t.publishUsage({ requestId: "", accountId: nameless }, `empty-${randomUUID()}`);
     const { req, event } = await admitted();
     await t.publishUsage(event({ inputTokens: 100n, outputTokens: 1n, latencyMs: 5n }));
     await settledOnce(req.requestId);
-    await t.waitSettled(); // nothing left pending or unacknowledged: the poison was terminated
+    await t.waitSettled(); // nothing left pending or unacknowledged: both were dead-lettered, then acked
+    const namelessBytes = UsageCompleted.encode(
+      UsageCompleted.fromPartial({ requestId: "", accountId: nameless }),
+    ).finish();
+    const letters = await t.query(`select reason from usage_dead_letters where data = $1 or data = $2`, [
+      Buffer.from(poison),
+      Buffer.from(namelessBytes),
+    ]);
+    expect(letters.map((row) => row.reason).sort()).toEqual([
+      "request_id is empty",
+      expect.stringMatching(/^undecodable usage event/),
+    ]);
   });
 
   it("keeps the ledger balanced and wallets equal to their postings", async () => {

@@ -213,7 +213,7 @@ describe("cost breakdown (GetUsageBreakdown)", () => {
     const year = await t.client.getUsageBreakdown({ accountId: account, days: 365 });
     const [charged] = await t.query<{ sum: string }>(
       `select (-sum(amount_micros))::text as sum from ledger_postings p join journal_entries e on e.id = p.entry_id
-       where e.kind = 'usage' and p.ledger_account = $1`,
+       where e.kind in ('usage', 'usage_batch') and p.ledger_account = $1`,
       [`customer:${account}`],
     );
     expect(year.byModel.reduce((sum, m) => sum + m.figures!.costMicros, 0n)).toBe(BigInt(charged!.sum));

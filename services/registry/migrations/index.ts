@@ -8,6 +8,8 @@ import { Migration20261229000000HosterModelKinds } from "./Migration202612290000
 import { Migration20261230000000OpenPlansAndEndpoints } from "./Migration20261230000000OpenPlansAndEndpoints.ts";
 import { Migration20261231000000EndpointMinutes } from "./Migration20261231000000EndpointMinutes.ts";
 import { Migration20261231100000Verification } from "./Migration20261231100000Verification.ts";
+import { Migration20270115000000ProductCachedInputPrice } from "./Migration20270115000000ProductCachedInputPrice.ts";
+import { Migration20270201000000UsageDeadLetters } from "./Migration20270201000000UsageDeadLetters.ts";
 
 /** Registry's committed migrations, in order. */
 export const migrations: MigrationObject[] = [
@@ -20,4 +22,6 @@ export const migrations: MigrationObject[] = [
   { name: "Migration20261230000000OpenPlansAndEndpoints", class: Migration20261230000000OpenPlansAndEndpoints },
   { name: "Migration20261231000000EndpointMinutes", class: Migration20261231000000EndpointMinutes },
   { name: "Migration20261231100000Verification", class: Migration20261231100000Verification },
+  { name: "Migration20270115000000ProductCachedInputPrice", class: Migration20270115000000ProductCachedInputPrice },
+  { name: "Migration20270201000000UsageDeadLetters", class: Migration20270201000000UsageDeadLetters },
 ];

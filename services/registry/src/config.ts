@@ -21,6 +21,8 @@ const DEFAULT_LOCAL_MODELS = JSON.stringify([
     model_alias: "Demo Small",
     context_window: 8192,
     input_price_per_1m_usd: "0.50",
+    // Prompt tokens the demo's prefix cache served, at a tenth (as Anthropic and DeepSeek price them).
+    cached_input_price_per_1m_usd: "0.05",
     output_price_per_1m_usd: "1.50",
     // The demo model answers any number of choices; 8 keeps a demo request's hold small.
     max_n: 8,
@@ -32,6 +34,8 @@ const DEFAULT_LOCAL_MODELS = JSON.stringify([
     model_alias: "Demo Agent",
     context_window: 200_000,
     input_price_per_1m_usd: "0.50",
+    // Prompt tokens the demo's prefix cache served, at a tenth (as Anthropic and DeepSeek price them).
+    cached_input_price_per_1m_usd: "0.05",
     output_price_per_1m_usd: "1.50",
     max_n: 8,
   },

@@ -20,4 +20,7 @@ export const REGISTRY_CALLERS = {
   getProduct: ["billing"],
   updateProduct: ["edge"],
   archiveProduct: ["edge"],
+  // The operator's admin routes on the edge (GET /admin/usage/dead-letters?service=registry).
+  listUsageDeadLetters: ["edge"],
+  replayUsageDeadLetters: ["edge"],
 } as const satisfies CallerTable<RegistryServiceServer>;

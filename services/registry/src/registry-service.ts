@@ -7,11 +7,16 @@ import { getHoster, listHosters, updateHosterModel } from "./hosters/hoster-hand
 import { listEndpoints } from "./hosters/list-endpoints.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { registerHoster } from "./hosters/register-hoster.ts";
+import {
+  listUsageDeadLetters,
+  replayUsageDeadLetters,
+  type UsageDeadLetterContext,
+} from "./hosters/usage-dead-letters.ts";
 import { archiveProduct, createProduct, getProduct, listProducts, updateProduct } from "./products/product-handlers.ts";
 
 /** The RegistryService gRPC handlers. */
 export function registryService(
-  deps: { catalog: ModelCatalog },
+  deps: { catalog: ModelCatalog; usageDeadLetters: UsageDeadLetterContext },
   hosters: HostersContext,
   catalogFeed: Pick<CatalogFeed, "watch">,
   log: Logger,
@@ -30,8 +35,10 @@ export function registryService(
             created: m.created,
             kind: m.kind,
             endpoints: m.open?.endpoints,
-            lowestInputPricePer1mMicros: m.open?.lowestInputPricePer1mMicros,
-            lowestOutputPricePer1mMicros: m.open?.lowestOutputPricePer1mMicros,
+            // A platform model's own prices travel in the same fields: one price is its lowest.
+            lowestInputPricePer1mMicros: m.prices?.inputPricePer1mMicros,
+            lowestOutputPricePer1mMicros: m.prices?.outputPricePer1mMicros,
+            lowestCachedInputPricePer1mMicros: m.prices?.cachedInputPricePer1mMicros,
           }),
         ),
       });
@@ -47,5 +54,9 @@ export function registryService(
     getProduct: unary(log, "GetProduct", (request) => getProduct(hosters.products, request)),
     updateProduct: unary(log, "UpdateProduct", (request) => updateProduct(hosters, request)),
     archiveProduct: unary(log, "ArchiveProduct", (request) => archiveProduct(hosters, request)),
+    listUsageDeadLetters: unary(log, "ListUsageDeadLetters", () => listUsageDeadLetters(deps.usageDeadLetters)),
+    replayUsageDeadLetters: unary(log, "ReplayUsageDeadLetters", (request) =>
+      replayUsageDeadLetters(deps.usageDeadLetters, request),
+    ),
   };
 }

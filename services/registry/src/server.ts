@@ -25,6 +25,7 @@ import { HosterStore } from "./hosters/hoster-store.ts";
 import type { HostersContext } from "./hosters/hosters-context.ts";
 import { startHosterUsageConsumer, type HosterUsageConsumer } from "./hosters/hoster-usage-consumer.ts";
 import { EndpointMinutesStore } from "./hosters/endpoint-minutes-store.ts";
+import { deadLetterUsage, type UsageDeadLetterContext } from "./hosters/usage-dead-letters.ts";
 import { VerificationStore } from "./verification/verification-store.ts";
 import { startVerifier, verifyAllEndpoints } from "./verification/verifier.ts";
 import { createRegistryMetrics } from "./metrics/registry-metrics.ts";
@@ -32,6 +33,7 @@ import { ProductStore } from "./products/product-store.ts";
 import { registryService } from "./registry-service.ts";
 import { REGISTRY_CALLERS } from "./registry-callers.ts";
 import { hosterAgent } from "@mkt/runtime/hoster-connector";
+import { countOpenDeadLetters, type DeadLetter } from "@mkt/runtime/usage-dead-letters";
 
 /** Longest time a hoster row is reused for ListModels before it is read again. */
 const HOSTER_CACHE_MAX_MS = 5_000;
@@ -169,6 +171,7 @@ export async function startRegistry(
     hosterRows,
     openCatalog(() => catalogFeed.table()),
   );
+  const usageDeadLetters: UsageDeadLetterContext = { orm, figures: hosters, metrics, clock: hosters.clock, log };
   let usageFigures: HosterUsageConsumer | undefined;
   const cleanup = async () => {
     await catalogFeed.close();
@@ -179,7 +182,9 @@ export async function startRegistry(
     await orm.close();
   };
   try {
-    usageFigures = await startHosterUsageConsumer(nc, names, hosters, metrics.usageMismatches, log);
+    metrics.usageDeadLetters.set(await countOpenDeadLetters(orm));
+    const deadLetters = (letters: readonly DeadLetter[]) => deadLetterUsage(usageDeadLetters, letters);
+    usageFigures = await startHosterUsageConsumer(nc, names, { ...hosters, deadLetters }, metrics.usageMismatches, log);
   } catch (err) {
     await cleanup();
     throw err;
@@ -187,7 +192,13 @@ export async function startRegistry(
   const grpc = await startGrpcServer(
     config.GRPC_HOST,
     config.GRPC_PORT,
-    [[RegistryServiceService, registryService({ catalog }, hosters, catalogFeed, log), REGISTRY_CALLERS]],
+    [
+      [
+        RegistryServiceService,
+        registryService({ catalog, usageDeadLetters }, hosters, catalogFeed, log),
+        REGISTRY_CALLERS,
+      ],
+    ],
     { tls, log },
   ).catch(async (err: unknown) => {
     await cleanup();

@@ -4,7 +4,7 @@ import { loadRegistryConfig } from "../src/config.ts";
 const base = { LOCAL_MODEL_TOKEN: "t0ken", SECRETS_KEY: "ab".repeat(32), TLS_MODE: "off" };
 
 describe("registry configuration", () => {
-  it("defaults to the demo models (a small one, and one sized for coding agents) with exact micro-USD prices", () => {
+  it("defaults to the demo models (a small one, and one sized for coding agents) with exact micro-USD prices, cached input at a tenth", () => {
     const config = loadRegistryConfig(base);
     expect(config.LOCAL_MODELS).toEqual([
       {
@@ -12,6 +12,7 @@ describe("registry configuration", () => {
         modelAlias: "Demo Small",
         contextWindow: 8192n,
         inputPricePer1mMicros: 500_000n,
+        cachedInputPricePer1mMicros: 50_000n,
         outputPricePer1mMicros: 1_500_000n,
         upstreamModel: "demo-small",
         kind: "chat",
@@ -22,6 +23,7 @@ describe("registry configuration", () => {
         modelAlias: "Demo Agent",
         contextWindow: 200_000n,
         inputPricePer1mMicros: 500_000n,
+        cachedInputPricePer1mMicros: 50_000n,
         outputPricePer1mMicros: 1_500_000n,
         upstreamModel: "demo-agent",
         kind: "chat",
@@ -104,6 +106,32 @@ describe("registry configuration", () => {
     for (const bad of ["0", "1.5", '"2"', "129"]) {
       expect(() => load(`,"max_n":${bad}`)).toThrow(/LOCAL_MODELS: entry 0: max_n must be an integer from 1 to 128/);
     }
+  });
+
+  it("reads cached_input_price_per_1m_usd, absent unless set (the input price then), never above the input price", () => {
+    const entry = '"model_id":"m","context_window":4096,"input_price_per_1m_usd":"0.50","output_price_per_1m_usd":1';
+    const load = (variable: "LOCAL_MODELS" | "CLOUD_MODELS", extra: string) => {
+      const models = `[{${entry}${extra}}]`;
+      const cloud = { CLOUD_BASE_URL: "https://cloud.example/v1", CLOUD_API_KEY: "sk-x", CLOUD_MODELS: models };
+      const config = loadRegistryConfig(
+        variable === "LOCAL_MODELS" ? { ...base, LOCAL_MODELS: models } : { ...base, ...cloud },
+      );
+      return config[variable]![0]!;
+    };
+    expect(load("LOCAL_MODELS", "").cachedInputPricePer1mMicros).toBeUndefined();
+    expect(load("LOCAL_MODELS", ',"cached_input_price_per_1m_usd":"0.05"').cachedInputPricePer1mMicros).toBe(50_000n);
+    expect(load("CLOUD_MODELS", ',"cached_input_price_per_1m_usd":0.5').cachedInputPricePer1mMicros).toBe(500_000n);
+    // An explicit 0 is a price: cached tokens free.
+    expect(load("LOCAL_MODELS", ',"cached_input_price_per_1m_usd":0').cachedInputPricePer1mMicros).toBe(0n);
+    expect(() => load("LOCAL_MODELS", ',"cached_input_price_per_1m_usd":"0.51"')).toThrow(
+      /LOCAL_MODELS: entry 0: cached_input_price_per_1m_usd must not be above input_price_per_1m_usd/,
+    );
+    expect(() => load("CLOUD_MODELS", ',"cached_input_price_per_1m_usd":"-0.01"')).toThrow(
+      /CLOUD_MODELS: entry 0: cached_input_price_per_1m_usd must not be negative/,
+    );
+    expect(() => load("LOCAL_MODELS", ',"cached_input_price_per_1m_usd":"a tenth"')).toThrow(
+      /LOCAL_MODELS: entry 0: cached_input_price_per_1m_usd must be a USD amount/,
+    );
   });
 
   it("takes one local model server or several replicas, in order", () => {

@@ -97,4 +97,22 @@ describe("the default routing rule (registry's part)", () => {
       productId: `${hosters[0]!.id}-plan`,
     });
   });
+
+  it("puts the plan's cached-input price on its endpoint, and weighs the endpoint by its fresh prices alone", () => {
+    const hosters = [
+      hoster("1aaaaaaa-0000-4000-8000-000000000000", "healthy", "acme/x"),
+      hoster("2bbbbbbb-0000-4000-8000-000000000000", "healthy", "acme/x"),
+    ];
+    const discounted = plan(hosters[0]!.id, 2);
+    discounted.terms = { ...discounted.terms, cachedInputPricePer1mMicros: 100_000n };
+    const plans = new Map([
+      [hosters[0]!.id, [discounted]],
+      [hosters[1]!.id, [plan(hosters[1]!.id, 2)]],
+    ]);
+    const [model] = openModels({ hosters, plans, stats: new Map(), verdicts: new Map() });
+    expect(model!.endpoints.map((e) => [e.modelId, e.cachedInputPricePer1mMicros, e.weight])).toEqual([
+      ["m-1", 100_000n, 0.25],
+      ["m-2", undefined, 0.25],
+    ]);
+  });
 });

@@ -237,6 +237,88 @@ describe("open plans", () => {
   });
 });
 
+describe("cached-input prices", () => {
+  const stored = async (productId: string) =>
+    (await h.client.getProduct({ productId })).product!.terms!.cachedInputPricePer1mMicros;
+
+  it("keeps a payg or overage plan's cached price, an explicit 0 as 0 and an absent one absent", async () => {
+    const payg = await create({ ...PLANS.payg, cachedInputPricePer1mMicros: 20_000n });
+    expect(payg.terms!.cachedInputPricePer1mMicros).toBe(20_000n);
+    const overage = await create({ ...PLANS.subscription_overage, cachedInputPricePer1mMicros: 100_000n });
+    expect(await stored(overage.productId)).toBe(100_000n);
+    // At the price it discounts: allowed (cached tokens then cost what fresh ones do).
+    const atInput = await create({ ...PLANS.payg, cachedInputPricePer1mMicros: PLANS.payg.inputPricePer1mMicros });
+    expect(await stored(atInput.productId)).toBe(200_000n);
+
+    const zero = await create({ ...PLANS.payg, cachedInputPricePer1mMicros: 0n });
+    expect(await stored(zero.productId)).toBe(0n);
+    const absent = await create(PLANS.payg);
+    expect(await stored(absent.productId)).toBeUndefined();
+    // Every view of the plan carries it as stored.
+    const own = (await h.client.listProducts({ hosterId: hosterA })).products;
+    const listed = (await h.client.listHosters({})).hosters.find((x) => x.hosterId === hosterA)!.plans;
+    for (const plans of [own, listed]) {
+      const price = (id: string) => plans.find((p) => p.productId === id)!.terms!.cachedInputPricePer1mMicros;
+      expect([price(payg.productId), price(zero.productId), price(absent.productId)]).toEqual([20_000n, 0n, undefined]);
+    }
+  });
+
+  const refusals: Array<[string, Partial<ProductTerms>]> = [
+    ["above a payg plan's input price", { ...PLANS.payg, cachedInputPricePer1mMicros: 200_001n }],
+    [
+      "on a payg plan that charges only output tokens",
+      { pricingModel: "payg", outputPricePer1mMicros: 1n, cachedInputPricePer1mMicros: 1n },
+    ],
+    [
+      "above an overage plan's overage price",
+      { ...PLANS.subscription_overage, cachedInputPricePer1mMicros: 1_000_001n },
+    ],
+    ["on a free plan", { ...PLANS.free, cachedInputPricePer1mMicros: 0n }],
+    ["on a subscription plan", { ...PLANS.subscription, cachedInputPricePer1mMicros: 1n }],
+    ["when negative", { ...PLANS.payg, cachedInputPricePer1mMicros: -1n }],
+  ];
+  it.each(refusals)("refuses a cached price %s, naming it", async (_what, t) => {
+    const err = await refusal(h.client.createProduct({ hosterId: hosterB, terms: terms(t) }));
+    expect(err).toMatchObject({ code: "invalid_request", param: "cached_input_price_per_1m_usd" });
+    expect(err.httpStatus).toBe(400);
+  });
+
+  it("refuses a patch that lowers the input price below the cached price; both lowered together pass", async () => {
+    const product = await create({ ...PLANS.payg, cachedInputPricePer1mMicros: 150_000n });
+    const err = await refusal(update(product.productId, { inputPricePer1mMicros: 100_000n }));
+    expect(err).toMatchObject({ code: "invalid_request", param: "cached_input_price_per_1m_usd" });
+    expect(err.message).toContain("input_price_per_1m_usd");
+    expect((await h.client.getProduct({ productId: product.productId })).product).toEqual(product);
+
+    const { product: lowered } = await update(product.productId, {
+      inputPricePer1mMicros: 100_000n,
+      cachedInputPricePer1mMicros: 10_000n,
+    });
+    expect(lowered!.terms).toMatchObject({ inputPricePer1mMicros: 100_000n, cachedInputPricePer1mMicros: 10_000n });
+    // A patch that leaves it out keeps it; one that sets it to 0 keeps the 0.
+    const { product: renamed } = await update(product.productId, { name: "Cheaper" });
+    expect(renamed!.terms!.cachedInputPricePer1mMicros).toBe(10_000n);
+    await update(product.productId, { cachedInputPricePer1mMicros: 0n });
+    expect(await stored(product.productId)).toBe(0n);
+
+    // The same on an overage plan's overage price.
+    const overage = await create({ ...PLANS.subscription_overage, cachedInputPricePer1mMicros: 500_000n });
+    const overageErr = await refusal(update(overage.productId, { overagePricePer1mMicros: 400_000n }));
+    expect(overageErr).toMatchObject({ code: "invalid_request", param: "cached_input_price_per_1m_usd" });
+    expect(overageErr.message).toContain("overage_price_per_1m_usd");
+  });
+
+  it("adds a cached price to a plan by a patch, and refuses one on a subscription plan", async () => {
+    const payg = await create(PLANS.payg);
+    const { product } = await update(payg.productId, { cachedInputPricePer1mMicros: 50_000n });
+    expect(product!.terms).toEqual({ ...payg.terms, cachedInputPricePer1mMicros: 50_000n });
+    const monthly = await create(PLANS.subscription);
+    const err = await refusal(update(monthly.productId, { cachedInputPricePer1mMicros: 0n }));
+    expect(err).toMatchObject({ code: "invalid_request", param: "cached_input_price_per_1m_usd" });
+    expect(await stored(monthly.productId)).toBeUndefined();
+  });
+});
+
 describe("UpdateProduct", () => {
   it("applies the given fields and keeps the others", async () => {
     const product = await create(PLANS.subscription_overage);

@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
+import { decodeUsageEvent, usageItems } from "@mkt/runtime/usage-messages";
 import type { AddressInfo, Socket } from "node:net";
 import { Writable } from "node:stream";
 import { randomBytes } from "node:crypto";
@@ -6,11 +7,12 @@ import { pino } from "pino";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { createClient } from "@mkt/runtime/grpc-client";
-import { eventNames } from "@mkt/runtime/nats";
+import { ensureUsageStream, eventNames } from "@mkt/runtime/nats";
 import { REDACTED_PATHS } from "@mkt/runtime/logger";
 import { freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { allowedCallerClient, testCertificates } from "@mkt/testkit/test-certificates";
-import { CatalogChanged, UsageCompleted } from "@mkt/proto/events/v1/events";
+import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { CatalogChanged } from "@mkt/proto/events/v1/events";
 import {
   RegistryServiceClient,
   type ArchiveProductRequest,
@@ -27,8 +29,11 @@ import {
   type ListModelsResponse,
   type ListProductsRequest,
   type ListProductsResponse,
+  type ListUsageDeadLettersResponse,
   type RegisterHosterRequest,
   type RegisterHosterResponse,
+  type ReplayUsageDeadLettersRequest,
+  type ReplayUsageDeadLettersResponse,
   type UpdateProductRequest,
   type UpdateProductResponse,
 } from "@mkt/proto/registry/v1/registry";
@@ -115,6 +120,13 @@ export async function startFakeUpstream() {
       "liar-negative": { prompt_tokens: -40, completion_tokens: -3 },
       "liar-garbage": { prompt_tokens: "12", completion_tokens: null },
       "liar-float": { prompt_tokens: Number.MAX_VALUE, completion_tokens: Number.POSITIVE_INFINITY },
+      // More cached prompt tokens than prompt tokens, and more reasoning than output.
+      "liar-cached": {
+        prompt_tokens: 12,
+        completion_tokens: 5,
+        prompt_tokens_details: { cached_tokens: 1e9 },
+        completion_tokens_details: { reasoning_tokens: 1e9 },
+      },
     };
     send({ ...base, choices: [], usage: usage[mode] ?? usage.ok });
     res.end("data: [DONE]\n\n");
@@ -159,6 +171,7 @@ export const TEST_MODELS = [
   model("liar-negative", "liar-negative"),
   model("liar-garbage", "liar-garbage"),
   model("liar-float", "liar-float"),
+  model("liar-cached", "liar-cached"),
 ];
 
 /**
@@ -205,6 +218,10 @@ export async function startHarness(
     UPSTREAM_IDLE_TIMEOUT_MS: "1500",
     ...env,
   });
+  // Reconnects forever, as the services do: fault tests stop and restart their NATS under it.
+  const nc: NatsConnection = await connect({ servers: natsUrl, maxReconnectAttempts: -1, reconnectTimeWait: 250 });
+  // Billing owns the usage stream and registry only waits for it: the harness plays billing.
+  await ensureUsageStream(nc, names);
   const registry = await startRegistry(config, log, { clock });
   // The routing table is streamed to edges only, so this client holds the edge's certificate.
   const grpcClient = createClient(RegistryServiceClient, `127.0.0.1:${registry.port}`, certs.tls("edge"));
@@ -220,15 +237,18 @@ export async function startHarness(
     getProduct(request: GetProductRequest): Promise<GetProductResponse>;
     updateProduct(request: UpdateProductRequest): Promise<UpdateProductResponse>;
     archiveProduct(request: ArchiveProductRequest): Promise<ArchiveProductResponse>;
+    listUsageDeadLetters(request: object): Promise<ListUsageDeadLettersResponse>;
+    replayUsageDeadLetters(request: ReplayUsageDeadLettersRequest): Promise<ReplayUsageDeadLettersResponse>;
   };
-  // Reconnects forever, as the services do: fault tests stop and restart their NATS under it.
-  const nc: NatsConnection = await connect({ servers: natsUrl, maxReconnectAttempts: -1, reconnectTimeWait: 250 });
   const jsm: JetStreamManager = await jetstreamManager(nc);
   // Every publish, duplicates included (JetStream would hide a duplicate msgID from the stream).
   const published: UsageCompleted[] = [];
   const sub: Subscription = nc.subscribe(names.usageCompleted);
   void (async () => {
-    for await (const msg of sub) published.push(UsageCompleted.decode(msg.data));
+    // Each message a batch of events (or one bare event), as the edge publishes them.
+    for await (const msg of sub) {
+      published.push(...decodableEvents(msg.data, msg.headers));
+    }
   })();
   // The hoster ids of every catalog.changed announcement, in order.
   const catalogChanges: string[] = [];
@@ -269,8 +289,7 @@ export async function startHarness(
       for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
         const msg = await jsm.streams.getMessage(names.usageStream, { seq }).catch(() => null);
         if (!msg) continue;
-        const event = UsageCompleted.decode(msg.data);
-        if (event.requestId === requestId) found.push(event);
+        found.push(...decodableEvents(msg.data, msg.header).filter((event) => event.requestId === requestId));
       }
       return found;
     },
@@ -297,4 +316,26 @@ export async function waitFor<T>(read: () => Promise<T> | T, done: (v: T) => boo
     if (done(value) || Date.now() > deadline) return value;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+}
+
+/**
+ * The events of a published message that decode: the dead-letter tests publish undecodable ones on
+ * purpose, and the record of what was published leaves those out instead of failing the run.
+ */
+function decodableEvents(data: Uint8Array, headers: Parameters<typeof usageItems>[1]): UsageCompleted[] {
+  const events: UsageCompleted[] = [];
+  let items: ReturnType<typeof usageItems>;
+  try {
+    items = usageItems(data, headers);
+  } catch {
+    return events;
+  }
+  for (const item of items) {
+    try {
+      events.push(decodeUsageEvent(item.data));
+    } catch {
+      // not an event: left out
+    }
+  }
+  return events;
 }

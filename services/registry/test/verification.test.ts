@@ -74,7 +74,13 @@ afterAll(async () => {
 });
 
 /** Registers a server's model and sells it on an open payg plan (what verification probes). */
-async function openEndpoint(name: string, url: string, token: string, modelId: string): Promise<string> {
+async function openEndpoint(
+  name: string,
+  url: string,
+  token: string,
+  modelId: string,
+  terms: Partial<ProductTerms> = {},
+): Promise<string> {
   const { hoster } = await h.client.registerHoster({
     name,
     email: `verify-${randomUUID()}@example.com`,
@@ -93,6 +99,7 @@ async function openEndpoint(name: string, url: string, token: string, modelId: s
       inputPricePer1mMicros: 100_000n,
       outputPricePer1mMicros: 100_000n,
       open: true,
+      ...terms,
     }),
   });
   return hoster!.hosterId;
@@ -171,5 +178,54 @@ describe("verification probes", () => {
     const stats = (await h.client.getHoster({ hosterId: honest })).hoster!.models[0]!.stats!;
     expect(stats.last30m!.requests).toBe(3n);
     expect(stats.last30m!.uptime).toBe(1);
+  });
+});
+
+describe("cache honesty", () => {
+  it("checks a discounted endpoint's repeated prompt for cached tokens: shown when none are reported, never degrading it", async () => {
+    // A tenth of the input price for cached tokens.
+    const discount = { cachedInputPricePer1mMicros: 10_000n };
+    const real = await startRealHoster({ models: [MODEL] });
+    servers.push(real);
+    const caching = await openEndpoint("Caching GPUs", real.url, real.token, MODEL, discount);
+    const forgetful = await scriptedServer({ mode: "honest" });
+    servers.push(forgetful);
+    const noCache = await openEndpoint("Forgetful GPUs", forgetful.url, TOKEN, MODEL, discount);
+    // The same scripted server with no discount (its cached price is its input price) is not asked.
+    const plain = await scriptedServer({ mode: "honest" });
+    servers.push(plain);
+    const undiscounted = await openEndpoint("Plain GPUs", plain.url, TOKEN, MODEL, {
+      cachedInputPricePer1mMicros: 100_000n,
+    });
+
+    await h.registry.verifyNow();
+    await h.registry.verifyNow();
+
+    const cacheCheck = async (hosterId: string) =>
+      (await verdictOf(hosterId)).checks.find((c) => c.check === "cache_discount");
+    expect(await verdictOf(caching)).toMatchObject({ status: "verified" });
+    expect(await cacheCheck(caching)).toMatchObject({ passed: true, held: false });
+    expect((await cacheCheck(caching))!.detail).toMatch(/^the same prompt sent twice reported \d+ cached tokens$/);
+
+    // Two runs without a cached token: flagged, and still verified (the customer paid the fresh price).
+    expect(await verdictOf(noCache)).toMatchObject({ status: "verified" });
+    expect(await cacheCheck(noCache)).toEqual({
+      check: "cache_discount",
+      passed: false,
+      held: false,
+      detail: "cache discount not given: the same prompt sent twice reported no cached tokens",
+    });
+    // Shown where the other checks are: the hoster's own view, the hoster list and the endpoints list.
+    const listed = (await h.client.listHosters({})).hosters.find((x) => x.hosterId === noCache)!;
+    expect(listed.models[0]!.verification!.checks.map((c) => c.check)).toContain("cache_discount");
+    const { endpoints } = await h.client.listEndpoints({ canonicalId: MODEL });
+    const shown = endpoints.find((e) => e.hosterId === noCache)!.model!.verification!;
+    expect(shown.checks.find((c) => c.check === "cache_discount")!.passed).toBe(false);
+
+    expect(await cacheCheck(undiscounted)).toBeUndefined();
+    const chats = (server: typeof plain) => server.requests.filter((r) => r.path === "/v1/chat/completions").length;
+    // Per run: the counted call, the tool call and the streamed one; a discounted endpoint two more.
+    expect(chats(plain)).toBe(6);
+    expect(chats(forgetful)).toBe(10);
   });
 });

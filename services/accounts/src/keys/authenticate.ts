@@ -13,7 +13,7 @@ export async function authenticate(ctx: AccountsContext, apiKey: string, edgeId 
   const invalid = () => new AppError("invalid_api_key", "Invalid API key.");
   // Garbage (other vendors' keys, empty headers) costs no query.
   if (!looksLikeKey(apiKey)) throw invalid();
-  const holder = { edgeId: checkedEdgeId(edgeId), ttlMs: ctx.config.LEASE_TTL_MS, lock: true };
+  const holder = { edgeId: checkedEdgeId(edgeId), ttlMs: ctx.config.PRINCIPAL_TTL_MS, lock: true };
   const [principal] = await livePrincipals(ctx.orm.em.fork(), ctx.clock(), "k.key_hash = ?", [hashKey(apiKey)], holder);
   if (!principal) throw invalid();
   return principal;

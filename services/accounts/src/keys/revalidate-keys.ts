@@ -9,7 +9,7 @@ export const MAX_KEYS_PER_REVALIDATION = 10_000;
 
 /**
  * The current principals of those of `keyIds` still live (docs/architecture.md#authentication): an
- * edge re-checks every principal it has in use with this, once per LEASE_TTL_MS, in one call and
+ * edge re-checks every principal it has in use with this, every half of PRINCIPAL_TTL_MS, in one call and
  * one query by primary key, which keeps `edgeId` recorded as their holder. Revoked, expired,
  * unknown and malformed ids are left out of the answer.
  */
@@ -21,6 +21,6 @@ export async function revalidateKeys(ctx: AccountsContext, keyIds: string[], edg
   }
   const ids = [...new Set(keyIds.filter(isUuid).map((id) => id.toLowerCase()))];
   if (ids.length === 0) return [];
-  const holder = { edgeId: checkedEdgeId(edgeId), ttlMs: ctx.config.LEASE_TTL_MS, lock: false };
+  const holder = { edgeId: checkedEdgeId(edgeId), ttlMs: ctx.config.PRINCIPAL_TTL_MS, lock: false };
   return livePrincipals(ctx.orm.em.fork(), ctx.clock(), "k.id in (?)", [ids], holder);
 }

@@ -105,7 +105,7 @@ export async function announceRevocation(
     } finally {
       clearTimeout(timer);
     }
-    const left = committedAt + fenceWaitMs(ctx.config.LEASE_TTL_MS) - performance.now();
+    const left = committedAt + fenceWaitMs(ctx.config.PRINCIPAL_TTL_MS) - performance.now();
     const timedOut = await Promise.race([
       acked.then(() => false),
       new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), Math.max(0, left)))),

@@ -13,6 +13,7 @@ import { int8 } from "../context.ts";
 import { fenceLeases } from "../leases/fence-leases.ts";
 import { spentInWindow } from "../leases/key-room.ts";
 import { fenceWaitMs } from "@mkt/runtime/fence-wait";
+import { foldQueued } from "../usage/rollup-fold.ts";
 import { keyWindow, LIMIT_RESETS, neverResets, utcOffsetTime, type LimitReset } from "./key-windows.ts";
 
 /** Keys GET /v1/keys may name at once (an account has a handful; this bounds the statement). */
@@ -50,6 +51,11 @@ export async function setKeyLimit(ctx: BillingContext, req: SetKeyLimitRequest):
     // A key that had no limit and still has none changes no lease's key budgets.
     const unchanged = (before?.limit_micros ?? null) === null && req.limitMicros === undefined;
     const fenced = unchanged ? [] : await fenceLeases(em, req.accountId);
+    // Settlement writes a limited key's spend itself but queues an unlimited one's with the
+    // rollups: spend queued while the key had no limit is folded before the limit counts it.
+    if ((before?.limit_micros ?? null) === null && req.limitMicros !== undefined) {
+      while ((await foldQueued(em, { skipLocked: false })) > 0);
+    }
     await em.execute(
       `insert into key_limits (key_id, account_id, limit_micros, limit_reset, updated_at) values (?, ?, ?, ?, ?)
        on conflict (key_id) do update set limit_micros = excluded.limit_micros, limit_reset = excluded.limit_reset,

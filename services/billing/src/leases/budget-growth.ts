@@ -13,7 +13,8 @@ import {
 } from "../subscriptions/plan-limits.ts";
 import { growthFor } from "./lease-sizing.ts";
 import { addRoom, sameTime, unspent, type Step } from "./lease-growth.ts";
-import { setGranted, type AllowanceRow, type LeaseRow } from "./lease-store.ts";
+import type { AllowanceRow, LeaseRow } from "./lease-rows.ts";
+import { setGranted } from "./lease-writes.ts";
 import { windowsOf } from "./lease-windows.ts";
 
 /** A budget's need in its own units: requests (and slots), worst-case tokens. */

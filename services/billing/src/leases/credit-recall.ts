@@ -22,7 +22,7 @@ export async function recallLentCredit(ctx: BillingContext, accountId: string, a
     ]);
     if (!row) return [];
     const free = BigInt(row.posted_micros as string) - BigInt(row.held_micros as string);
-    const leases = await loadLeases(em, `l.account_id = ? and l.status = 'open'`, [accountId]);
+    const leases = await loadLeases(em, (l) => l.and([l("l.account_id", "=", accountId), l("l.status", "=", "open")]));
     const lent = leases.reduce((sum, l) => sum + unspent(l.allowances.find((a) => a.resource === "credit")), 0n);
     if (lent <= 0n || free + lent < amount) return [];
     return fenceLeases(em, accountId);

@@ -1,9 +1,10 @@
 import { AppError } from "@mkt/runtime/errors";
+import type { LeaseWhere } from "../billing-db.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { releaseEndedLease } from "./lease-release.ts";
-import { loadLeases, lockWallets } from "./lease-store.ts";
+import { loadLeases, lockWalletsOf } from "./lease-store.ts";
 
 /** Who makes a lease call: the edge's stable id, and which of its processes. */
 export interface EdgeCaller {
@@ -39,8 +40,9 @@ export async function incarnationOf(ctx: BillingContext, caller: EdgeCaller): Pr
  * Takes the edge's next incarnation for this process (or finds the one it took), and closes and
  * releases every lease of the older incarnations in the same transaction: a process that started
  * again under the same id holds none of them, so their slots and credit must not wait for their
- * deadline. The session row stays locked until commit, so a call of an older incarnation still
- * running (holdIncarnation) commits wholly before (its leases closed here) or is refused after.
+ * deadline. The edge's incarnation lock (exclusive) is held until commit, so a call of an older
+ * incarnation still running (holdIncarnation) commits wholly before (its leases closed here) or
+ * is refused after.
  * `closed` is undefined when no incarnation was started.
  */
 async function startIncarnation(
@@ -48,6 +50,8 @@ async function startIncarnation(
   caller: EdgeCaller,
   now: Date,
 ): Promise<{ incarnation: bigint; closed?: number }> {
+  // Before anything else: the lease calls in flight (holdIncarnation) commit first.
+  await em.execute(`select lock_edge_incarnation(?)`, [caller.edgeId]);
   await em.execute(
     `insert into edge_sessions (edge_id, sequence, deadline) values (?, 0, ?) on conflict (edge_id) do nothing`,
     [caller.edgeId, now],
@@ -62,14 +66,9 @@ async function startIncarnation(
     caller.bootId,
     caller.edgeId,
   ]);
-  const owners = await em.execute(`select distinct account_id from leases where edge_id = ? and released_at is null`, [
-    caller.edgeId,
-  ]);
-  const wallets = await lockWallets(
-    em,
-    owners.map((owner) => owner.account_id as string),
-  );
-  const leases = await loadLeases(em, `l.edge_id = ? and l.released_at is null`, [caller.edgeId]);
+  const held: LeaseWhere = (l) => l.and([l("l.edge_id", "=", caller.edgeId), l("l.released_at", "is", null)]);
+  const wallets = await lockWalletsOf(em, held);
+  const leases = await loadLeases(em, held);
   let closed = 0;
   for (const lease of leases) {
     if (await releaseEndedLease(em, lease, wallets.get(lease.accountId)!, now)) closed++;
@@ -78,15 +77,25 @@ async function startIncarnation(
 }
 
 /**
- * Inside a lease call's transaction, after the session row's other locks: refuses the call unless
- * its incarnation is the edge's newest. The row lock it takes (KEY SHARE) lets one edge's calls
- * run side by side but waits for an incarnation being started.
+ * Inside a lease call's transaction, before it locks or reads anything of the edge's leases:
+ * refuses the call unless its incarnation is the edge's newest. It holds the edge's incarnation
+ * lock shared until commit (hold_edge_incarnation, in the migration that made it), so one edge's
+ * calls run side by side while startIncarnation, which takes it exclusively, waits for them, and
+ * a call after it reads the new incarnation and is refused. An advisory lock rather than
+ * FOR KEY SHARE on the session row: the row lock wrote the row's header (a WAL record) on every
+ * call and, as soon as two calls of the edge overlapped (a heartbeat's transactions always do),
+ * a MultiXact; the advisory lock lives in the lock manager's memory and writes nothing. Checking
+ * the incarnation in the WHERE of the call's writes instead would not do: nothing would keep a
+ * new incarnation from closing the edge's leases between that check and the commit, nor order a
+ * grant's new lease before its close.
  */
 export async function holdIncarnation(em: Em, caller: EdgeCaller): Promise<void> {
-  const [row] = await em.execute(`select incarnation, boot_id from edge_sessions where edge_id = ? for key share`, [
+  const [row] = await em.execute(`select hold_edge_incarnation(?, ?, ?) as held`, [
     caller.edgeId,
+    caller.incarnation,
+    caller.bootId,
   ]);
-  if (row && int8(row.incarnation) === caller.incarnation && row.boot_id === caller.bootId) return;
+  if (row?.held === true) return;
   throw new AppError(
     "edge_superseded",
     `Edge ${caller.edgeId}: incarnation ${caller.incarnation} is no longer its newest (another process took its id); its leases are closed.`,

@@ -1,20 +1,26 @@
 import { AppError } from "@mkt/runtime/errors";
 import { isUuid, newId } from "@mkt/runtime/ids";
 import type { GrantLeaseRequest, GrantLeaseResponse } from "@mkt/proto/billing/v1/leases";
+import type { BillingConfig } from "../config.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
+import { grantWaitingForSettlement } from "./settling-holds.ts";
 import { batchWrites, write } from "../write-batch.ts";
 import { openWallet } from "../wallets/ledger.ts";
 import { extendLiveSession, fenceLapsed, openLeaseAccounts, renewSession } from "./edge-session.ts";
 import { holdIncarnation, incarnationOf, type EdgeCaller } from "./edge-incarnation.ts";
 import { growLease } from "./lease-growth.ts";
 import { leaseState } from "./lease-state.ts";
-import { accountKeyLimits, applyReport, closeReported, loadLeases, lockWallets, type LeaseRow } from "./lease-store.ts";
+import { leaseSettings } from "./lease-settings.ts";
+import { closeReported } from "./lease-closing.ts";
+import { applyReport } from "./lease-reports.ts";
+import type { LeaseRow } from "./lease-rows.ts";
+import { accountKeyLimits, loadLeases, lockWallets } from "./lease-store.ts";
 import { growKeyRoom } from "./key-room.ts";
 import { amountsOf, budgetAmountsOf, validateEdgeCall, validateNeed, validateReports } from "./lease-validation.ts";
 import { refuseUnlessActive } from "../subscriptions/subscription-gate.ts";
 import { openPlanSubscription } from "../subscriptions/implicit-subscription.ts";
-import { growBudget, returnIdleSlots } from "./budget-growth.ts";
+import { growBudget } from "./budget-growth.ts";
 import { recallForGrant } from "./grant-recall.ts";
 import { recallBudgetsForGrant } from "./budget-recall.ts";
 import { lockSubscriptions, openBudget } from "./lease-budgets.ts";
@@ -67,22 +73,26 @@ async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promi
     ctx.openWallets.add(req.accountId);
   }
   const caller = { edgeId: req.edgeId, incarnation: await incarnationOf(ctx, req), bootId: req.bootId };
+  // A grant short only by the account's requests not yet settled waits for their batch (at most
+  // about one SETTLE_BATCH_WINDOW_MS) before it refuses; it holds no grant slot meanwhile.
   const grant = () =>
-    ctx.grantSlot(() =>
-      withDeadlockRetry(async () => {
-        const ttlMs = ctx.config.LEASE_TTL_MS;
-        const deadline = await extendLiveSession(
-          ctx.orm.em.fork(),
-          caller,
-          req.sequence,
-          ctx.clock(),
-          ttlMs,
-          ttlMs / 2,
-        );
-        return ctx.orm.em
-          .fork()
-          .transactional((em) => grantIn(ctx, em, req, caller, { receivedAt, sessionDeadline: deadline }));
-      }),
+    grantWaitingForSettlement(ctx, req.accountId, () =>
+      ctx.grantSlot(() =>
+        withDeadlockRetry(async () => {
+          const ttlMs = ctx.config.LEASE_TTL_MS;
+          const deadline = await extendLiveSession(
+            ctx.orm.em.fork(),
+            caller,
+            req.sequence,
+            ctx.clock(),
+            ttlMs,
+            ttlMs / 2,
+          );
+          return ctx.orm.em
+            .fork()
+            .transactional((em) => grantIn(ctx, em, req, caller, { receivedAt, sessionDeadline: deadline }));
+        }),
+      ),
     );
   try {
     return await grant();
@@ -125,25 +135,29 @@ async function grantIn(
   if (subscription) refuseUnlessActive(subscription.status as string);
   const ttlMs = ctx.config.LEASE_TTL_MS;
   const { receivedAt, sessionDeadline } = session;
-  const lapsed = sessionDeadline ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ttlMs);
+  // The incarnation before the session row (renewSession locks it), the order starting one takes.
   await holdIncarnation(em, caller);
+  const lapsed = sessionDeadline ? undefined : await renewSession(em, req.edgeId, req.sequence, now, ttlMs);
   const accounts = [req.accountId, ...(lapsed ? await openLeaseAccounts(em, req.edgeId) : [])];
   const wallets = await lockWallets(em, accounts);
   if (lapsed) await fenceLapsed(em, req.edgeId, lapsed);
   const wallet = wallets.get(req.accountId)!;
-  const leases = await loadLeases(em, `l.edge_id = ? and l.account_id = ? and l.status <> 'closed'`, [
-    req.edgeId,
-    req.accountId,
-  ]);
+  const leases = await loadLeases(em, (l) =>
+    l.and([l("l.edge_id", "=", req.edgeId), l("l.account_id", "=", req.accountId), l("l.status", "<>", "closed")]),
+  );
   const reported = req.report ? leases.find((l) => l.id === req.report!.leaseId) : undefined;
   const applied = reported !== undefined && (await applyReport(em, reported, req.report!, req.sequence, now));
   if (applied && req.report!.final) {
     await closeReported(em, reported, wallet, now, ctx.config.MAX_REQUEST_MS);
   } else if (applied && reported.status === "fenced" && req.report!.slotsPinned) {
-    // The edge pinned the lease's slots to this report (it had lapsed there) and the lease is
-    // fenced (here, when its session lapsed: billing restarted, say): the slots lent beyond its
-    // requests in flight go back now, as a heartbeat's would, not when a heartbeat gets through.
-    for (const budget of reported.budgets) await returnIdleSlots(em, reported, budget.subscriptionId);
+    // The edge reports the lease past its validity (its slots pinned to this report) and the lease
+    // is fenced (here, when its session lapsed: billing unreachable or restarted, say). No reply
+    // revives a fenced lease, so the edge admits nothing more on it: these totals are its last,
+    // and it closes on them as on a final report. What it did not use goes back before this grant
+    // sizes the next lease (the slots beyond its requests in flight, this minute's request and
+    // plan room); kept until the edge's final report a heartbeat later, that room was counted as
+    // used and this grant refused 429 for room nobody used.
+    await closeReported(em, reported, wallet, now, ctx.config.MAX_REQUEST_MS);
   }
   let lease = leases.find((l) => l.status === "open");
   if (lease && lease !== reported) {
@@ -156,7 +170,7 @@ async function grantIn(
       now,
     );
   }
-  lease ??= await openLease(em, req, now);
+  lease ??= await openLease(em, req, now, ctx.config);
   const inHand = { ...amountsOf(req.request), minCredit: req.minCreditMicros };
   const demandPerSecond = amountsOf(req.demandPerSecond);
   // A spend-limited key's room first: it may shrink a request without max_tokens to what the key
@@ -164,7 +178,7 @@ async function grantIn(
   const key = lease.keyLimits.find((k) => k.keyId === req.request?.keyId);
   if (key && inHand.credit > 0n) {
     const need = { credit: inHand.credit, minCredit: inHand.minCredit, demandPerSecond: demandPerSecond.credit };
-    inHand.credit = await growKeyRoom(ctx, em, lease, key, need, now);
+    inHand.credit = await growKeyRoom(ctx, em, lease, key, wallet, need, now);
   }
   await growLease(ctx, em, lease, wallet, { inHand, demandPerSecond }, now);
   let includedCrossing = false;
@@ -186,10 +200,24 @@ async function grantIn(
   // that waited here (behind others, for a lock) does not reach the edge valid for less.
   const deadline = sessionDeadline ?? new Date(now.getTime() + ttlMs);
   const validForMs = deadline.getTime() - receivedAt.getTime();
-  return { lease: leaseState(lease, now, ctx.config, validForMs), includedCrossing, incarnation: caller.incarnation };
+  return {
+    lease: leaseState(lease, now, ctx.config, validForMs),
+    includedCrossing,
+    incarnation: caller.incarnation,
+    settings: leaseSettings(ctx.config),
+  };
 }
 
-async function openLease(em: Em, req: GrantLeaseRequest, now: Date): Promise<LeaseRow> {
+/**
+ * A new lease, with the bounds it is granted under (this reply's settings): billing closes it by
+ * those even after a restart with other settings, since its edge may be using them.
+ */
+async function openLease(
+  em: Em,
+  req: GrantLeaseRequest,
+  now: Date,
+  config: Pick<BillingConfig, "EDGE_ISOLATION_MS" | "MAX_REQUEST_MS">,
+): Promise<LeaseRow> {
   const lease: LeaseRow = {
     id: newId(),
     edgeId: req.edgeId,
@@ -201,15 +229,31 @@ async function openLease(em: Em, req: GrantLeaseRequest, now: Date): Promise<Lea
     settledMicros: 0n,
     releasedAt: null,
     deadline: null,
+    isolationMs: config.EDGE_ISOLATION_MS,
+    maxRequestMs: config.MAX_REQUEST_MS,
     allowances: [],
     budgets: [],
+    // A read: it also sends the writes held so far, among them the close of a lease this call's
+    // report ended (a row write, applied after statements), before the insert below that takes
+    // its place as the pair's one open lease.
     keyLimits: await accountKeyLimits(em, req.accountId),
   };
   await write(
     em,
-    `insert into leases (id, edge_id, account_id, tier, status, applied_sequence, last_used_at, created_at)
-     values (?, ?, ?, ?, 'open', ?, ?, ?)`,
-    [lease.id, lease.edgeId, lease.accountId, lease.tier, lease.appliedSequence, now, now],
+    `insert into leases (id, edge_id, account_id, tier, status, applied_sequence, last_used_at, created_at,
+       isolation_ms, max_request_ms)
+     values (?, ?, ?, ?, 'open', ?, ?, ?, ?, ?)`,
+    [
+      lease.id,
+      lease.edgeId,
+      lease.accountId,
+      lease.tier,
+      lease.appliedSequence,
+      now,
+      now,
+      lease.isolationMs,
+      lease.maxRequestMs,
+    ],
   );
   return lease;
 }

@@ -5,7 +5,8 @@ import { tierLimits } from "../rate-limits/rate-limiter.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { fenceLeases } from "./fence-leases.ts";
 import { counted, sameTime, unspent } from "./lease-growth.ts";
-import { loadLeases, type LeaseRow } from "./lease-store.ts";
+import type { LeaseRow } from "./lease-rows.ts";
+import { loadLeases } from "./lease-store.ts";
 import { amountsOf } from "./lease-validation.ts";
 import { REQUEST_WINDOWS, windowsOf } from "./lease-windows.ts";
 import { keyWindow } from "../key-limits/key-windows.ts";
@@ -53,7 +54,9 @@ export async function recallForGrant(ctx: BillingContext, req: GrantLeaseRequest
 async function roomToTake(ctx: BillingContext, em: Em, req: GrantLeaseRequest): Promise<string[] | "covered"> {
   const now = ctx.clock();
   const want = amountsOf(req.request);
-  const leases = await loadLeases(em, `l.account_id = ? and l.status = 'open'`, [req.accountId]);
+  const leases = await loadLeases(em, (l) =>
+    l.and([l("l.account_id", "=", req.accountId), l("l.status", "=", "open")]),
+  );
   const mine = leases.find((l) => l.edgeId === req.edgeId);
   const others = leases.filter((l) => l.edgeId !== req.edgeId);
   const [wallet] = await em.execute(`select posted_micros, held_micros from wallets where account_id = ?`, [

@@ -1,5 +1,6 @@
 import type { Em } from "../context.ts";
-import { creditOf, setGranted, shiftHold, type LeaseRow, type WalletRow } from "./lease-store.ts";
+import { creditOf, type LeaseRow, type WalletRow } from "./lease-rows.ts";
+import { setGranted, shiftHold } from "./lease-writes.ts";
 
 /**
  * An idle lease gives back the credit room lent beyond `keep` spare (its report's

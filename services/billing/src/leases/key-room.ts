@@ -7,7 +7,8 @@ import { keyWindow, neverResets, utcOffsetTime, type KeyWindow } from "../key-li
 import { formatUsd } from "../wallets/ledger.ts";
 import { addRoom, edgesUsing, sameTime, unspent } from "./lease-growth.ts";
 import { growthFor } from "./lease-sizing.ts";
-import type { KeyLimitRow, LeaseRow } from "./lease-store.ts";
+import type { KeyLimitRow, LeaseRow, WalletRow } from "./lease-rows.ts";
+import { ShortUntilSettled } from "./settling-holds.ts";
 
 const day = (at: Date) => at.toISOString().slice(0, 10);
 
@@ -38,6 +39,7 @@ export async function growKeyRoom(
   em: Em,
   lease: LeaseRow,
   key: KeyLimitRow,
+  wallet: WalletRow,
   need: { credit: Micros; minCredit: Micros; demandPerSecond: Micros },
   now: Date,
 ): Promise<Micros> {
@@ -49,7 +51,15 @@ export async function growKeyRoom(
   const coverable = max0(left + unspent(mine));
   let credit = need.credit;
   if (credit > coverable) {
-    if (need.minCredit === 0n || need.minCredit > coverable) throw keyLimitExceeded(key, window);
+    if (need.minCredit === 0n || need.minCredit > coverable) {
+      const short = (need.minCredit || credit) - coverable;
+      // Short only by the key's requests not yet settled: the grant waits for their batch, as an
+      // account's does for its credit (settling-holds.ts): settling them lowers the wallet's hold too.
+      const refusal = keyLimitExceeded(key, window);
+      throw short <= (await keyUnsettled(em, lease, key, window, mine))
+        ? new ShortUntilSettled(refusal, wallet.held)
+        : refusal;
+    }
     credit = coverable;
   }
   const ttlMs = ctx.config.LEASE_TTL_MS;
@@ -57,6 +67,28 @@ export async function growKeyRoom(
   const add = growthFor({ left, edges, demandPerSecond: need.demandPerSecond, inHand: credit, ttlMs }, unspent(mine));
   if (add > 0n) await addRoom(em, lease, { scope: key.keyId, resource: "key_credit", span: window, add });
   return credit;
+}
+
+/**
+ * What the key's leases hold in the window for requests admitted and not yet settled (admitted −
+ * settled): the lease in hand's from its row in memory, which carries the grant's report, the
+ * others' as committed. Billing cannot tell a request that ended from one still running, so both
+ * count: a grant short by one in flight waits the same bounded time, then refuses.
+ */
+async function keyUnsettled(
+  em: Em,
+  lease: LeaseRow,
+  key: KeyLimitRow,
+  window: KeyWindow,
+  mine: { admitted: bigint; settled: bigint } | undefined,
+): Promise<bigint> {
+  const [row] = await em.execute(
+    `select coalesce(sum(greatest(0, a.admitted - a.settled)), 0) as unsettled
+     from lease_allowances a join leases l on l.id = a.lease_id
+     where a.scope = ? and a.resource = 'key_credit' and a.window_start = ? and l.released_at is null and l.id <> ?`,
+    [key.keyId, window.start, lease.id],
+  );
+  return max0((mine?.admitted ?? 0n) - (mine?.settled ?? 0n)) + int8(row?.unsettled);
 }
 
 /** What the key's limit leaves in the window: less settled spend and every lease's unsettled room. */

@@ -2,7 +2,7 @@ import type { BudgetTerms } from "@mkt/proto/billing/v1/leases";
 import type { Em } from "../context.ts";
 import { write } from "../write-batch.ts";
 import { planTerms } from "../subscriptions/plan-limits.ts";
-import type { BudgetRow, LeaseRow } from "./lease-store.ts";
+import type { BudgetRow, LeaseRow } from "./lease-rows.ts";
 
 /**
  * Locks the subscriptions (FOR SHARE, in id order) before any wallet: the order renewal,
@@ -46,15 +46,16 @@ export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<s
     em,
     `insert into lease_budgets (lease_id, subscription_id, status, state, hoster_id, period_index, pricing_model,
        included_tokens, input_price_per_1m_micros, output_price_per_1m_micros, overage_price_per_1m_micros,
-       max_context_tokens, max_output_tokens, rpm_limit, product_id)
-     values (?, ?, 'open', 'active', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       max_context_tokens, max_output_tokens, rpm_limit, product_id, cached_input_price_per_1m_micros)
+     values (?, ?, 'open', 'active', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
      on conflict (lease_id, subscription_id) do update set status = 'open', state = 'active', fenced_at = null,
        hoster_id = excluded.hoster_id, period_index = excluded.period_index, pricing_model = excluded.pricing_model,
        included_tokens = excluded.included_tokens, input_price_per_1m_micros = excluded.input_price_per_1m_micros,
        output_price_per_1m_micros = excluded.output_price_per_1m_micros,
        overage_price_per_1m_micros = excluded.overage_price_per_1m_micros,
        max_context_tokens = excluded.max_context_tokens, max_output_tokens = excluded.max_output_tokens,
-       rpm_limit = excluded.rpm_limit, product_id = excluded.product_id`,
+       rpm_limit = excluded.rpm_limit, product_id = excluded.product_id,
+       cached_input_price_per_1m_micros = excluded.cached_input_price_per_1m_micros`,
     [
       lease.id,
       plan.subscriptionId,
@@ -69,6 +70,7 @@ export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<s
       plan.maxOutputTokens,
       plan.rpmLimit,
       plan.productId || null,
+      plan.cachedInputPricePer1m ?? null,
     ],
   );
   const terms: BudgetTerms = {
@@ -77,6 +79,7 @@ export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<s
     inputPricePer1mMicros: plan.inputPricePer1m,
     outputPricePer1mMicros: plan.outputPricePer1m,
     overagePricePer1mMicros: plan.overagePricePer1m,
+    cachedInputPricePer1mMicros: plan.cachedInputPricePer1m,
     maxContextTokens: plan.maxContextTokens,
     maxOutputTokens: plan.maxOutputTokens,
     rpmLimit: plan.rpmLimit,

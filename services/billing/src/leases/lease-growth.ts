@@ -6,18 +6,14 @@ import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { rateLimitRefusal, tierLimits } from "../rate-limits/rate-limiter.ts";
 import { formatUsd } from "../wallets/ledger.ts";
+import type { AllowanceResource } from "./allowance-resource.ts";
 import { growthFor } from "./lease-sizing.ts";
+import { refusalUnlessSettling } from "./settling-holds.ts";
 import { REQUEST_WINDOWS, windowsOf, type WindowSpan } from "./lease-windows.ts";
 import { sqlArray } from "../batch-statement.ts";
 import { write, writeRow } from "../write-batch.ts";
-import {
-  LEASE_WRITES,
-  setGranted,
-  shiftHold,
-  type AllowanceRow,
-  type LeaseRow,
-  type WalletRow,
-} from "./lease-store.ts";
+import type { AllowanceRow, LeaseRow, WalletRow } from "./lease-rows.ts";
+import { LEASE_WRITES, setGranted, shiftHold } from "./lease-writes.ts";
 
 /** Account-level amounts in each resource's unit. */
 export interface Amounts {
@@ -47,7 +43,7 @@ export interface Growth {
 }
 
 export interface Step {
-  resource: string;
+  resource: AllowanceResource;
   /** '' for the account's rooms, the subscription id for a budget's. */
   scope?: string;
   counter?: "minute" | "day";
@@ -107,7 +103,16 @@ export async function growLease(
     // Without max_tokens the cap shrinks to what the whole account pays (the edge sizes it from
     // the lease's credit), so the grant takes all there is when that covers the least request.
     if (minCredit === 0n || minCredit > coverable) {
-      throw insufficientCredits(coverable, minCredit || creditInHand, minCredit === 0n);
+      const needed = minCredit || creditInHand;
+      // Short only by requests not yet settled: the grant waits for their batch (settling-holds.ts).
+      throw await refusalUnlessSettling(
+        em,
+        lease,
+        credit,
+        wallet,
+        needed - coverable,
+        insufficientCredits(coverable, needed, minCredit === 0n),
+      );
     }
     creditInHand = coverable;
   }

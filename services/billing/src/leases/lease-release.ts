@@ -1,5 +1,6 @@
 import type { Em } from "../context.ts";
-import { shiftHold, type LeaseRow, type WalletRow } from "./lease-store.ts";
+import type { LeaseRow, WalletRow } from "./lease-rows.ts";
+import { shiftHold } from "./lease-writes.ts";
 
 /**
  * Releases what the wallet still holds for a lease whose requests have all ended. One that never

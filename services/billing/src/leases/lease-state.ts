@@ -1,17 +1,8 @@
 import { LeaseResource, LeaseStatus, type LeaseRoom, type LeaseState } from "@mkt/proto/billing/v1/leases";
 import type { BillingConfig } from "../config.ts";
 import { tierLimits } from "../rate-limits/rate-limiter.ts";
-import type { AllowanceRow, LeaseRow } from "./lease-store.ts";
-
-const RESOURCES: Record<string, LeaseResource> = {
-  requests_minute: LeaseResource.LEASE_RESOURCE_REQUESTS_PER_MINUTE,
-  requests_day: LeaseResource.LEASE_RESOURCE_REQUESTS_PER_DAY,
-  sub_requests_minute: LeaseResource.LEASE_RESOURCE_REQUESTS_PER_MINUTE,
-  sub_tokens_minute: LeaseResource.LEASE_RESOURCE_TOKENS_PER_MINUTE,
-  included_tokens: LeaseResource.LEASE_RESOURCE_INCLUDED_TOKENS,
-  slots: LeaseResource.LEASE_RESOURCE_SLOTS,
-  key_credit: LeaseResource.LEASE_RESOURCE_KEY_CREDIT,
-};
+import { ALLOWANCE_RESOURCES } from "./allowance-resource.ts";
+import type { AllowanceRow, LeaseRow } from "./lease-rows.ts";
 
 const STATUSES: Record<LeaseRow["status"], LeaseStatus> = {
   open: LeaseStatus.LEASE_STATUS_OPEN,
@@ -42,7 +33,7 @@ export function leaseState(
     const validFor = a.windowEnd ? Math.min(ttlMs, endsIn) : ttlMs;
     return {
       allowanceId: a.id,
-      resource: RESOURCES[a.resource] ?? LeaseResource.LEASE_RESOURCE_UNSPECIFIED,
+      resource: ALLOWANCE_RESOURCES[a.resource] ?? LeaseResource.LEASE_RESOURCE_UNSPECIFIED,
       granted: a.granted,
       startsInMs: BigInt(startsIn),
       validForMs: BigInt(open ? validFor : 0),

@@ -1,66 +1,27 @@
-import type { BudgetTerms } from "@mkt/proto/billing/v1/leases";
-import { sqlArray } from "../batch-statement.ts";
+import {
+  DummyDriver,
+  Kysely,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  sql,
+  type Expression,
+  type ExpressionBuilder,
+  type SqlBool,
+} from "kysely";
+import { billingDb, type BillingDb, type LeasesAsL, type LeaseWhere } from "../billing-db.ts";
 import type { Em } from "../context.ts";
 import { int8 } from "../context.ts";
-import type { LeaseReport } from "@mkt/proto/billing/v1/leases";
 import type { LimitReset } from "../key-limits/key-windows.ts";
-import { write, writeRow, type RowShape } from "../write-batch.ts";
+import { allowanceResource } from "./allowance-resource.ts";
+import type { BudgetRow, KeyLimitRow, LeaseRow, WalletRow } from "./lease-rows.ts";
 
-/** A lease row as the lease transactions read it (after the account's wallet is locked). */
-export interface LeaseRow {
-  id: string;
-  edgeId: string;
-  accountId: string;
-  tier: string;
-  status: "open" | "fenced" | "closed";
-  appliedSequence: bigint;
-  heldMicros: bigint;
-  settledMicros: bigint;
-  /** When the closer gave its hold back (nothing is held for it any more), or null. */
-  releasedAt: Date | null;
-  /** Null while open (its edge session's deadline applies); the deadline it was fenced or closed at. */
-  deadline: Date | null;
-  allowances: AllowanceRow[];
-  budgets: BudgetRow[];
-  /** The account's spend-limited keys (their rooms are the allowances scoped to them). */
-  keyLimits: KeyLimitRow[];
-}
+export { creditOf } from "./lease-rows.ts";
+export type { AllowanceRow, BudgetRow, KeyLimitRow, LeaseRow, WalletRow } from "./lease-rows.ts";
 
-/**
- * A key with a spend limit (docs/adr/0020-key-spend-limits-in-billing.md): its lease budget is
- * KEY_CREDIT room in its window.
- */
-export interface KeyLimitRow {
-  keyId: string;
-  limitMicros: bigint;
-  reset: LimitReset;
-}
-
-/** A subscription's budget nested in a lease (its rooms are the allowances scoped to it). */
-export interface BudgetRow {
-  subscriptionId: string;
-  status: "open" | "fenced";
-  state: string;
-  periodIndex: number;
-  /** The terms snapshot the edge admits by (LeaseState's BudgetTerms). */
-  terms: BudgetTerms;
-}
-
-export interface AllowanceRow {
-  id: string;
-  scope: string;
-  resource: string;
-  windowStart: Date | null;
-  windowEnd: Date | null;
-  granted: bigint;
-  admitted: bigint;
-  settled: bigint;
-}
-
-export interface WalletRow {
-  posted: bigint;
-  held: bigint;
-}
+// Every lease call reads the same way: the wallets of its accounts locked first, in account
+// order, then its leases read with everything under them, each in one typed statement with bound
+// parameters. What the call then changes goes back through write-batch.ts (lease-writes.ts).
 
 /**
  * Locks the accounts' wallets in ascending order, the order every lease transaction and fence
@@ -69,329 +30,265 @@ export interface WalletRow {
  * either way a fence (FOR UPDATE) commits entirely before or entirely after them.
  */
 export async function lockWallets(em: Em, accountIds: Iterable<string>): Promise<Map<string, WalletRow>> {
-  const ids = [...new Set(accountIds)].sort();
-  const wallets = new Map<string, WalletRow>();
-  if (ids.length === 0) return wallets;
-  const rows = await em.execute(
-    `select account_id, posted_micros, held_micros from wallets where account_id in (${ids.map(() => "?").join(", ")})
-     order by account_id for no key update`,
-    ids,
-  );
-  for (const row of rows) {
-    wallets.set(row.account_id as string, { posted: int8(row.posted_micros), held: int8(row.held_micros) });
-  }
-  return wallets;
+  const ids = [...new Set(accountIds)];
+  if (ids.length === 0) return new Map();
+  return lockWhere(em, (w) => w("w.account_id", "=", w.fn.any(w.val(ids))));
 }
 
 /**
- * lockWallets for the accounts of the given leases, found in the same statement: the wallets a
- * batch of usage events charges, locked in one round trip.
+ * lockWallets for the accounts of the leases matching `where`, found in the same statement: a
+ * call that knows its leases, not their accounts, locks in one round trip instead of two. The
+ * leases themselves are read after (loadLeases): this statement's snapshot predates the locks it
+ * may wait for, so a lease read in it could miss what a fence committed meanwhile.
  */
-export async function lockLeaseWallets(em: Em, leaseIds: readonly string[]): Promise<Map<string, WalletRow>> {
-  const wallets = new Map<string, WalletRow>();
-  if (leaseIds.length === 0) return wallets;
-  const rows = await em.execute(
-    `select account_id, posted_micros, held_micros from wallets
-     where account_id in (select account_id from leases where id = any(?::uuid[]))
-     order by account_id for no key update`,
-    [sqlArray(leaseIds)],
+export function lockWalletsOf(em: Em, where: LeaseWhere): Promise<Map<string, WalletRow>> {
+  return lockWhere(em, (w) =>
+    w(
+      "w.account_id",
+      "in",
+      w
+        .selectFrom("leases as l")
+        .select("l.account_id")
+        // This builder has `w` in scope too; a LeaseWhere reads only `l`.
+        .where((l) => where(l as unknown as ExpressionBuilder<LeasesAsL, "l">)),
+    ),
   );
-  for (const row of rows) {
-    wallets.set(row.account_id as string, { posted: int8(row.posted_micros), held: int8(row.held_micros) });
-  }
-  return wallets;
+}
+
+/** The wallets a batch of usage events charges: those of its leases' accounts (settle-batch.ts). */
+export function lockLeaseWallets(em: Em, leaseIds: readonly string[]): Promise<Map<string, WalletRow>> {
+  if (leaseIds.length === 0) return Promise.resolve(new Map());
+  return lockWalletsOf(em, (l) => l("l.id", "=", l.fn.any(l.val([...leaseIds]))));
+}
+
+type WalletsAsW = BillingDb & { w: BillingDb["wallets"] };
+
+async function lockWhere(
+  em: Em,
+  where: (w: ExpressionBuilder<WalletsAsW, "w">) => Expression<SqlBool>,
+): Promise<Map<string, WalletRow>> {
+  const db = await billingDb(em);
+  const rows = await db
+    .selectFrom("wallets as w")
+    .select(["w.account_id", "w.posted_micros", "w.held_micros"])
+    .where(where)
+    .orderBy("w.account_id")
+    .forNoKeyUpdate()
+    .execute();
+  return new Map(rows.map((w) => [w.account_id, { posted: int8(w.posted_micros), held: int8(w.held_micros) }]));
 }
 
 /**
- * The leases matching `where` with their allowances. Read after the wallets are locked, in a
- * statement of its own, so it sees whatever a fence committed before the lock was granted.
+ * The leases matching `where` with their allowances, budgets and the account's limited keys. Read
+ * after the wallets are locked, in a statement of its own, so it sees whatever a fence committed
+ * before the lock was granted.
  */
-export async function loadLeases(em: Em, where: string, params: unknown[]): Promise<LeaseRow[]> {
-  const rows = await em.execute(leasesQuery(where), params);
-  return rows.map(toLeaseRow);
+export async function loadLeases(em: Em, where: LeaseWhere): Promise<LeaseRow[]> {
+  const db = await billingDb(em);
+  const { rows } = await db.executeQuery(LEASES.where(where).compile());
+  return rows.map(leaseRowOf);
 }
 
-/** The query loadLeases runs, for a statement that reads more beside the leases. */
-export function leasesQuery(where: string): string {
-  return `select l.id, l.edge_id, l.account_id, l.tier, l.status, l.applied_sequence, l.held_micros, l.settled_micros, l.released_at, l.deadline,
-       coalesce((select json_agg(json_build_object('id', a.id, 'scope', a.scope, 'resource', a.resource,
-         'window_start', a.window_start, 'window_end', a.window_end, 'granted', a.granted::text,
-         'admitted', a.admitted::text, 'settled', a.settled::text) order by a.resource, a.window_start)
-         from lease_allowances a where a.lease_id = l.id), '[]') as allowances,
-       coalesce((select json_agg(json_build_object('subscription_id', b.subscription_id, 'status', b.status,
-         'state', b.state, 'period_index', b.period_index, 'hoster_id', b.hoster_id,
-         'pricing_model', b.pricing_model, 'input_price', b.input_price_per_1m_micros::text,
-         'output_price', b.output_price_per_1m_micros::text, 'overage_price', b.overage_price_per_1m_micros::text,
-         'max_context_tokens', b.max_context_tokens::text, 'max_output_tokens', b.max_output_tokens::text,
-         'rpm_limit', b.rpm_limit::text, 'product_id', b.product_id) order by b.subscription_id)
-         from lease_budgets b where b.lease_id = l.id), '[]') as budgets,
-       coalesce((select json_agg(json_build_object('key_id', k.key_id, 'limit_micros', k.limit_micros::text,
-         'limit_reset', k.limit_reset) order by k.key_id)
-         from key_limits k where k.account_id = l.account_id and k.limit_micros is not null), '[]') as key_limits
-     from leases l where ${where} order by l.account_id, l.created_at`;
+/**
+ * One row per lease: its columns, then its allowances, budgets and the account's limited keys as
+ * one array per column, each in the same order (the key last, so the arrays line up row by row).
+ * Arrays rather than json_agg: no document built per lease, no bigint cast to text to outlive
+ * JSON's numbers, and one statement still reads a lease with everything under it.
+ */
+function leasesSelect(db: Kysely<BillingDb>) {
+  return db
+    .selectFrom("leases as l")
+    .leftJoinLateral(
+      (eb) =>
+        eb
+          .selectFrom("lease_allowances as a")
+          .whereRef("a.lease_id", "=", "l.id")
+          .select((a) => {
+            const agg = <T>(column: `a.${keyof BillingDb["lease_allowances"] & string}`) =>
+              a.fn
+                .agg<T[] | null>("array_agg", [column])
+                .orderBy("a.resource")
+                .orderBy("a.window_start")
+                .orderBy("a.id");
+            return [
+              agg<string>("a.id").as("allowance_id"),
+              agg<string>("a.scope").as("allowance_scope"),
+              agg<string>("a.resource").as("allowance_resource"),
+              agg<Date | string | null>("a.window_start").as("allowance_start"),
+              agg<Date | string | null>("a.window_end").as("allowance_end"),
+              agg<string>("a.granted").as("allowance_granted"),
+              agg<string>("a.admitted").as("allowance_admitted"),
+              agg<string>("a.settled").as("allowance_settled"),
+            ];
+          })
+          .as("al"),
+      (join) => join.onTrue(),
+    )
+    .leftJoinLateral(
+      (eb) =>
+        eb
+          .selectFrom("lease_budgets as b")
+          .whereRef("b.lease_id", "=", "l.id")
+          .select((b) => {
+            const agg = <T>(column: `b.${keyof BillingDb["lease_budgets"] & string}`) =>
+              b.fn.agg<T[] | null>("array_agg", [column]).orderBy("b.subscription_id");
+            return [
+              agg<string>("b.subscription_id").as("budget_subscription"),
+              agg<string>("b.status").as("budget_status"),
+              agg<string>("b.state").as("budget_state"),
+              agg<number>("b.period_index").as("budget_period"),
+              agg<string | null>("b.hoster_id").as("budget_hoster"),
+              agg<string>("b.pricing_model").as("budget_pricing"),
+              agg<string>("b.input_price_per_1m_micros").as("budget_input_price"),
+              agg<string>("b.output_price_per_1m_micros").as("budget_output_price"),
+              agg<string>("b.overage_price_per_1m_micros").as("budget_overage_price"),
+              agg<string | null>("b.cached_input_price_per_1m_micros").as("budget_cached_price"),
+              agg<string>("b.max_context_tokens").as("budget_max_context"),
+              agg<string>("b.max_output_tokens").as("budget_max_output"),
+              agg<string>("b.rpm_limit").as("budget_rpm"),
+              agg<string | null>("b.product_id").as("budget_product"),
+            ];
+          })
+          .as("bu"),
+      (join) => join.onTrue(),
+    )
+    .leftJoinLateral(
+      (eb) =>
+        eb
+          .selectFrom("key_limits as k")
+          .whereRef("k.account_id", "=", "l.account_id")
+          .where("k.limit_micros", "is not", null)
+          .select((k) => [
+            k.fn.agg<string[] | null>("array_agg", ["k.key_id"]).orderBy("k.key_id").as("limited_key"),
+            k.fn.agg<string[] | null>("array_agg", ["k.limit_micros"]).orderBy("k.key_id").as("limited_micros"),
+            k.fn
+              .agg<Array<string | null> | null>("array_agg", ["k.limit_reset"])
+              .orderBy("k.key_id")
+              .as("limited_reset"),
+          ])
+          .as("kl"),
+      (join) => join.onTrue(),
+    )
+    .select([
+      "l.id",
+      "l.edge_id",
+      "l.account_id",
+      "l.tier",
+      "l.status",
+      "l.applied_sequence",
+      "l.held_micros",
+      "l.settled_micros",
+      "l.released_at",
+      "l.deadline",
+      "l.isolation_ms",
+      "l.max_request_ms",
+    ])
+    .selectAll(["al", "bu", "kl"])
+    .orderBy("l.account_id")
+    .orderBy("l.created_at");
 }
 
-/** A row of leasesQuery as a LeaseRow. */
-export function toLeaseRow(row: Record<string, unknown>): LeaseRow {
+type LeaseColumns = Awaited<ReturnType<ReturnType<typeof leasesSelect>["executeTakeFirstOrThrow"]>>;
+
+const date = (value: Date | string | null) => (value === null ? null : new Date(value));
+const int8Or = (value: string | null) => (value === null ? undefined : int8(value));
+
+/**
+ * A row of leasesSelect as a LeaseRow: bigint and timestamptz come as text (BillingDb), read by int8
+ * and date.
+ */
+function leaseRowOf(row: LeaseColumns): LeaseRow {
+  const budgets = row.budget_subscription ?? [];
+  const keys = row.limited_key ?? [];
   return {
-    id: row.id as string,
-    edgeId: row.edge_id as string,
-    accountId: row.account_id as string,
-    tier: row.tier as string,
+    id: row.id,
+    edgeId: row.edge_id,
+    accountId: row.account_id,
+    tier: row.tier,
     status: row.status as LeaseRow["status"],
     appliedSequence: int8(row.applied_sequence),
     heldMicros: int8(row.held_micros),
     settledMicros: int8(row.settled_micros),
-    releasedAt: row.released_at ? new Date(row.released_at as string) : null,
-    deadline: row.deadline ? new Date(row.deadline as string) : null,
-    allowances: (row.allowances as Array<Record<string, unknown>>).map((a) => ({
-      id: a.id as string,
-      scope: a.scope as string,
-      resource: a.resource as string,
-      windowStart: a.window_start ? new Date(a.window_start as string) : null,
-      windowEnd: a.window_end ? new Date(a.window_end as string) : null,
-      granted: int8(a.granted),
-      admitted: int8(a.admitted),
-      settled: int8(a.settled),
+    releasedAt: date(row.released_at),
+    deadline: date(row.deadline),
+    isolationMs: row.isolation_ms === null ? null : Number(row.isolation_ms),
+    maxRequestMs: row.max_request_ms === null ? null : Number(row.max_request_ms),
+    allowances: (row.allowance_id ?? []).map((id, i) => ({
+      id,
+      scope: row.allowance_scope![i]!,
+      resource: allowanceResource(row.allowance_resource![i]),
+      windowStart: date(row.allowance_start![i]!),
+      windowEnd: date(row.allowance_end![i]!),
+      granted: int8(row.allowance_granted![i]),
+      admitted: int8(row.allowance_admitted![i]),
+      settled: int8(row.allowance_settled![i]),
     })),
-    budgets: (row.budgets as Array<Record<string, unknown>>).map((b) => ({
-      subscriptionId: b.subscription_id as string,
-      status: b.status as BudgetRow["status"],
-      state: b.state as string,
-      periodIndex: Number(b.period_index),
+    budgets: budgets.map((subscriptionId, i) => ({
+      subscriptionId,
+      status: row.budget_status![i] as BudgetRow["status"],
+      state: row.budget_state![i]!,
+      periodIndex: Number(row.budget_period![i]),
       terms: {
-        hosterId: (b.hoster_id as string | null) ?? "",
-        pricingModel: b.pricing_model as string,
-        inputPricePer1mMicros: int8(b.input_price),
-        outputPricePer1mMicros: int8(b.output_price),
-        overagePricePer1mMicros: int8(b.overage_price),
-        maxContextTokens: int8(b.max_context_tokens),
-        maxOutputTokens: int8(b.max_output_tokens),
-        rpmLimit: int8(b.rpm_limit),
-        productId: (b.product_id as string | null) ?? "",
+        hosterId: row.budget_hoster![i] ?? "",
+        pricingModel: row.budget_pricing![i]!,
+        inputPricePer1mMicros: int8(row.budget_input_price![i]),
+        outputPricePer1mMicros: int8(row.budget_output_price![i]),
+        overagePricePer1mMicros: int8(row.budget_overage_price![i]),
+        cachedInputPricePer1mMicros: int8Or(row.budget_cached_price![i]!),
+        maxContextTokens: int8(row.budget_max_context![i]),
+        maxOutputTokens: int8(row.budget_max_output![i]),
+        rpmLimit: int8(row.budget_rpm![i]),
+        productId: row.budget_product![i] ?? "",
       },
     })),
-    keyLimits: keyLimitRows(row.key_limits as Array<Record<string, unknown>>),
+    keyLimits: keys.map((keyId, i) => ({
+      keyId,
+      limitMicros: int8(row.limited_micros![i]),
+      reset: (row.limited_reset![i] ?? null) as LimitReset,
+    })),
   };
-}
-
-function keyLimitRows(rows: Array<Record<string, unknown>>): KeyLimitRow[] {
-  return rows.map((k) => ({
-    keyId: k.key_id as string,
-    limitMicros: int8(k.limit_micros),
-    reset: (k.limit_reset as LimitReset | null) ?? null,
-  }));
 }
 
 /** The account's spend-limited keys, for a lease just opened (loadLeases reads them for the others). */
 export async function accountKeyLimits(em: Em, accountId: string): Promise<KeyLimitRow[]> {
-  const rows = await em.execute(
-    `select key_id, limit_micros::text as limit_micros, limit_reset from key_limits
-     where account_id = ? and limit_micros is not null order by key_id`,
-    [accountId],
-  );
-  return keyLimitRows(rows);
+  const db = await billingDb(em);
+  const rows = await db
+    .selectFrom("key_limits as k")
+    .select(["k.key_id", "k.limit_micros", "k.limit_reset"])
+    .where("k.account_id", "=", accountId)
+    .where("k.limit_micros", "is not", null)
+    .orderBy("k.key_id")
+    .execute();
+  return rows.map((k) => ({ keyId: k.key_id, limitMicros: int8(k.limit_micros), reset: k.limit_reset as LimitReset }));
 }
 
 /**
- * The rows a lease call changes, as shapes of writeRow: a batched call (a heartbeat's, a grant's)
- * applies each shape's rows in one statement. Increments, or values only one write of a call sets.
+ * A Kysely with no database, that only compiles: loadLeases runs what it compiles on the caller's
+ * transaction, and settlement reads a batch's leases in a statement of its own making
+ * (settle-batch.ts, beside the requests already recorded) around leasesQuery's text, its condition
+ * given in SQL (the one lease read that still is).
  */
-export const LEASE_WRITES = {
-  /** A report applied: the sequence, and when it admitted anything (null: unchanged). */
-  applied: {
-    columns: [
-      ["id", "uuid"],
-      ["seq", "int8"],
-      ["used_at", "timestamptz"],
-    ],
-    keyColumns: 1,
-    merge: "last",
-    sql: (v) => `update leases l set applied_sequence = v.seq, last_used_at = coalesce(v.used_at, l.last_used_at)
-      from ${v} where l.id = v.id`,
+const compiler = new Kysely<BillingDb>({
+  dialect: {
+    createAdapter: () => new PostgresAdapter(),
+    createDriver: () => new DummyDriver(),
+    createIntrospector: (db) => new PostgresIntrospector(db),
+    createQueryCompiler: () => new PostgresQueryCompiler(),
   },
-  /** An allowance's admitted total as reported. */
-  admitted: {
-    columns: [
-      ["id", "uuid"],
-      ["admitted", "int8"],
-    ],
-    keyColumns: 1,
-    merge: "last",
-    sql: (v) => `update lease_allowances a set admitted = v.admitted from ${v} where a.id = v.id`,
-  },
-  /** Room added to (or, negative, taken back from) an allowance. */
-  granted: {
-    columns: [
-      ["id", "uuid"],
-      ["delta", "int8"],
-    ],
-    keyColumns: 1,
-    merge: "sum",
-    sql: (v) => `update lease_allowances a set granted = a.granted + v.delta from ${v} where a.id = v.id`,
-  },
-  leaseHeld: {
-    columns: [
-      ["id", "uuid"],
-      ["delta", "int8"],
-    ],
-    keyColumns: 1,
-    merge: "sum",
-    sql: (v) => `update leases l set held_micros = l.held_micros + v.delta from ${v} where l.id = v.id`,
-  },
-  walletHeld: {
-    columns: [
-      ["account_id", "uuid"],
-      ["delta", "int8"],
-    ],
-    keyColumns: 1,
-    merge: "sum",
-    sql: (v) =>
-      `update wallets w set held_micros = w.held_micros + v.delta from ${v} where w.account_id = v.account_id`,
-  },
-  /** Requests counted in an account's window (room granted counts at once). */
-  counted: {
-    columns: [
-      ["account_id", "uuid"],
-      ["win", "text"],
-      ["window_start", "timestamptz"],
-      ["delta", "int8"],
-    ],
-    keyColumns: 3,
-    merge: "sum",
-    sql: (v) => `insert into rate_counters (account_id, "window", window_start, count)
-      select account_id, win, window_start, delta from ${v}
-      on conflict (account_id, "window", window_start) do update set count = rate_counters.count + excluded.count`,
-  },
-} satisfies Record<string, RowShape>;
+});
 
 /**
- * Moves `delta` into (positive) or out of (negative) the lease's and the wallet's holds together
- * (the wallet's row is locked already by every caller).
+ * leasesSelect, built once: its tree of lateral joins and aggregates is the same for every call,
+ * and building it anew cost billing about a sixth of its CPU per lease a heartbeat reports
+ * (bench/README.md#typed-lease-reads-before-and-after). Each call adds its condition to it (a
+ * builder is immutable), compiles it, and runs the statement on its own transaction.
  */
-export async function shiftHold(em: Em, lease: LeaseRow, wallet: WalletRow, delta: bigint): Promise<void> {
-  if (delta === 0n) return;
-  lease.heldMicros += delta;
-  wallet.held += delta;
-  await writeRow(em, LEASE_WRITES.leaseHeld, [lease.id, delta]);
-  await writeRow(em, LEASE_WRITES.walletHeld, [lease.accountId, delta]);
+const LEASES = leasesSelect(compiler);
+
+/** The query loadLeases runs, for settlement's statement that reads more beside the leases. */
+export function leasesQuery(where: string): string {
+  return LEASES.where(sql<boolean>`${sql.raw(where)}`).compile().sql;
 }
 
-/** Sets an allowance's granted total to `granted` (from the value the lease call read and keeps). */
-export async function setGranted(em: Em, allowance: AllowanceRow, granted: bigint): Promise<void> {
-  if (granted === allowance.granted) return;
-  const delta = granted - allowance.granted;
-  allowance.granted = granted;
-  await writeRow(em, LEASE_WRITES.granted, [allowance.id, delta]);
-}
-
-/**
- * Applies the edge's cumulative totals unless billing has already applied this sequence or a
- * later one (a delayed or repeated report changes nothing). Admitted totals only grow and never
- * pass what was granted. Returns whether the report was applied.
- */
-export async function applyReport(
-  em: Em,
-  lease: LeaseRow,
-  report: LeaseReport,
-  sequence: bigint,
-  now: Date,
-): Promise<boolean> {
-  if (lease.status === "closed" || sequence <= lease.appliedSequence) return false;
-  let used = false;
-  for (const { allowanceId, admitted } of report.admitted) {
-    const allowance = lease.allowances.find((a) => a.id === allowanceId);
-    if (!allowance) continue;
-    // More than granted is an edge bug; billing already holds everything granted, so capping
-    // loses nothing.
-    const next = admitted > allowance.granted ? allowance.granted : admitted;
-    // Slots are not cumulative: the edge reports its requests in flight now, which also fall.
-    if (allowance.resource === "slots" ? next === allowance.admitted : next <= allowance.admitted) continue;
-    allowance.admitted = next;
-    used = true;
-    await writeRow(em, LEASE_WRITES.admitted, [allowance.id, next]);
-  }
-  lease.appliedSequence = sequence;
-  await writeRow(em, LEASE_WRITES.applied, [lease.id, sequence, used ? now : null]);
-  return true;
-}
-
-export const creditOf = (lease: LeaseRow) => lease.allowances.find((a) => a.resource === "credit");
-
-/**
- * Closes a lease on the edge's final report: billing now holds admitted − settled until
- * `MAX_REQUEST_MS` after the last moment a request could have been admitted on it (the report, or
- * the deadline it was fenced at if that came first: the requests admitted may still be running),
- * and the request room the edge did not use goes back to its window while that window is current.
- * A report that comes after that (the edge could not reach billing, or billing its database, for
- * longer) releases it at once: every request admitted on it has ended.
- */
-export async function closeReported(
-  em: Em,
-  lease: LeaseRow,
-  wallet: WalletRow,
-  now: Date,
-  maxRequestMs: number,
-): Promise<void> {
-  const admittedUntil = lease.deadline && lease.deadline < now ? lease.deadline : now;
-  const releaseAt = new Date(admittedUntil.getTime() + maxRequestMs);
-  const ended = releaseAt <= now;
-  const admitted = creditOf(lease)?.admitted ?? 0n;
-  const keep = !ended && admitted > lease.settledMicros ? admitted - lease.settledMicros : 0n;
-  await shiftHold(em, lease, wallet, keep - lease.heldMicros);
-  for (const a of lease.allowances) {
-    if (a.resource === "credit" || a.granted === a.admitted || !a.windowEnd || a.windowEnd <= now) continue;
-    await uncount(em, lease, a, a.granted - a.admitted);
-  }
-  lease.status = "closed";
-  // Released at once only when it holds nothing at all: no credit, and no slot or included token
-  // of a request still running (a closed lease's slots count its requests in flight until it is
-  // released; releasing it at once would let another edge take them while they run).
-  const inUse = lease.allowances.some(
-    (a) => (a.resource === "slots" && a.admitted > 0n) || (a.resource === "included_tokens" && a.admitted > a.settled),
-  );
-  // lease.heldMicros is the row's (read under the wallet's lock, shifted above).
-  const release = ended || (lease.heldMicros === 0n && !inUse);
-  await write(
-    em,
-    `update leases set status = 'closed', deadline = coalesce(deadline, ?), closed_at = ?, release_at = ?,
-       released_at = ? where id = ?`,
-    [now, now, releaseAt, release ? now : null, lease.id],
-  );
-}
-
-/**
- * After a budget's recall ack (its edge dropped the budget and reported what it admitted): the
- * room the edge did not use goes back — slots beyond its requests in flight, and plan requests and
- * tokens of windows not yet ended to their counters — so another edge's grant can take it.
- * Nothing more is admitted on a dropped budget, so its granted totals shrink to its admitted.
- */
-export async function returnBudgetRoom(em: Em, lease: LeaseRow, subscriptionId: string, now: Date): Promise<void> {
-  for (const a of lease.allowances) {
-    if (a.scope !== subscriptionId || a.granted <= a.admitted) continue;
-    if (a.resource === "sub_requests_minute" || a.resource === "sub_tokens_minute") {
-      if (!a.windowEnd || a.windowEnd <= now) continue;
-      await uncount(em, lease, a, a.granted - a.admitted);
-    } else if (a.resource !== "slots" && a.resource !== "included_tokens") continue;
-    await setGranted(em, a, a.admitted);
-  }
-}
-
-/** Gives `n` unused units of a window's room back to the counter it was counted in at grant. */
-async function uncount(em: Em, lease: LeaseRow, a: AllowanceRow, n: bigint): Promise<void> {
-  if (a.resource === "requests_minute" || a.resource === "requests_day") {
-    await write(
-      em,
-      `update rate_counters set count = count - ? where account_id = ? and "window" = ? and window_start = ?`,
-      [n, lease.accountId, a.resource === "requests_day" ? "day" : "minute", a.windowStart],
-    );
-  } else if (a.resource === "sub_requests_minute" || a.resource === "sub_tokens_minute") {
-    const column = a.resource === "sub_requests_minute" ? "requests" : "tokens";
-    await write(
-      em,
-      `update subscription_rate_counters set ${column} = ${column} - ? where subscription_id = ? and window_start = ?`,
-      [n, a.scope, a.windowStart],
-    );
-  }
-  // Included tokens and slots are not counters: what a lease holds of them is read from its rows.
-}
+/** A row of leasesQuery read by `em.execute` as a LeaseRow. */
+export const toLeaseRow = (row: Record<string, unknown>): LeaseRow => leaseRowOf(row as LeaseColumns);

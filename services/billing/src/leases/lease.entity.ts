@@ -43,6 +43,12 @@ export const Lease = defineEntity({
     releaseAt: p.datetime().nullable(),
     releasedAt: p.datetime().nullable(),
     createdAt: p.datetime(),
+    /**
+     * The EDGE_ISOLATION_MS and MAX_REQUEST_MS the lease was granted under, which close and release
+     * it (docs/leases.md#settings); null on leases granted before billing kept them.
+     */
+    isolationMs: p.integer().nullable(),
+    maxRequestMs: p.integer().nullable(),
   },
 });
 
@@ -81,9 +87,17 @@ export const LeaseBudget = defineEntity({
     periodIndex: p.integer(),
     pricingModel: p.text(),
     includedTokens: p.bigint("bigint"),
-    inputPricePer1mMicros: p.bigint("bigint"),
-    outputPricePer1mMicros: p.bigint("bigint"),
-    overagePricePer1mMicros: p.bigint("bigint"),
+    // Named explicitly: the naming strategy would write `per1m` where the columns say `per_1m`.
+    inputPricePer1mMicros: p.bigint("bigint").fieldName("input_price_per_1m_micros"),
+    outputPricePer1mMicros: p.bigint("bigint").fieldName("output_price_per_1m_micros"),
+    overagePricePer1mMicros: p.bigint("bigint").fieldName("overage_price_per_1m_micros"),
+    cachedInputPricePer1mMicros: p.bigint("bigint").nullable().fieldName("cached_input_price_per_1m_micros"),
+    /** The plan's limits in force for this budget; 0 where the plan sets none. */
+    maxContextTokens: p.bigint("bigint"),
+    maxOutputTokens: p.bigint("bigint"),
+    rpmLimit: p.bigint("bigint"),
+    /** The open plan an implicit subscription is to (null for one a customer subscribed to). */
+    productId: p.uuid().nullable(),
     fencedAt: p.datetime().nullable(),
   },
 });

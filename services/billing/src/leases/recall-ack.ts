@@ -2,7 +2,9 @@ import type { LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
 import type { BillingContext } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import type { FencedLease } from "./recall-types.ts";
-import { applyReport, closeReported, loadLeases, lockWallets, returnBudgetRoom } from "./lease-store.ts";
+import { closeReported, returnBudgetRoom } from "./lease-closing.ts";
+import { applyReport } from "./lease-reports.ts";
+import { loadLeases, lockWalletsOf } from "./lease-store.ts";
 import { validateReports } from "./lease-validation.ts";
 
 /**
@@ -27,13 +29,12 @@ export async function applyRecallAck(
   const final = subscriptionId === "" && report.final;
   await withDeadlockRetry(() =>
     ctx.orm.em.fork().transactional(async (em) => {
-      const [owner] = await em.execute(`select account_id from leases where id = ? and edge_id = ?`, [
-        holder.leaseId,
-        holder.edgeId,
-      ]);
-      if (!owner) return;
-      const wallets = await lockWallets(em, [owner.account_id as string]);
-      const [lease] = await loadLeases(em, `l.id = ?`, [holder.leaseId]);
+      // The wallet of the lease's account, found in the statement that locks it (none: not this edge's).
+      const wallets = await lockWalletsOf(em, (l) =>
+        l.and([l("l.id", "=", holder.leaseId), l("l.edge_id", "=", holder.edgeId)]),
+      );
+      if (wallets.size === 0) return;
+      const [lease] = await loadLeases(em, (l) => l("l.id", "=", holder.leaseId));
       if (!lease) return;
       const now = ctx.clock();
       const applied = await applyReport(em, lease, { ...report, final }, ack.sequence, now);

@@ -1,9 +1,13 @@
 import { isUuid } from "@mkt/runtime/ids";
 import type { ReturnLeasesRequest, ReturnLeasesResponse } from "@mkt/proto/billing/v1/leases";
+import type { LeaseWhere } from "../billing-db.ts";
 import type { BillingContext } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { leaseState, unknownLease } from "./lease-state.ts";
-import { applyReport, closeReported, loadLeases, lockWallets } from "./lease-store.ts";
+import { leaseSettings } from "./lease-settings.ts";
+import { closeReported } from "./lease-closing.ts";
+import { applyReport } from "./lease-reports.ts";
+import { loadLeases, lockWalletsOf } from "./lease-store.ts";
 import { validateEdgeCall, validateReports } from "./lease-validation.ts";
 import { holdIncarnation, incarnationOf } from "./edge-incarnation.ts";
 
@@ -18,21 +22,20 @@ export async function returnLeases(ctx: BillingContext, req: ReturnLeasesRequest
   const ids = req.leases.map((r) => r.leaseId).filter(isUuid);
   const caller = { edgeId: req.edgeId, incarnation: await incarnationOf(ctx, req), bootId: req.bootId };
   if (ids.length === 0)
-    return { leases: req.leases.map((r) => unknownLease(r.leaseId)), incarnation: caller.incarnation };
-  const inList = ids.map(() => "?").join(", ");
+    return {
+      leases: req.leases.map((r) => unknownLease(r.leaseId)),
+      incarnation: caller.incarnation,
+      settings: leaseSettings(ctx.config),
+    };
   return withDeadlockRetry(() =>
     ctx.orm.em.fork().transactional(async (em) => {
       await holdIncarnation(em, caller);
       const now = ctx.clock();
-      const owners = await em.execute(
-        `select distinct account_id from leases where edge_id = ? and id in (${inList})`,
-        [req.edgeId, ...ids],
-      );
-      const wallets = await lockWallets(
-        em,
-        owners.map((row) => row.account_id as string),
-      );
-      const leases = await loadLeases(em, `l.edge_id = ? and l.id in (${inList})`, [req.edgeId, ...ids]);
+      // The edge's leases among those it names: their wallets locked in the statement that finds them.
+      const returned: LeaseWhere = (l) =>
+        l.and([l("l.edge_id", "=", req.edgeId), l("l.id", "=", l.fn.any(l.val(ids)))]);
+      const wallets = await lockWalletsOf(em, returned);
+      const leases = await loadLeases(em, returned);
       for (const lease of leases) {
         const report = req.leases.find((r) => r.leaseId === lease.id)!;
         if (await applyReport(em, lease, { ...report, final: true }, req.sequence, now)) {
@@ -46,6 +49,7 @@ export async function returnLeases(ctx: BillingContext, req: ReturnLeasesRequest
           ...req.leases.filter((r) => !known.has(r.leaseId)).map((r) => unknownLease(r.leaseId)),
         ],
         incarnation: caller.incarnation,
+        settings: leaseSettings(ctx.config),
       };
     }),
   );

@@ -1,4 +1,4 @@
-import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { SettleOutcome } from "../settlement/settle-outcome.ts";
 
 /**
@@ -10,10 +10,12 @@ export interface BillingMetrics {
   registry: Registry;
   /** Usage events whose settlement committed, by outcome. */
   settled: Counter<"outcome">;
-  /** Events that failed to settle alone: `retried` (nak'd) or `dropped` (terminated after the last attempt). */
+  /** Events that failed to settle alone: `retried` (nak'd) or `dead_lettered` (kept in usage_dead_letters after the last attempt). */
   failed: Counter<"result">;
   /** JetStream publish time of an event → commit of its settlement. */
   settlementLag: Histogram;
+  /** Usage events in usage_dead_letters not replayed yet: each is an answer not charged (or a hoster not paid) until an operator replays it. */
+  deadLetters: Gauge;
   /** Lease usage settled after its hold was released, whose shortfall the platform absorbed. */
   writeOffs: Counter;
   writeOffMicros: Counter;
@@ -39,7 +41,6 @@ const OUTCOMES: readonly SettleOutcome[] = [
   "unknown_lease",
   "foreign_lease",
   "over_lease_credit",
-  "dropped",
 ];
 
 /**
@@ -61,7 +62,7 @@ export function createBillingMetrics(): BillingMetrics {
     }),
     failed: new Counter({
       name: "mkt_usage_events_failed_total",
-      help: "Usage events that failed to settle on their own: retried later, or dropped after the last attempt.",
+      help: "Usage events that failed to settle on their own: retried later, or dead-lettered after the last attempt.",
       labelNames: ["result"],
       registers: [registry],
     }),
@@ -69,6 +70,11 @@ export function createBillingMetrics(): BillingMetrics {
       name: "mkt_settlement_lag_seconds",
       help: "From a usage event's JetStream publish time to the commit of its settlement.",
       buckets: LAG_BUCKETS_SECONDS,
+      registers: [registry],
+    }),
+    deadLetters: new Gauge({
+      name: "mkt_usage_dead_letters",
+      help: "Usage events billing could not decode, record or settle, kept in usage_dead_letters until replayed.",
       registers: [registry],
     }),
     writeOffs: new Counter({
@@ -110,7 +116,7 @@ export function createBillingMetrics(): BillingMetrics {
     }),
   };
   for (const outcome of OUTCOMES) metrics.settled.inc({ outcome }, 0);
-  for (const result of ["retried", "dropped"]) metrics.failed.inc({ result }, 0);
+  for (const result of ["retried", "dead_lettered"]) metrics.failed.inc({ result }, 0);
   for (const result of ["acked", "timed_out"]) metrics.leaseRecalls.inc({ result }, 0);
   for (const result of ["granted", "refused", "failed"]) metrics.leaseGrants.inc({ result }, 0);
   return metrics;

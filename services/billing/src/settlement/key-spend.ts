@@ -15,7 +15,9 @@ const holds = (lease: LeaseRow, a: AllowanceRow) =>
  * room it took (as credit is out of the lease's hold), so the key's limit again has the unused part
  * free. The spend counts on the first day of the window whose room the request took, so a request
  * admitted just before a reset never counts in the next window; a key without a limit counts on the
- * day of the request. Keys that are not UUIDs (none an edge sends) are skipped.
+ * day of the request, and its spend is folded into the key's days with the rollups (a report of it
+ * may trail by the fold interval), while a limited key's is written in the settlement transaction,
+ * which the next grant reads. Keys that are not UUIDs (none an edge sends) are skipped.
  */
 export function settleKeySpend(
   writes: SettlementWrites,
@@ -32,5 +34,8 @@ export function settleKeySpend(
   // The room of the window the request started in, else the latest one still holding anything.
   const room = rooms.find((a) => a.windowStart! <= at && at < a.windowEnd!) ?? rooms[0];
   if (room && lease.releasedAt === null) writes.settleRoom(room, min(worstCase, holds(lease, room)));
-  writes.spend(event.keyId, room?.windowStart ?? at, charged);
+  // The lease's key limits are the account's as read under its wallet's lock, which setting a
+  // limit takes too: a key limited from now on has its spend written by this batch, exactly.
+  const limited = lease.keyLimits.some((k) => k.keyId === event.keyId);
+  writes.spend(event.keyId, room?.windowStart ?? at, charged, limited);
 }

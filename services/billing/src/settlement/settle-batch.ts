@@ -7,7 +7,7 @@ import type { Em } from "../context.ts";
 import { leasesQuery, lockLeaseWallets, toLeaseRow, type LeaseRow } from "../leases/lease-store.ts";
 import { settleLeaseUsage, type SettlementBatch } from "./settle-lease-usage.ts";
 import { SettlementWrites } from "./settlement-writes.ts";
-import { recordWithoutCharge, type SettleOutcome } from "./usage-without-charge.ts";
+import { recordTime, recordWithoutCharge, type SettleOutcome } from "./usage-without-charge.ts";
 
 /**
  * Settles a batch of usage.completed events inside the caller's transaction, in order, keyed on
@@ -30,19 +30,20 @@ import { recordWithoutCharge, type SettleOutcome } from "./usage-without-charge.
  */
 export async function settleUsageBatch(
   em: Em,
-  events: readonly UsageCompleted[],
+  received: readonly UsageCompleted[],
   log: Logger,
   now: Date,
   writtenOff: Micros[] = [],
 ): Promise<SettleOutcome[]> {
-  if (events.length === 0) return [];
+  if (received.length === 0) return [];
+  // The record keeps the id as PostgreSQL prints a uuid (lower case); the batch compares it so too.
+  const events = received.map((e) => {
+    const requestId = e.requestId.toLowerCase();
+    return requestId === e.requestId ? e : { ...e, requestId };
+  });
   const leaseIds = [...new Set(events.map((e) => e.leaseId).filter(isUuid))];
   const wallets = await lockLeaseWallets(em, leaseIds);
-  const { leases, recorded } = await readBatch(
-    em,
-    leaseIds,
-    events.map((e) => e.requestId),
-  );
+  const { leases, recorded } = await readBatch(em, leaseIds, events);
   const batch: SettlementBatch = { leases, wallets, recorded, writes: new SettlementWrites(), writtenOff };
   const outcomes: SettleOutcome[] = [];
   const seen = new Set<string>();
@@ -55,7 +56,7 @@ export async function settleUsageBatch(
     outcomes.push(
       event.leaseId
         ? settleLeaseUsage(event, log, now, batch)
-        : recordWithoutCharge(batch.writes, batch.recorded, event, log, now),
+        : recordWithoutCharge(batch.writes, batch.recorded, event, log),
     );
   }
   const written = await batch.writes.flush(em);
@@ -67,18 +68,27 @@ export async function settleUsageBatch(
 
 /**
  * The batch's leases and the requests among its events that already have a usage record, in one
- * statement (there is always one row: the recorded ids, joined to each lease if any).
+ * statement (there is always one row: the recorded ids, joined to each lease if any). A record is
+ * looked up by its whole key, (request_id, created_at), both of which the event fixes
+ * (recordTime), so each lookup is one index probe in one partition, however many months the
+ * table holds.
  */
 async function readBatch(
   em: Em,
   leaseIds: readonly string[],
-  requestIds: readonly string[],
+  events: readonly UsageCompleted[],
 ): Promise<{ leases: Map<string, LeaseRow>; recorded: Set<string> }> {
   const rows = await em.execute(
     `select r.recorded, l.* from
-       (select coalesce(array_agg(request_id), '{}') as recorded from usage_records where request_id = any(?::text[])) r
+       (select coalesce(array_agg(u.request_id::text), '{}') as recorded
+          from unnest(?::uuid[], ?::timestamptz[]) as k(request_id, created_at)
+          join usage_records u on u.request_id = k.request_id and u.created_at = k.created_at) r
        left join (${leasesQuery("l.id = any(?::uuid[])")}) l on true`,
-    [sqlArray(requestIds), sqlArray(leaseIds)],
+    [
+      sqlArray(events.map((e) => e.requestId)),
+      sqlArray(events.map((e) => recordTime(e).toISOString())),
+      sqlArray(leaseIds),
+    ],
   );
   const leases = rows.filter((row) => row.id !== null).map(toLeaseRow);
   return {
@@ -88,4 +98,4 @@ async function readBatch(
 }
 
 /** Whether settling the event wrote its usage record in this batch. */
-const isRecordedHere = (outcome: SettleOutcome) => outcome !== "duplicate" && outcome !== "dropped";
+const isRecordedHere = (outcome: SettleOutcome) => outcome !== "duplicate";

@@ -1,19 +1,17 @@
 import { max0, min } from "@mkt/runtime/bigint-math";
-import type { Micros } from "@mkt/runtime/money";
-import { planPricing, requestCharge } from "@mkt/runtime/request-cost";
+import { splitRevenue, type Micros } from "@mkt/runtime/money";
+import { planPricing, requestCharge, type RequestTokens } from "@mkt/runtime/request-cost";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { creditOf, type AllowanceRow, type LeaseRow, type WalletRow } from "../leases/lease-store.ts";
 import type { PricingModel } from "../subscriptions/plan-pricing.ts";
 import { answerOf } from "../usage/usage-records.ts";
-import { ledgerAccounts } from "../wallets/ledger.ts";
 import type { SettlementWrites } from "./settlement-writes.ts";
 import { settleKeySpend } from "./key-spend.ts";
-import { usageCharge } from "./usage-charge.ts";
 import {
   clampTokens,
+  recordTime,
   recordWithoutCharge,
-  startedAt,
   type Refusal,
   type SettleOutcome,
 } from "./usage-without-charge.ts";
@@ -46,7 +44,10 @@ export interface SettlementBatch {
  * The charge is the one cost function, clamped to the admitted worst case, and never more than
  * the wallet has once the hold is released: when the hold was already released (the lease closed
  * and released by the closer, or the event came late) whatever cannot be paid is written off
- * (`write_off`, platform:write_offs), so a balance never goes below zero.
+ * (the record's `write_off_micros`, a leg of the batch's entry to platform:write_offs), so a
+ * balance never goes below zero. The record carries the split of its cost
+ * (docs/adr/0004-platform-keeps-20-percent.md); the batch's journal entry sums the records
+ * (docs/adr/0040-one-journal-entry-per-settled-batch.md).
  *
  * Only the services that relay answers may hand billing usage events (NATS permissions,
  * docs/deploy.md; RecordUsage is the edge's alone), and still an event is checked against its
@@ -58,10 +59,10 @@ export interface SettlementBatch {
  */
 export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, batch: SettlementBatch): SettleOutcome {
   const lease = batch.leases.get(event.leaseId);
-  const unrecorded = (refused: Refusal) => recordWithoutCharge(batch.writes, batch.recorded, event, log, now, refused);
+  const unrecorded = (refused: Refusal) => recordWithoutCharge(batch.writes, batch.recorded, event, log, refused);
   if (!lease) return unrecorded("unknown_lease");
   const { accountId } = lease;
-  // Registry passes on the account the edge admitted the request for, which is its lease's.
+  // The edge's event names the account it admitted the request for, which is its lease's.
   if (event.accountId && event.accountId !== accountId) {
     return unrecorded("foreign_lease");
   }
@@ -77,6 +78,10 @@ export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, 
 
   const inputTokens = clampTokens(event.inputTokens);
   const outputTokens = clampTokens(event.outputTokens);
+  // Parts of the input and output, never trusted beyond them (the cost function clamps cached
+  // tokens again; the record's check constraints hold both).
+  const cachedInputTokens = min(clampTokens(event.cachedInputTokens), inputTokens);
+  const reasoningTokens = min(clampTokens(event.reasoningTokens), outputTokens);
   const budget = event.subscriptionId ? budgetOf(lease, event.subscriptionId) : undefined;
   if (event.subscriptionId && !budget) {
     log.warn({ requestId: event.requestId }, "usage event names a subscription its lease has no budget for");
@@ -85,7 +90,7 @@ export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, 
   const included = min(clampTokens(event.includedTokens), clampTokens(event.worstCaseTokens));
   const priced = chargesNothing(event, outputTokens)
     ? 0n
-    : priceOf(batch.writes, event, budget, { inputTokens, outputTokens }, included, worstCase);
+    : priceOf(batch.writes, event, budget, { inputTokens, outputTokens, cachedInputTokens }, included, worstCase);
   // Until it is released, the lease holds the worst case of every request admitted on it and not
   // yet settled: a genuine charge fits in that hold. (Once released, the write-off rule below
   // keeps the wallet from going below zero.)
@@ -107,32 +112,17 @@ export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, 
   const shortfall = cost - charged;
   const provider = event.provider;
   const hosterId = budget?.hosterId || event.hosterId;
-  const { platformFee, hosterEarned, entry } = usageCharge({
-    requestId: event.requestId,
-    accountId,
-    provider,
-    hosterId,
-    cost,
-  });
-  if (entry) batch.writes.post(entry);
+  const { platformFee, hosterEarned } = splitRevenue(cost, provider === "hoster");
   if (shortfall > 0n) {
     // The platform absorbs what the customer cannot pay: the hoster keeps its share of the cost.
-    batch.writes.post({
-      kind: "write_off",
-      reference: event.requestId,
-      legs: [
-        [ledgerAccounts.customer(accountId), shortfall],
-        [ledgerAccounts.writeOffs, -shortfall],
-      ],
-    });
     log.warn(
       { requestId: event.requestId, leaseId: event.leaseId, costMicros: cost, writtenOffMicros: shortfall },
       "usage settled after its lease hold was released; shortfall written off",
     );
     batch.writtenOff.push(shortfall);
   }
-  batch.writes.charge(accountId, wallet, charged);
-  settleKeySpend(batch.writes, lease, event, worstCase, charged, startedAt(event.startedAt) ?? now);
+  batch.writes.charge(wallet, charged);
+  settleKeySpend(batch.writes, lease, event, worstCase, charged, recordTime(event));
   if (!released && budget) giveBackTokens(batch.writes, lease, event, inputTokens + outputTokens, included, now);
 
   batch.writes.record({
@@ -145,13 +135,16 @@ export function settleLeaseUsage(event: UsageCompleted, log: Logger, now: Date, 
     subscriptionId: budget ? event.subscriptionId : "",
     inputTokens,
     outputTokens,
+    cachedInputTokens,
+    reasoningTokens,
     costMicros: cost,
     platformFeeMicros: platformFee,
     hosterEarnedMicros: hosterEarned,
+    writeOffMicros: shortfall,
     latencyMs: clampTokens(event.latencyMs),
     success: event.success,
     errorCode: event.success ? "" : event.errorCode,
-    at: startedAt(event.startedAt) ?? now,
+    at: recordTime(event),
     answer: answerOf(event),
   });
   if (shortfall > 0n) return "late_settled";
@@ -178,6 +171,7 @@ interface BudgetPricing {
   inputPricePer1m: Micros;
   outputPricePer1m: Micros;
   overagePricePer1m: Micros;
+  cachedInputPricePer1m: Micros | undefined;
 }
 
 /** The terms the lease's budget for the subscription was granted with (read with the lease). */
@@ -192,6 +186,7 @@ function budgetOf(lease: LeaseRow, subscriptionId: string): BudgetPricing | unde
     inputPricePer1m: terms.inputPricePer1mMicros,
     outputPricePer1m: terms.outputPricePer1mMicros,
     overagePricePer1m: terms.overagePricePer1mMicros,
+    cachedInputPricePer1m: terms.cachedInputPricePer1mMicros,
   };
 }
 
@@ -206,12 +201,18 @@ function priceOf(
   writes: SettlementWrites,
   event: UsageCompleted,
   budget: BudgetPricing | undefined,
-  tokens: { inputTokens: bigint; outputTokens: bigint },
+  tokens: RequestTokens,
   included: bigint,
   worstCase: Micros,
 ): Micros {
   if (!budget) {
-    const route = { inputPricePer1m: event.inputPricePer1mMicros, outputPricePer1m: event.outputPricePer1mMicros };
+    // An event without a cached price (an edge from before cached pricing) prices cached tokens
+    // at the input price, as that edge's answer said.
+    const route = {
+      inputPricePer1m: event.inputPricePer1mMicros,
+      outputPricePer1m: event.outputPricePer1mMicros,
+      cachedInputPricePer1m: event.cachedInputPricePer1mMicros,
+    };
     return requestCharge(tokens, route, worstCase).cost;
   }
   const { cost, overageTokens } = requestCharge(tokens, planPricing(budget.pricingModel, budget, included), worstCase);
@@ -239,7 +240,7 @@ function giveBackTokens(
   now: Date,
 ) {
   const worstTokens = clampTokens(event.worstCaseTokens);
-  const at = startedAt(event.startedAt) ?? now;
+  const at = recordTime(event);
   const mine = (resource: string) =>
     lease.allowances.find(
       (a) => a.scope === event.subscriptionId && a.resource === resource && within(a, at) && a.windowEnd! > now,

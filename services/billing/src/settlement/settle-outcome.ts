@@ -11,6 +11,7 @@ export type Refusal = "unknown_lease" | "foreign_lease" | "over_lease_credit";
 /**
  * How an event's settlement ended: `late_settled` when its lease hold was already released (some
  * of it may be written off), `clamped` when charged no more than its lease still held for its
- * unsettled requests, `no_hold` when it named no lease (recorded at no cost), a refusal.
+ * unsettled requests, `no_hold` when it named no lease (recorded at no cost), a refusal. None
+ * is a drop: an event that cannot be settled is dead-lettered instead (docs/settlement.md).
  */
-export type SettleOutcome = "settled" | "late_settled" | "clamped" | "duplicate" | "no_hold" | Refusal | "dropped";
+export type SettleOutcome = "settled" | "late_settled" | "clamped" | "duplicate" | "no_hold" | Refusal;

@@ -1,10 +1,11 @@
+import { randomUUID } from "node:crypto";
 import type { Micros } from "@mkt/runtime/money";
 import { runTogether, sqlArray, type Cte } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
 import type { AllowanceRow, LeaseRow, WalletRow } from "../leases/lease-store.ts";
 import { periodUsageCte, type PeriodUse } from "../subscriptions/period-usage.ts";
 import { NEW_RECORDS, usageRecordCtes, type UsageRow } from "../usage/usage-records.ts";
-import { journalCtes, POSTED_ENTRIES, type JournalEntry } from "../wallets/ledger.ts";
+import { batchEntryCtes } from "./batch-journal-entry.ts";
 
 const byKey = <T>([a]: [string, T], [b]: [string, T]) => (a < b ? -1 : a > b ? 1 : 0);
 /** A composite key (`id at`) back into its parts. */
@@ -16,21 +17,30 @@ const add = (map: Map<string, bigint>, key: string, amount: bigint) => map.set(k
  * What settling a batch changes, gathered in memory while its events are settled one after the
  * other and written at the end in one set-based statement, whatever the batch's size: per lease
  * its hold released, per wallet its posted and held amounts, the rooms settled out of lease
- * allowances, key spend, subscription periods' use, tokens given back to their minute, the journal
- * entries and the usage records with their hourly rollups. Each is one multi-row write of column
- * arrays (batch-statement.ts). The leases and wallets given are the batch's in-memory rows,
- * changed at once, so every later event of the batch sees what the earlier ones did.
+ * allowances, spend of limited keys, subscription periods' use, tokens given back to their minute,
+ * the usage records, the batch's one journal entry and its one row of rollup deltas (the hourly and
+ * hosters' daily usage and the spend of keys without a limit, folded into the rollups later:
+ * rollup-fold.ts). Each is one multi-row write of column arrays (batch-statement.ts). The leases and wallets given are the batch's in-memory
+ * rows, changed at once, so every later event of the batch sees what the earlier ones did.
+ *
+ * Money moves from the records the statement inserted, not from memory: the journal entry's legs
+ * (batch-journal-entry.ts) and each customer wallet's posted balance are sums over them, so the
+ * ledger, the wallets and the records cannot disagree.
  */
 export class SettlementWrites {
+  /** The batch's journal entry, its id and reference: fresh for every attempt of a batch. */
+  readonly entryId = randomUUID();
   readonly #leases = new Map<string, { held: bigint; settled: bigint }>();
-  readonly #wallets = new Map<string, { posted: bigint; held: bigint }>();
-  readonly #entries: JournalEntry[] = [];
+  /** Holds released per wallet (its posted balance follows the records, flush). */
+  readonly #walletHolds = new Map<string, bigint>();
   readonly #records: UsageRow[] = [];
   /** Records of requests charged nothing, which another settler may have written first. */
   readonly #uncharged = new Set<string>();
   /** Room settled per allowance id, key spend per key and UTC day (`key day`). */
   readonly #rooms = new Map<string, bigint>();
   readonly #keySpend = new Map<string, bigint>();
+  /** Spend of keys without a limit, per `key day`: queued with the rollup deltas. */
+  readonly #queuedKeySpend = new Map<string, bigint>();
   readonly #periodUses: PeriodUse[] = [];
   /** Tokens given back per subscription and minute (`subscription window_start`). */
   readonly #tokensBack = new Map<string, bigint>();
@@ -45,24 +55,23 @@ export class SettlementWrites {
     row.held -= amount;
     row.settled += amount;
     this.#leases.set(lease.id, row);
-    this.#wallet(lease.accountId).held -= amount;
+    add(this.#walletHolds, lease.accountId, -amount);
   }
 
-  /** Takes `amount` off the account's posted balance (what its customer paid). */
-  charge(accountId: string, wallet: WalletRow, amount: Micros): void {
-    if (amount === 0n) return;
+  /**
+   * Takes `amount` off the batch's in-memory wallet (what its customer paid), for the batch's later
+   * events; the row itself is written from the records (flush).
+   */
+  charge(wallet: WalletRow, amount: Micros): void {
     wallet.posted -= amount;
-    this.#wallet(accountId).posted -= amount;
   }
 
-  /** A journal entry that must be new (a request's charge or write-off). */
-  post(entry: JournalEntry): void {
-    this.#entries.push(entry);
-  }
-
-  /** A usage record for a request that has none, settled with a charge in this batch. */
+  /**
+   * A usage record for a request that has none, settled in this batch: one that cost something is
+   * settled by the batch's journal entry, which its fee, earning and write-off are legs of.
+   */
   record(row: UsageRow): void {
-    this.#records.push(row);
+    this.#records.push({ ...row, entryId: row.costMicros > 0n ? this.entryId : null });
   }
 
   /**
@@ -81,10 +90,13 @@ export class SettlementWrites {
     add(this.#rooms, allowance.id, amount);
   }
 
-  /** Adds a request's charge to its key's spend on the UTC day of `at`. */
-  spend(keyId: string, at: Date, amount: Micros): void {
+  /**
+   * Adds a request's charge to its key's spend on the UTC day of `at`: in this statement for a key
+   * with a spend limit (its next grant reads it), with the rollup deltas otherwise.
+   */
+  spend(keyId: string, at: Date, amount: Micros, limited: boolean): void {
     if (amount === 0n) return;
-    add(this.#keySpend, `${keyId} ${at.toISOString().slice(0, 10)}`, amount);
+    add(limited ? this.#keySpend : this.#queuedKeySpend, `${keyId} ${at.toISOString().slice(0, 10)}`, amount);
   }
 
   /** Counts a subscription request's tokens in its period's use. */
@@ -100,35 +112,44 @@ export class SettlementWrites {
 
   /**
    * Writes it all in one statement; returns the request ids whose records it wrote. Throws
-   * (rolling the batch back) if a charged request's entry or record existed already.
+   * (rolling the batch back) if a charged request's record existed already: its hold was released
+   * here, which only the settler that records it may do.
    */
   async flush(em: Em): Promise<Set<string>> {
     const row = await runTogether(
       em,
-      // A write with no rows is left out (PostgreSQL would still plan it); the two the select
-      // reads are always there.
+      // A write with no rows is left out (PostgreSQL would still plan it); the records, which
+      // the select reads, are always there.
+      // The writes that read NEW_RECORDS follow it (a WITH query sees only those before it).
       [
+        ...usageRecordCtes(
+          this.#records,
+          [...this.#queuedKeySpend].sort(byKey).map(([key, micros]) => {
+            const { id, at } = split(key);
+            return { keyId: id, day: at, micros };
+          }),
+        ),
+        ...(this.#records.some((r) => r.entryId) ? batchEntryCtes(this.entryId, NEW_RECORDS) : []),
         ...this.#holdCtes(),
         ...this.#allowanceCtes(),
-        ...journalCtes(this.#entries),
-        ...usageRecordCtes(this.#records),
       ].filter((cte): cte is Cte => cte !== undefined),
-      `select (select count(*) from ${POSTED_ENTRIES})::int as entries,
-         (select coalesce(array_agg(request_id), '{}') from ${NEW_RECORDS}) as written`,
+      `select coalesce(array_agg(request_id::text), '{}') as written from ${NEW_RECORDS}`,
     );
-    if (row.entries !== this.#entries.length) {
-      throw new Error(`${this.#entries.length - Number(row.entries)} journal entries existed without a usage record`);
-    }
     const written = new Set(row.written as string[]);
     const again = this.#records.find((r) => !written.has(r.requestId) && !this.#uncharged.has(r.requestId));
     if (again) throw new Error(`usage record for ${again.requestId} appeared while its batch settled`);
     return written;
   }
 
-  /** The leases' and wallets' holds and balances. */
+  /**
+   * The leases' holds, and the wallets' holds and posted balances: a wallet's posted balance falls
+   * by what its customer's leg of the journal entry posts (the records inserted, less write-offs),
+   * so it moves with its postings. Only charged records count: their wallets are locked.
+   */
   #holdCtes(): Array<Cte | undefined> {
     const leases = [...this.#leases].sort(byKey);
-    const wallets = [...this.#wallets].sort(byKey);
+    const holds = [...this.#walletHolds].sort(byKey);
+    const charged = this.#records.some((r) => r.entryId);
     return [
       ifAny(leases, {
         name: "lease_holds",
@@ -140,21 +161,24 @@ export class SettlementWrites {
           sqlArray(leases.map(([, d]) => d.settled)),
         ],
       }),
-      ifAny(wallets, {
-        name: "wallet_balances",
-        sql: `update wallets w set posted_micros = w.posted_micros + v.posted, held_micros = w.held_micros + v.held
-          from unnest(?::uuid[], ?::bigint[], ?::bigint[]) v(account_id, posted, held)
-          where w.account_id = v.account_id`,
-        params: [
-          sqlArray(wallets.map(([id]) => id)),
-          sqlArray(wallets.map(([, d]) => d.posted)),
-          sqlArray(wallets.map(([, d]) => d.held)),
-        ],
-      }),
+      holds.length > 0 || charged
+        ? {
+            name: "wallet_balances",
+            sql: `update wallets w set posted_micros = w.posted_micros + v.posted, held_micros = w.held_micros + v.held
+              from (select account_id, sum(posted)::bigint as posted, sum(held)::bigint as held from (
+                  select account_id, 0 as posted, held from unnest(?::uuid[], ?::bigint[]) h(account_id, held)
+                  union all
+                  select account_id, sum(write_off_micros - cost_micros), 0 from ${NEW_RECORDS}
+                  where entry_id is not null group by account_id
+                ) d group by account_id) v
+              where w.account_id = v.account_id`,
+            params: [sqlArray(holds.map(([id]) => id)), sqlArray(holds.map(([, held]) => held))],
+          }
+        : undefined,
     ];
   }
 
-  /** Rooms settled, key spend, periods' use and tokens given back, each in key order. */
+  /** Rooms settled, limited keys' spend, periods' use and tokens given back, each in key order. */
   #allowanceCtes(): Array<Cte | undefined> {
     const rooms = [...this.#rooms].sort(byKey);
     const spend = [...this.#keySpend].sort(byKey).map(([key, amount]) => ({ ...split(key), amount }));
@@ -190,11 +214,5 @@ export class SettlementWrites {
         ],
       }),
     ];
-  }
-
-  #wallet(accountId: string): { posted: bigint; held: bigint } {
-    let row = this.#wallets.get(accountId);
-    if (!row) this.#wallets.set(accountId, (row = { posted: 0n, held: 0n }));
-    return row;
   }
 }

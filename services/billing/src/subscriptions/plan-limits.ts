@@ -22,6 +22,7 @@ export interface PlanTerms extends PlanPrices {
 
 /** Plan defaults (registry's DEFAULT_LIMITS); the snapshot always has them, these only guard a missing one. */
 const DEFAULTS = { rpm: 60n, tpm: 100_000n, concurrent: 5n, output: 4096n, context: 8192n };
+const optionalInt8 = (value: unknown) => (value === null || value === undefined ? undefined : int8(value));
 const positiveOr = (value: unknown, fallback: bigint) => (int8(value) > 0n ? int8(value) : fallback);
 
 /** Reads the terms out of a locked `subscriptions` row (raw SQL: bigints arrive as text). */
@@ -35,6 +36,7 @@ export function planTerms(row: Record<string, unknown>): PlanTerms {
     inputPricePer1m: int8(row.input_price_per_1m_micros),
     outputPricePer1m: int8(row.output_price_per_1m_micros),
     overagePricePer1m: int8(row.overage_price_per_1m_micros),
+    cachedInputPricePer1m: optionalInt8(row.cached_input_price_per_1m_micros),
     includedTokens: int8(row.included_tokens),
     periodIndex: Number(row.period_index),
     periodEnd: periodEnd === null ? undefined : new Date(periodEnd),

@@ -15,5 +15,7 @@ export interface PlanPrices {
   inputPricePer1m: Micros;
   outputPricePer1m: Micros;
   overagePricePer1m: Micros;
+  /** payg: cached input tokens' price; subscription_overage: cached overage tokens'. Absent: the input (overage) price. */
+  cachedInputPricePer1m?: Micros | undefined;
   includedTokens: bigint;
 }

@@ -6,7 +6,7 @@ export interface PlanOffer {
   archived: boolean;
 }
 
-type NumericTerm = Exclude<keyof SubscriptionTerms, "pricingModel">;
+type NumericTerm = Exclude<keyof SubscriptionTerms, "pricingModel" | "cachedInputPricePer1mMicros">;
 
 /**
  * Which way each numeric term favours the subscriber. A Record, so a term added to the proto
@@ -55,5 +55,21 @@ export function renewalTerms(snapshot: SubscriptionTerms, offer: PlanOffer | und
     const [a, b] = [snapshot[term], current[term]];
     merged[term] = way === "lower" ? (a < b ? a : b) : a > b ? a : b;
   }
+  if (sameModel) merged.cachedInputPricePer1mMicros = lowerCachedPrice(snapshot, current);
   return merged;
+}
+
+/**
+ * The lower of the two cached-input prices, each absent one read as what it means (the input
+ * price, or the overage price on an overage plan); absent again only when both are. Each is at
+ * most its own input (overage) price, so the lower is at most the lower of those: the merged
+ * terms stay valid.
+ */
+function lowerCachedPrice(a: SubscriptionTerms, b: SubscriptionTerms): bigint | undefined {
+  if (a.cachedInputPricePer1mMicros === undefined && b.cachedInputPricePer1mMicros === undefined) return undefined;
+  const effective = (t: SubscriptionTerms) =>
+    t.cachedInputPricePer1mMicros ??
+    (t.pricingModel === "subscription_overage" ? t.overagePricePer1mMicros : t.inputPricePer1mMicros);
+  const [x, y] = [effective(a), effective(b)];
+  return x < y ? x : y;
 }

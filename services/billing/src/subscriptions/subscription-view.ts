@@ -32,6 +32,7 @@ export function snapshotTerms(row: SubscriptionRow): SubscriptionTerms {
     inputPricePer1mMicros: n(row.inputPricePer1mMicros),
     outputPricePer1mMicros: n(row.outputPricePer1mMicros),
     overagePricePer1mMicros: n(row.overagePricePer1mMicros),
+    cachedInputPricePer1mMicros: row.cachedInputPricePer1mMicros ?? undefined,
     rpmLimit: n(row.rpmLimit),
     tpmLimit: n(row.tpmLimit),
     maxConcurrent: n(row.maxConcurrent),

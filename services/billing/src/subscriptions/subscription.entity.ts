@@ -29,6 +29,8 @@ export const Subscription = defineEntity({
     inputPricePer1mMicros: p.bigint("bigint").nullable().fieldName("input_price_per_1m_micros"),
     outputPricePer1mMicros: p.bigint("bigint").nullable().fieldName("output_price_per_1m_micros"),
     overagePricePer1mMicros: p.bigint("bigint").nullable().fieldName("overage_price_per_1m_micros"),
+    /** Null: cached input (an overage plan's cached overage) is priced as the input (overage) price. */
+    cachedInputPricePer1mMicros: p.bigint("bigint").nullable().fieldName("cached_input_price_per_1m_micros"),
     rpmLimit: p.bigint("bigint").nullable(),
     tpmLimit: p.bigint("bigint").nullable(),
     maxConcurrent: p.bigint("bigint").nullable(),

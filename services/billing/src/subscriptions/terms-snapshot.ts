@@ -9,7 +9,7 @@ import type { Plan } from "./plan.ts";
 export const SNAPSHOT_SET = `hoster_id = ?, product_name = ?, hoster_name = ?, pricing_model = ?,
   monthly_price_micros = ?, included_tokens = ?, input_price_per_1m_micros = ?, output_price_per_1m_micros = ?,
   overage_price_per_1m_micros = ?, rpm_limit = ?, tpm_limit = ?, max_concurrent = ?, max_output_tokens = ?,
-  max_context_tokens = ?`;
+  max_context_tokens = ?, cached_input_price_per_1m_micros = ?`;
 
 export function snapshotParams(plan: Plan): unknown[] {
   const t = plan.terms;
@@ -28,5 +28,6 @@ export function snapshotParams(plan: Plan): unknown[] {
     t.maxConcurrent,
     t.maxOutputTokens,
     t.maxContextTokens,
+    t.cachedInputPricePer1mMicros ?? null,
   ];
 }

@@ -24,7 +24,7 @@ export async function usageBreakdown(
         `select model_id, provider, sum(requests) as requests, sum(input_tokens) as input_tokens,
            sum(output_tokens) as output_tokens, sum(cost_micros) as cost_micros,
            sum(latency_ms_sum) as latency_ms_sum, sum(platform_fee_micros) as platform_fee_micros,
-           sum(hoster_earned_micros) as hoster_earned_micros
+           sum(hoster_earned_micros) as hoster_earned_micros, sum(cached_input_tokens) as cached_input_tokens
          from usage_hourly
          where ${whose.sql} and hour >= ?::timestamptz and hour < ?::timestamptz
          group by model_id, provider

@@ -8,11 +8,14 @@ import { reportWindow, requireDays, type ReportWindow } from "./usage-window.ts"
 type ExportCall = ServerWritableStream<ExportUsageRequest, ExportUsageResponse>;
 
 /**
- * Where the previous page ended: the request id of its last record. The page after it starts
- * after that record's (created_at, request_id), read back by primary key, so no timestamp makes a
- * lossy round trip through JavaScript (a record keeps its time even when a late event replaces it).
+ * Where the previous page ended: its last record's (created_at, request_id), the time as
+ * PostgreSQL's text to the microsecond, so it makes no lossy round trip through a JavaScript Date.
+ * The page after it starts after that pair, an index range scan of usage_records_account_time_idx.
  */
-type Cursor = string;
+interface Cursor {
+  at: string;
+  requestId: string;
+}
 
 interface Batch {
   rows: UsageExportRow[];
@@ -20,8 +23,8 @@ interface Batch {
 }
 
 const SELECT = `select to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as ts,
-    request_id, model_id, provider, input_tokens, output_tokens, cost_micros,
-    latency_ms, success
+    to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as at_exact, request_id, model_id, provider, input_tokens, output_tokens, cost_micros,
+    latency_ms, success, cached_input_tokens
   from usage_records`;
 
 /**
@@ -34,10 +37,10 @@ async function readBatch(em: Em, owner: UsageOwner, window: ReportWindow, after:
   const rows = after
     ? await em.execute(
         `${SELECT} where ${whose.sql}
-           and (created_at, request_id) > ((select created_at from usage_records where request_id = ?), ?)
+           and (created_at, request_id) > (?::timestamptz, ?::uuid)
            and created_at < ?::timestamptz
          order by created_at, request_id limit ?`,
-        [...whose.params, after, after, window.to, limit],
+        [...whose.params, after.at, after.requestId, window.to, limit],
       )
     : await em.execute(
         `${SELECT} where ${whose.sql} and created_at >= ?::timestamptz and created_at < ?::timestamptz
@@ -55,9 +58,11 @@ async function readBatch(em: Em, owner: UsageOwner, window: ReportWindow, after:
       costMicros: int8(row.cost_micros),
       latencyMs: int8(row.latency_ms),
       success: row.success as boolean,
+      cachedTokens: int8(row.cached_input_tokens),
     })),
     // A short page is the last one.
-    next: last && rows.length === limit ? (last.request_id as string) : undefined,
+    next:
+      last && rows.length === limit ? { at: last.at_exact as string, requestId: last.request_id as string } : undefined,
   } satisfies Batch;
 }
 

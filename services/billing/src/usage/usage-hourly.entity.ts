@@ -15,6 +15,8 @@ export const UsageHourly = defineEntity({
     subscriptionId: p.text().primary(),
     requests: p.bigint("bigint"),
     inputTokens: p.bigint("bigint"),
+    /** The part of input_tokens read from the upstream's prompt cache. */
+    cachedInputTokens: p.bigint("bigint"),
     outputTokens: p.bigint("bigint"),
     costMicros: p.bigint("bigint"),
     platformFeeMicros: p.bigint("bigint"),

@@ -2,8 +2,12 @@ import type { Micros } from "@mkt/runtime/money";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
 import { runTogether, sqlArray, type ArrayElement, type Cte } from "../batch-statement.ts";
 import type { Em } from "../context.ts";
+import { rollupQueueCte, type KeySpendDelta } from "./rollup-queue.ts";
 
-/** One usage record as settlement writes it; `at` is the request's time (rollup bucket). */
+/**
+ * One usage record as settlement writes it; `at` is the request's time (rollup bucket, partition
+ * and half of the record's key: taken from its event, requestTime in usage-without-charge.ts).
+ */
 export interface UsageRow {
   requestId: string;
   accountId: string;
@@ -15,9 +19,17 @@ export interface UsageRow {
   subscriptionId: string;
   inputTokens: bigint;
   outputTokens: bigint;
+  /** Of inputTokens, those served from the upstream's prompt cache (0 when none were). */
+  cachedInputTokens?: bigint;
+  /** Of outputTokens, those spent reasoning. */
+  reasoningTokens?: bigint;
   costMicros: Micros;
   platformFeeMicros: Micros;
   hosterEarnedMicros: Micros;
+  /** Of costMicros, what the platform absorbed because the customer could no longer pay it. */
+  writeOffMicros?: Micros;
+  /** The settled batch's journal entry; null or absent for a request charged nothing. */
+  entryId?: string | null;
   latencyMs: bigint;
   success: boolean;
   errorCode: string;
@@ -45,7 +57,7 @@ export async function insertUsageRecord(em: Em, row: UsageRow): Promise<boolean>
 }
 
 /**
- * Inserts the records whose requests have none yet, and adds those to their hourly buckets, in
+ * Inserts the records whose requests have none yet, and queues what those add to the rollups, in
  * one statement (usageRecordCtes). Returns the request ids written.
  */
 export async function insertUsageRecords(em: Em, rows: readonly UsageRow[]): Promise<Set<string>> {
@@ -53,7 +65,7 @@ export async function insertUsageRecords(em: Em, rows: readonly UsageRow[]): Pro
   const row = await runTogether(
     em,
     usageRecordCtes(rows),
-    `select coalesce(array_agg(request_id), '{}') as written from ${NEW_RECORDS}`,
+    `select coalesce(array_agg(request_id::text), '{}') as written from ${NEW_RECORDS}`,
   );
   return new Set(row.written as string[]);
 }
@@ -63,24 +75,28 @@ export const NEW_RECORDS = "new_records";
 
 /**
  * The usage records as two CTEs of one statement (batch-statement.ts): the records whose requests
- * have none yet are inserted and returned as NEW_RECORDS, and only those are added to their
- * hourly buckets (usage_hourly, every column adding up), summed per bucket and upserted in key
- * order, so two settlers take the buckets' locks in the same order.
+ * have none yet (the key is (request_id, created_at), both fixed by the event, so a request
+ * recorded already conflicts however its event came: docs/adr/0045-usage-records-append.md) are inserted and returned as NEW_RECORDS (which the batch's journal entry sums,
+ * batch-journal-entry.ts), and only those are summed into the batch's one row of rollup deltas
+ * (rollup-queue.ts), with `keySpend`, the spend of keys without a limit; the fold worker adds them
+ * to the rollups later (rollup-fold.ts).
  */
-export function usageRecordCtes(rows: readonly UsageRow[]): Cte[] {
+export function usageRecordCtes(rows: readonly UsageRow[], keySpend: readonly KeySpendDelta[] = []): Cte[] {
   const column = (read: (row: UsageRow) => ArrayElement) => sqlArray(rows.map(read));
   return [
     {
       name: NEW_RECORDS,
       sql: `insert into usage_records (request_id, account_id, key_id, model_id, provider, hoster_id,
           subscription_id, input_tokens, output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros,
-          latency_ms, success, error_code, created_at, time_to_first_token_ms, finish_reason)
-        select * from unnest(?::text[], ?::uuid[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],
+          latency_ms, success, error_code, created_at, time_to_first_token_ms, finish_reason, cached_input_tokens,
+          reasoning_tokens, write_off_micros, entry_id)
+        select * from unnest(?::uuid[], ?::uuid[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],
           ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[], ?::text[],
-          ?::timestamptz[], ?::bigint[], ?::text[])
-        on conflict (request_id) do nothing
-        returning request_id, account_id, created_at, model_id, provider, subscription_id, input_tokens,
-          output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms, success`,
+          ?::timestamptz[], ?::bigint[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[], ?::uuid[])
+        on conflict (request_id, created_at) do nothing
+        returning request_id, account_id, key_id, created_at, model_id, provider, hoster_id, subscription_id, input_tokens,
+          output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, write_off_micros, entry_id,
+          latency_ms, success, cached_input_tokens`,
       params: [
         column((r) => r.requestId),
         column((r) => r.accountId),
@@ -100,26 +116,12 @@ export function usageRecordCtes(rows: readonly UsageRow[]): Cte[] {
         column((r) => (typeof r.at === "string" ? r.at : r.at.toISOString())),
         column((r) => r.answer?.timeToFirstTokenMs ?? null),
         column((r) => r.answer?.finishReason ?? ""),
+        column((r) => r.cachedInputTokens ?? 0n),
+        column((r) => r.reasoningTokens ?? 0n),
+        column((r) => r.writeOffMicros ?? 0n),
+        column((r) => r.entryId ?? null),
       ],
     },
-    {
-      name: "hourly_added",
-      sql: `insert into usage_hourly (account_id, hour, model_id, provider, subscription_id, requests, input_tokens,
-          output_tokens, cost_micros, platform_fee_micros, hoster_earned_micros, latency_ms_sum, failed)
-        select account_id, date_trunc('hour', created_at, 'UTC'), model_id, provider, subscription_id, count(*),
-          sum(input_tokens), sum(output_tokens), sum(cost_micros), sum(platform_fee_micros),
-          sum(hoster_earned_micros), sum(latency_ms), count(*) filter (where not success)
-        from ${NEW_RECORDS} group by 1, 2, 3, 4, 5 order by 1, 2, 3, 4, 5
-        on conflict (account_id, hour, model_id, provider, subscription_id) do update set
-          requests = usage_hourly.requests + excluded.requests,
-          input_tokens = usage_hourly.input_tokens + excluded.input_tokens,
-          output_tokens = usage_hourly.output_tokens + excluded.output_tokens,
-          cost_micros = usage_hourly.cost_micros + excluded.cost_micros,
-          platform_fee_micros = usage_hourly.platform_fee_micros + excluded.platform_fee_micros,
-          hoster_earned_micros = usage_hourly.hoster_earned_micros + excluded.hoster_earned_micros,
-          latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum,
-          failed = usage_hourly.failed + excluded.failed`,
-      params: [],
-    },
+    rollupQueueCte(NEW_RECORDS, keySpend),
   ];
 }

@@ -11,6 +11,7 @@ export function figuresOf(row: Record<string, unknown>): UsageFigures {
     outputTokens: int8(row.output_tokens),
     costMicros: int8(row.cost_micros),
     latencyMsSum: int8(row.latency_ms_sum),
+    cachedInputTokens: int8(row.cached_input_tokens),
   };
 }
 
@@ -21,6 +22,7 @@ export function addFigures(a: UsageFigures, b: UsageFigures): UsageFigures {
     outputTokens: a.outputTokens + b.outputTokens,
     costMicros: a.costMicros + b.costMicros,
     latencyMsSum: a.latencyMsSum + b.latencyMsSum,
+    cachedInputTokens: a.cachedInputTokens + b.cachedInputTokens,
   };
 }
 
@@ -30,6 +32,7 @@ export const NO_USAGE: UsageFigures = {
   outputTokens: 0n,
   costMicros: 0n,
   latencyMsSum: 0n,
+  cachedInputTokens: 0n,
 };
 
 /**
@@ -62,6 +65,7 @@ export async function usageSeries(
        select ${BUCKET_OF_HOUR[interval]} as bucket,
          sum(requests) as requests, sum(input_tokens) as input_tokens, sum(output_tokens) as output_tokens,
          sum(cost_micros) as cost_micros, sum(latency_ms_sum) as latency_ms_sum,
+         sum(cached_input_tokens) as cached_input_tokens,
          sum(requests) filter (where provider = 'local') as local_requests,
          sum(requests) filter (where provider = 'hoster') as hoster_requests,
          sum(requests) filter (where provider = 'cloud') as cloud_requests
@@ -70,7 +74,7 @@ export async function usageSeries(
        group by 1
      )
      select to_char(buckets.bucket, 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"') as period, usage.requests,
-       usage.input_tokens, usage.output_tokens, usage.cost_micros, usage.latency_ms_sum,
+       usage.input_tokens, usage.output_tokens, usage.cost_micros, usage.latency_ms_sum, usage.cached_input_tokens,
        usage.local_requests, usage.hoster_requests, usage.cloud_requests
      from generate_series(
        ?::timestamptz at time zone 'UTC',

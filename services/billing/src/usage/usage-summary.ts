@@ -58,8 +58,10 @@ async function minuteFigures(
 
 /**
  * GET /v1/usage: balance, the current rate-limit windows, and 30 days of usage from the rollups.
- * Read in one repeatable-read snapshot: a settlement commits the charge and the usage row
- * together, so the balance and the totals shown must come from the same moment. A scoped key's
+ * Read in one repeatable-read snapshot, so the balance, the counters and the totals shown come from
+ * one moment; the totals read the hourly rollup, which trails settlement by up to one fold
+ * (docs/settlement.md#rollups-folded-off-the-settlement-transaction), so for that long the balance
+ * may show a charge the totals do not yet count. A scoped key's
  * owner is its subscription: usage and the minute's limit are the subscription's; the balance
  * and tier stay the account's (the subscriber must know whether it can pay).
  */
@@ -89,7 +91,8 @@ export async function usageSummary(
       const [totals] = await em.execute(
         `select coalesce(sum(requests), 0) as requests, coalesce(sum(input_tokens), 0) as input_tokens,
            coalesce(sum(output_tokens), 0) as output_tokens, coalesce(sum(cost_micros), 0) as cost_micros,
-           coalesce(sum(latency_ms_sum), 0) as latency_ms_sum
+           coalesce(sum(latency_ms_sum), 0) as latency_ms_sum,
+           coalesce(sum(cached_input_tokens), 0) as cached_input_tokens
          from usage_hourly where ${whose.sql} and hour >= date_trunc('hour', ?::timestamptz, 'UTC')`,
         [...whose.params, since],
       );
@@ -111,6 +114,7 @@ export async function usageSummary(
     usage30d: {
       totalRequests: requests,
       totalInputTokens: int8(totals?.input_tokens),
+      totalCachedInputTokens: int8(totals?.cached_input_tokens),
       totalOutputTokens: int8(totals?.output_tokens),
       totalCostMicros: int8(totals?.cost_micros),
       // Every request counts, failed ones included.

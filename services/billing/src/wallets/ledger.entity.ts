@@ -1,6 +1,10 @@
 import { defineEntity, p } from "@mikro-orm/core";
 
-/** One balanced movement of money; (kind, reference) is unique, which makes it exactly-once. */
+/**
+ * One balanced movement of money, unique on (kind, reference): a grant per account, a top-up or a
+ * subscription fee per its key, and one `usage_batch` per settled batch (a fresh reference each).
+ * A request's charge is proven by its usage record, not by an entry (docs/adr/0040-one-journal-entry-per-settled-batch.md).
+ */
 export const JournalEntry = defineEntity({
   name: "JournalEntry",
   tableName: "journal_entries",
@@ -12,14 +16,13 @@ export const JournalEntry = defineEntity({
   },
 });
 
-/** One leg of a journal entry; the legs of an entry sum to zero. */
+/** One leg of a journal entry, keyed on (entry, ledger account); the legs of an entry sum to zero. */
 export const LedgerPosting = defineEntity({
   name: "LedgerPosting",
   tableName: "ledger_postings",
   properties: {
-    id: p.uuid().primary(),
-    entryId: p.uuid(),
-    ledgerAccount: p.text(),
+    entryId: p.uuid().primary(),
+    ledgerAccount: p.text().primary(),
     amountMicros: p.bigint("bigint"),
     createdAt: p.datetime(),
   },

@@ -20,7 +20,11 @@ export const ledgerAccounts = {
   writeOffs: "platform:write_offs",
 } as const;
 
-export type EntryKind = "grant" | "usage" | "top_up" | "subscription_fee" | "write_off";
+/**
+ * `usage` and `write_off` are per-request entries of settlements before one entry per batch
+ * (`usage_batch`, batch-entry.ts); they stay as history and are no longer written.
+ */
+export type EntryKind = "grant" | "usage" | "top_up" | "subscription_fee" | "write_off" | "usage_batch";
 
 /** One balanced journal entry: its kind, its reference (unique per kind) and its legs. */
 export interface JournalEntry {
@@ -72,6 +76,10 @@ export function journalCtes(entries: readonly JournalEntry[], at?: Date): Cte[] 
   for (const { kind, reference, legs } of entries) {
     const sum = legs.reduce((total, [, amount]) => total + amount, 0n);
     if (sum !== 0n) throw new Error(`unbalanced journal entry ${kind}:${reference} (sum ${sum})`);
+    // A posting is keyed on (entry, ledger account).
+    if (new Set(legs.map(([account]) => account)).size !== legs.length) {
+      throw new Error(`journal entry ${kind}:${reference} posts to one account twice`);
+    }
   }
   const legs = entries.flatMap((entry) =>
     entry.legs.filter(([, amount]) => amount !== 0n).map(([account, amount]) => ({ entry, account, amount })),
@@ -87,8 +95,8 @@ export function journalCtes(entries: readonly JournalEntry[], at?: Date): Cte[] 
     },
     {
       name: "posted_legs",
-      sql: `insert into ledger_postings (id, entry_id, ledger_account, amount_micros, created_at)
-        select gen_random_uuid(), e.id, l.account, l.amount, coalesce(?::timestamptz, now())
+      sql: `insert into ledger_postings (entry_id, ledger_account, amount_micros, created_at)
+        select e.id, l.account, l.amount, coalesce(?::timestamptz, now())
         from unnest(?::text[], ?::text[], ?::text[], ?::bigint[]) as l(kind, reference, account, amount)
         join ${POSTED_ENTRIES} e on e.kind = l.kind and e.reference = l.reference`,
       params: [

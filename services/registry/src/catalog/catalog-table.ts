@@ -41,6 +41,7 @@ export function platformTableModels(offers: readonly PlatformOffer[], createdAt:
         created: unixSeconds(createdAt),
         inputPricePer1mMicros: m.inputPricePer1mMicros,
         outputPricePer1mMicros: m.outputPricePer1mMicros,
+        cachedInputPricePer1mMicros: m.cachedInputPricePer1mMicros,
         contextWindow: m.contextWindow,
         maxOutputTokensCap: PLATFORM_MAX_OUTPUT_TOKENS,
         maxN: m.maxN,

@@ -7,6 +7,11 @@ export interface ConfiguredModel {
   contextWindow: bigint;
   inputPricePer1mMicros: bigint;
   outputPricePer1mMicros: bigint;
+  /**
+   * The price of input tokens the upstream served from its prompt cache; undefined means the input
+   * price (so an explicit 0 stays a price of 0).
+   */
+  cachedInputPricePer1mMicros?: bigint;
   /** The model name the upstream server knows it by (defaults to modelId). */
   upstreamModel: string;
   /** Which API the model answers: chat completions (the default) or embeddings. */
@@ -50,6 +55,18 @@ function price(entry: Record<string, unknown>, field: string, where: string): bi
   return micros;
 }
 
+/**
+ * `cached_input_price_per_1m_usd`: optional, and never above the input price (a cache hit that
+ * costs more than computing the prompt afresh would be a price no customer could expect).
+ */
+function cachedPrice(entry: Record<string, unknown>, inputPrice: bigint, where: string): bigint | undefined {
+  const field = "cached_input_price_per_1m_usd";
+  if (entry[field] === undefined || entry[field] === null) return undefined;
+  const micros = price(entry, field, where);
+  if (micros > inputPrice) throw new Error(`${where}: ${field} must not be above input_price_per_1m_usd`);
+  return micros;
+}
+
 function optionalString(entry: Record<string, unknown>, field: string, where: string): string | undefined {
   const value = entry[field];
   if (value === undefined || value === null) return undefined;
@@ -84,12 +101,15 @@ export function parseConfiguredModels(text: string): ConfiguredModel[] {
     if (!Number.isSafeInteger(contextWindow) || (contextWindow as number) <= 0) {
       throw new Error(`${where}: context_window must be a positive integer`);
     }
+    const inputPricePer1mMicros = price(entry, "input_price_per_1m_usd", where);
+    const cachedInputPricePer1mMicros = cachedPrice(entry, inputPricePer1mMicros, where);
     const model: ConfiguredModel = {
       modelId,
       modelAlias: optionalString(entry, "model_alias", where) ?? "",
       contextWindow: BigInt(contextWindow as number),
-      inputPricePer1mMicros: price(entry, "input_price_per_1m_usd", where),
+      inputPricePer1mMicros,
       outputPricePer1mMicros: price(entry, "output_price_per_1m_usd", where),
+      ...(cachedInputPricePer1mMicros !== undefined && { cachedInputPricePer1mMicros }),
       upstreamModel: optionalString(entry, "upstream_model", where) ?? modelId,
       kind: kindOf(entry, where),
       maxN: maxNOf(entry, where),

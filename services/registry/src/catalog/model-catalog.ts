@@ -12,8 +12,20 @@ export interface CatalogModel {
   contextWindow: bigint;
   /** chat | embedding */
   kind: string;
-  /** An open model's endpoints and their lowest prices (micro-USD per 1M tokens). */
-  open?: { endpoints: bigint; lowestInputPricePer1mMicros: bigint; lowestOutputPricePer1mMicros: bigint };
+  /** A platform model's prices, or an open model's lowest among its endpoints; none for a hoster's model. */
+  prices?: CatalogPrices;
+  /** How many endpoints serve an open model. */
+  open?: { endpoints: bigint };
+}
+
+/**
+ * Prices in micro-USD per 1M tokens, each its own minimum for an open model. The cached price is
+ * the effective one: a model or endpoint that sets none charges its input price for cached tokens.
+ */
+export interface CatalogPrices {
+  inputPricePer1mMicros: bigint;
+  outputPricePer1mMicros: bigint;
+  cachedInputPricePer1mMicros: bigint;
 }
 
 /**

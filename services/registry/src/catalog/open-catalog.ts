@@ -22,10 +22,13 @@ export function openCatalog(table: () => Promise<CatalogTable>): ModelCatalog {
         created: minimum(m.endpoints.map((e) => created.get(e.hosterId) ?? 0n)),
         contextWindow: m.endpoints.reduce((most, e) => (e.contextWindow > most ? e.contextWindow : most), 0n),
         kind: "chat",
-        open: {
-          endpoints: BigInt(m.endpoints.length),
-          lowestInputPricePer1mMicros: minimum(m.endpoints.map((e) => e.inputPricePer1mMicros)),
-          lowestOutputPricePer1mMicros: minimum(m.endpoints.map((e) => e.outputPricePer1mMicros)),
+        open: { endpoints: BigInt(m.endpoints.length) },
+        prices: {
+          inputPricePer1mMicros: minimum(m.endpoints.map((e) => e.inputPricePer1mMicros)),
+          outputPricePer1mMicros: minimum(m.endpoints.map((e) => e.outputPricePer1mMicros)),
+          cachedInputPricePer1mMicros: minimum(
+            m.endpoints.map((e) => e.cachedInputPricePer1mMicros ?? e.inputPricePer1mMicros),
+          ),
         },
       }));
     },

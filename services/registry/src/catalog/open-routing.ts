@@ -66,6 +66,8 @@ export function openModels(sources: OpenRoutingSources): OpenModel[] {
           productId: plan.id,
           inputPricePer1mMicros: t.inputPricePer1mMicros,
           outputPricePer1mMicros: t.outputPricePer1mMicros,
+          // Settlement only: the weight stays on the fresh prices, which the worst case is held at.
+          cachedInputPricePer1mMicros: t.cachedInputPricePer1mMicros,
           contextWindow: context,
           maxOutputTokens: min(context, t.maxOutputTokens),
           quantization: model.quantization,

@@ -62,6 +62,11 @@ export function platformCatalog(
     created,
     contextWindow: m.contextWindow,
     kind: m.kind,
+    prices: {
+      inputPricePer1mMicros: m.inputPricePer1mMicros,
+      outputPricePer1mMicros: m.outputPricePer1mMicros,
+      cachedInputPricePer1mMicros: m.cachedInputPricePer1mMicros ?? m.inputPricePer1mMicros,
+    },
   }));
   return {
     // Platform models are for normal keys; a scoped key only reaches its hoster's models.

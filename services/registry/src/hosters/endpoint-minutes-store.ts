@@ -60,9 +60,9 @@ export class EndpointMinutesStore {
 
   /**
    * Adds a batch's minutes to the stored ones, all in one statement (replicas add up). Minutes
-   * of ids that are not registered hosters are dropped.
+   * of ids that are not registered hosters are dropped. With `em`, inside that transaction.
    */
-  async add(minutes: readonly EndpointMinute[]): Promise<void> {
+  async add(minutes: readonly EndpointMinute[], em: Orm["em"] = this.#orm.em.fork()): Promise<void> {
     if (minutes.length === 0) return;
     const rows = minutes.map((m) => ({
       hoster_id: m.hosterId,
@@ -76,7 +76,7 @@ export class EndpointMinutesStore {
       ttft_hist: m.ttftHist,
       tps_hist: m.tpsHist,
     }));
-    await this.#orm.em.fork().execute(
+    await em.execute(
       `insert into endpoint_minutes as e (hoster_id, model_id, minute, requests, successes, faults, upstream_429s,
          latency_hist, ttft_hist, tps_hist)
        select r.* from jsonb_to_recordset(?::jsonb) as r(hoster_id uuid, model_id text, minute timestamptz,

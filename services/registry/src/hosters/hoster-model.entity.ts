@@ -17,5 +17,12 @@ export const HosterModel = defineEntity({
     canonicalId: p.text(),
     /** How its weights are stored (bf16, int4, q4_k_m, ...), `unknown` unless given. */
     quantization: p.text(),
+    /** The last verification's verdict: unverified | verified | degraded (docs/verification.md). */
+    verificationStatus: p.text(),
+    /** Failed verification runs in a row. */
+    verificationFailures: p.integer(),
+    verificationRanAt: p.datetime().nullable(),
+    /** The last run's checks, as the endpoints list shows them. */
+    verificationChecks: p.json(),
   },
 });

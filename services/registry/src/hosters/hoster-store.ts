@@ -267,12 +267,13 @@ export class HosterStore {
 
   /**
    * Adds to hosters' usage_mismatches, all of them in one statement on the current values (so
-   * replicas add up). Ids that are not registered hosters are ignored.
+   * replicas add up). Ids that are not registered hosters are ignored. With `em`, inside that
+   * transaction.
    */
-  async addUsageMismatches(counts: ReadonlyMap<string, number>): Promise<void> {
+  async addUsageMismatches(counts: ReadonlyMap<string, number>, em: Orm["em"] = this.#orm.em.fork()): Promise<void> {
     if (counts.size === 0) return;
     const rows = [...counts].map(([id, n]) => ({ id, n }));
-    await this.#orm.em.fork().execute(
+    await em.execute(
       `update hosters h set usage_mismatches = h.usage_mismatches + c.n
          from jsonb_to_recordset(?::jsonb) as c(id uuid, n bigint)
         where h.id = c.id`,

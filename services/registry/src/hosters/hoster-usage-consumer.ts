@@ -1,16 +1,25 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from "@nats-io/jetstream";
-import { isUuid } from "@mkt/runtime/ids";
+import { isDependencyOutage } from "@mkt/runtime/dependency-outage";
 import type { Logger } from "@mkt/runtime/logger";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { EventNames, NatsConnection } from "@mkt/runtime/nats";
-import { ensureUsageStream } from "@mkt/runtime/nats";
-import { UsageCompleted } from "@mkt/proto/events/v1/events";
+import { waitForUsageStream } from "@mkt/runtime/nats";
+import type { UsageCompleted } from "@mkt/proto/events/v1/events";
+import type { DeadLetter } from "@mkt/runtime/usage-dead-letters";
+import { decodeUsageEvent, usageItems } from "@mkt/runtime/usage-messages";
 import type { Counter } from "prom-client";
-import { minutesOf } from "./endpoint-figures.ts";
 import type { EndpointMinutesStore } from "./endpoint-minutes-store.ts";
-import type { HosterStore } from "./hoster-store.ts";
+import { writeUsageFigures, type UsageFigureStores } from "./usage-figures.ts";
 
-/** Events taken per batch: one statement writes the whole batch's figures. */
+/** Messages taken per batch: one statement writes the whole batch's figures. */
 const BATCH_SIZE = 500;
+/**
+ * A message whose figures failed to be written this many deliveries has its events dead-lettered
+ * (registry's usage_dead_letters) and is acked; failures of an unavailable database do not count.
+ */
+const MAX_ATTEMPTS = 10;
+/** A message whose write failed comes again this much later. */
+const RETRY_DELAY_MS = 1_000;
 /** How long one pull waits for an event; also bounds how long stop() waits. */
 const IDLE_WAIT_MS = 2_000;
 /** A batch not acked this long (a replica killed with it in hand) is delivered again. */
@@ -19,6 +28,11 @@ const ACK_WAIT_NS = 30_000 * 1_000_000;
 const PRUNE_EVERY_MS = 10 * 60_000;
 
 export interface HosterUsageConsumer {
+  /**
+   * Settles once the durable consumer exists (the stream billing creates was found): events
+   * published from then on are counted. Rejects only when stopped first.
+   */
+  ready: Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -30,40 +44,49 @@ export interface HosterUsageConsumer {
  * comes again; a replica killed after the write but before the ack counts that batch twice, which
  * the figure (a warning sign, not a ledger) tolerates. Events billing took through RecordUsage
  * while JetStream was down never reach the stream, so they are missing here.
+ *
+ * Billing owns the usage stream (its settings, USAGE_STREAM_REPLICAS): registry never creates or
+ * updates it, and may not (nats-permissions.ts). It returns at once and, in the background, waits
+ * for the stream to exist (a registry started before billing serves the catalog meanwhile), then
+ * makes its consumer and reads.
  */
 export async function startHosterUsageConsumer(
   nc: NatsConnection,
   names: EventNames,
-  ctx: {
-    store: Pick<HosterStore, "addUsageMismatches">;
-    minutes: Pick<EndpointMinutesStore, "add" | "prune">;
+  ctx: UsageFigureStores & {
+    minutes: Pick<EndpointMinutesStore, "prune">;
+    /** Keeps events that cannot be read or written (registry's usage_dead_letters); resolves once committed. */
+    deadLetters: (letters: readonly DeadLetter[]) => Promise<void>;
     clock: () => Date;
   },
   mismatches: Counter<"hoster_id">,
   log: Logger,
 ): Promise<HosterUsageConsumer> {
-  await ensureUsageStream(nc, names);
-  const jsm = await jetstreamManager(nc);
-  const durable = names.hosterStatsConsumer;
-  try {
-    await jsm.consumers.info(names.usageStream, durable);
-  } catch {
-    await jsm.consumers.add(names.usageStream, {
-      durable_name: durable,
-      ack_policy: AckPolicy.Explicit,
-      // Figures start from the events that arrive once it exists, not a week of history.
-      deliver_policy: DeliverPolicy.New,
-      filter_subject: names.usageCompleted,
-      ack_wait: ACK_WAIT_NS,
-    });
-  }
-  const consumer = await jetstream(nc).consumers.get(names.usageStream, durable);
   const quiet = log.child({ component: "hoster-usage" });
+  const stopping = new AbortController();
+  // The real time, not ctx.clock (a test's): JetStream stamps events with its own.
+  const startedAt = new Date();
+  const consumerMade = (async () => {
+    for (;;) {
+      await waitForUsageStream(nc, names, quiet, stopping.signal);
+      try {
+        return await durableConsumer(nc, names, startedAt);
+      } catch (err) {
+        // The stream deleted between the two calls, or NATS away: look again.
+        quiet.warn({ err }, "making the hoster-usage consumer failed; retrying");
+        await sleep(1_000, undefined, { signal: stopping.signal });
+      }
+    }
+  })();
+  // Nobody need await it: a stop() before the stream exists must not surface as unhandled.
+  const ready = consumerMade.then(() => undefined);
+  ready.catch(() => undefined);
   let stopped = false;
   let prunedAt = 0;
 
   const loop = (async () => {
-    while (!stopped) {
+    const consumer = await consumerMade.catch(() => undefined);
+    while (!stopped && consumer) {
       try {
         const first = await consumer.next({ expires: IDLE_WAIT_MS });
         if (!first) continue;
@@ -72,12 +95,8 @@ export async function startHosterUsageConsumer(
         if (queued > 0) {
           for await (const msg of await consumer.fetch({ max_messages: queued, expires: 1_000 })) batch.push(msg);
         }
-        const events = decodeAll(batch);
-        const counts = countMismatches(events, quiet);
         const now = ctx.clock();
-        await ctx.store.addUsageMismatches(counts);
-        await ctx.minutes.add(minutesOf(events, now));
-        for (const msg of batch) msg.ack();
+        const counts = await record(batch, now);
         if (now.getTime() - prunedAt > PRUNE_EVERY_MS) {
           prunedAt = now.getTime();
           await ctx.minutes.prune(now);
@@ -86,41 +105,132 @@ export async function startHosterUsageConsumer(
         for (const [hosterId, n] of counts) mismatches.inc({ hoster_id: hosterId }, n);
       } catch (err) {
         if (stopped) break;
-        quiet.warn({ err }, "recording hosters' usage figures failed; the batch comes again");
+        quiet.warn({ err }, "reading hosters' usage figures failed; retrying");
         await new Promise((resolve) => setTimeout(resolve, 1_000));
       }
     }
   })();
 
+  /**
+   * Writes a batch's figures and acks its messages. Events that do not decode are dead-lettered
+   * at once; when the write fails, each message is written alone, and one that still fails comes
+   * again (nak) until its MAX_ATTEMPTS-th delivery, when its events are dead-lettered instead.
+   * Nothing is acked before its letters are committed. Returns the mismatches written.
+   */
+  async function record(batch: readonly JsMsg[], now: Date): Promise<Map<string, number>> {
+    const letters: DeadLetter[] = [];
+    const read = batch.map((msg) => ({ msg, ...readMessage(msg, letters) }));
+    const written = new Map<string, number>();
+    const write = async (parts: typeof read) => {
+      const counts = await writeUsageFigures(
+        ctx,
+        parts.flatMap((part) => part.events),
+        now,
+        quiet,
+      );
+      for (const [hosterId, n] of counts) written.set(hosterId, (written.get(hosterId) ?? 0) + n);
+    };
+    const retry = new Set<JsMsg>();
+    try {
+      await write(read);
+    } catch (err) {
+      quiet.warn(
+        { err, messages: batch.length },
+        "recording hosters' usage figures failed; writing each message alone",
+      );
+      for (const part of read) {
+        try {
+          await write([part]);
+        } catch (partErr) {
+          const attempts = part.msg.info.deliveryCount;
+          if (attempts < MAX_ATTEMPTS || isDependencyOutage(partErr)) {
+            retry.add(part.msg);
+            continue;
+          }
+          const reason = `writing hosters' figures failed ${attempts} times: ${(partErr as Error).message}`;
+          for (const item of part.items) letters.push(letter(part.msg, item.data, reason, item.event.requestId));
+        }
+      }
+    }
+    if (letters.length > 0) {
+      try {
+        await ctx.deadLetters(letters);
+        for (const item of letters) {
+          quiet.error({ requestId: item.requestId, reason: item.reason }, "usage event dead-lettered by registry");
+        }
+      } catch (err) {
+        quiet.error({ err, events: letters.length }, "usage dead letters not written; their messages come again");
+        for (const msg of batch) retry.add(msg);
+      }
+    }
+    for (const msg of batch) {
+      if (retry.has(msg)) msg.nak(RETRY_DELAY_MS);
+      else msg.ack();
+    }
+    return written;
+  }
+
   return {
+    ready,
     async stop() {
       stopped = true;
+      stopping.abort();
       await loop;
     },
   };
 }
 
-/** The batch's events that decode (billing reports those that do not; nothing to count here). */
-function decodeAll(batch: readonly JsMsg[]): UsageCompleted[] {
-  const events: UsageCompleted[] = [];
-  for (const msg of batch) {
-    try {
-      events.push(UsageCompleted.decode(msg.data));
-    } catch {
-      continue;
-    }
+/**
+ * Registry's durable consumer of usage.completed, made by the first replica that starts (the
+ * stream must exist), or found.
+ */
+async function durableConsumer(nc: NatsConnection, names: EventNames, startedAt: Date) {
+  const jsm = await jetstreamManager(nc);
+  const durable = names.hosterStatsConsumer;
+  try {
+    await jsm.consumers.info(names.usageStream, durable);
+  } catch {
+    await jsm.consumers.add(names.usageStream, {
+      durable_name: durable,
+      ack_policy: AckPolicy.Explicit,
+      // Figures start from the events published since this replica started, not a week of
+      // history; those published while it waited for billing to make the stream count too.
+      deliver_policy: DeliverPolicy.StartTime,
+      opt_start_time: startedAt.toISOString(),
+      filter_subject: names.usageCompleted,
+      ack_wait: ACK_WAIT_NS,
+    });
   }
-  return events;
+  return jetstream(nc).consumers.get(names.usageStream, durable);
 }
 
-/** Mismatched reports per hoster in a batch. */
-function countMismatches(events: readonly UsageCompleted[], log: Logger): Map<string, number> {
-  const counts = new Map<string, number>();
-  for (const event of events) {
-    if (event.usageMismatch === "" || event.provider !== "hoster" || !isUuid(event.hosterId)) continue;
-    const hosterId = event.hosterId.toLowerCase();
-    counts.set(hosterId, (counts.get(hosterId) ?? 0) + 1);
-    log.info({ hosterId, reason: event.usageMismatch }, "hoster usage report disagrees with the edge's count");
+const letter = (msg: JsMsg, data: Uint8Array, reason: string, requestId?: string): DeadLetter => ({
+  subject: msg.subject,
+  data,
+  reason,
+  attempts: msg.info.deliveryCount,
+  ...(requestId ? { requestId } : {}),
+});
+
+/** A message's events that decode; the bytes of those that do not go to `letters`. */
+function readMessage(
+  msg: JsMsg,
+  letters: DeadLetter[],
+): { events: UsageCompleted[]; items: Array<{ data: Uint8Array; event: UsageCompleted }> } {
+  const items: Array<{ data: Uint8Array; event: UsageCompleted }> = [];
+  let parts;
+  try {
+    parts = usageItems(msg.data, msg.headers);
+  } catch (err) {
+    letters.push(letter(msg, msg.data, `undecodable usage batch: ${(err as Error).message}`));
+    return { events: [], items };
   }
-  return counts;
+  for (const part of parts) {
+    try {
+      items.push({ data: part.data, event: decodeUsageEvent(part.data) });
+    } catch (err) {
+      letters.push(letter(msg, part.data, `undecodable usage event: ${(err as Error).message}`));
+    }
+  }
+  return { events: items.map((item) => item.event), items };
 }

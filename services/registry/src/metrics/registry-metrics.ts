@@ -13,6 +13,8 @@ export interface RegistryMetrics {
    * hoster, as read from the edges' usage events (hoster-usage-consumer.ts).
    */
   usageMismatches: Counter<"hoster_id">;
+  /** Usage events in registry's usage_dead_letters (undecodable, or whose figures failed to be written repeatedly). */
+  usageDeadLetters: Gauge;
 }
 
 /**
@@ -70,6 +72,11 @@ export function createRegistryMetrics(endpointStats?: () => Promise<Map<string, 
       name: "mkt_usage_mismatches_total",
       help: "Hoster usage reports that claimed more tokens than the edge counted (beyond the tolerance) or the cap.",
       labelNames: ["hoster_id"],
+      registers: [registry],
+    }),
+    usageDeadLetters: new Gauge({
+      name: "mkt_usage_dead_letters",
+      help: "Usage events this service could not decode or record, kept in its usage_dead_letters.",
       registers: [registry],
     }),
   };

@@ -34,6 +34,7 @@ interface ProductRow {
   input_price_per_1m_micros: Bigintish;
   output_price_per_1m_micros: Bigintish;
   overage_price_per_1m_micros: Bigintish;
+  cached_input_price_per_1m_micros: Bigintish | null;
   rpm_limit: Bigintish;
   tpm_limit: Bigintish;
   max_concurrent: Bigintish;
@@ -46,11 +47,12 @@ interface ProductRow {
 }
 
 const COLUMNS = `p.id, p.hoster_id, p.name, p.description, p.pricing_model, p.monthly_price_micros, p.included_tokens,
-  p.input_price_per_1m_micros, p.output_price_per_1m_micros, p.overage_price_per_1m_micros, p.rpm_limit,
-  p.tpm_limit, p.max_concurrent, p.max_output_tokens, p.max_context_tokens, p.open, p.status, p.created_at, p.updated_at`;
+  p.input_price_per_1m_micros, p.output_price_per_1m_micros, p.overage_price_per_1m_micros,
+  p.cached_input_price_per_1m_micros, p.rpm_limit, p.tpm_limit, p.max_concurrent, p.max_output_tokens,
+  p.max_context_tokens, p.open, p.status, p.created_at, p.updated_at`;
 
 /** The terms columns in insert / update order, with the value each takes from ProductTerms. */
-const TERM_COLUMNS: Array<[string, (t: ProductTerms) => string]> = [
+const TERM_COLUMNS: Array<[string, (t: ProductTerms) => string | null]> = [
   ["name", (t) => t.name],
   ["description", (t) => t.description],
   ["pricing_model", (t) => t.pricingModel],
@@ -59,6 +61,8 @@ const TERM_COLUMNS: Array<[string, (t: ProductTerms) => string]> = [
   ["input_price_per_1m_micros", (t) => t.inputPricePer1mMicros.toString()],
   ["output_price_per_1m_micros", (t) => t.outputPricePer1mMicros.toString()],
   ["overage_price_per_1m_micros", (t) => t.overagePricePer1mMicros.toString()],
+  // Null, not 0: absent means the input (overage) price, and 0 is a price.
+  ["cached_input_price_per_1m_micros", (t) => t.cachedInputPricePer1mMicros?.toString() ?? null],
   ["rpm_limit", (t) => t.rpmLimit.toString()],
   ["tpm_limit", (t) => t.tpmLimit.toString()],
   ["max_concurrent", (t) => t.maxConcurrent.toString()],
@@ -80,6 +84,8 @@ function fromRow(r: ProductRow): StoredProduct {
       inputPricePer1mMicros: BigInt(r.input_price_per_1m_micros),
       outputPricePer1mMicros: BigInt(r.output_price_per_1m_micros),
       overagePricePer1mMicros: BigInt(r.overage_price_per_1m_micros),
+      cachedInputPricePer1mMicros:
+        r.cached_input_price_per_1m_micros === null ? undefined : BigInt(r.cached_input_price_per_1m_micros),
       rpmLimit: BigInt(r.rpm_limit),
       tpmLimit: BigInt(r.tpm_limit),
       maxConcurrent: BigInt(r.max_concurrent),

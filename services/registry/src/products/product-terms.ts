@@ -29,6 +29,7 @@ export const FIELD_RULES: Record<NumericField, FieldRule> = {
   inputPricePer1mMicros: { param: "input_price_per_1m_usd", max: 1_000_000_000n, usd: true }, // 1,000 USD
   outputPricePer1mMicros: { param: "output_price_per_1m_usd", max: 1_000_000_000n, usd: true },
   overagePricePer1mMicros: { param: "overage_price_per_1m_usd", max: 1_000_000_000n, usd: true },
+  cachedInputPricePer1mMicros: { param: "cached_input_price_per_1m_usd", max: 1_000_000_000n, usd: true },
   rpmLimit: { param: "rpm_limit", max: 100_000n, usd: false },
   tpmLimit: { param: "tpm_limit", max: 100_000_000n, usd: false },
   maxConcurrent: { param: "max_concurrent", max: 1_000n, usd: false },
@@ -46,7 +47,8 @@ export const DEFAULT_LIMITS = {
 } as const satisfies Partial<Record<NumericField, bigint>>;
 
 type LimitField = keyof typeof DEFAULT_LIMITS;
-type TermField = Exclude<NumericField, LimitField>;
+/** The cached-input price is optional (absent: the price it discounts), so it has its own rule. */
+type TermField = Exclude<NumericField, LimitField | "cachedInputPricePer1mMicros">;
 
 /**
  * The price terms each pricing model uses: the fields listed must be above 0, the
@@ -66,6 +68,15 @@ const TERM_FIELDS: readonly TermField[] = [
   "outputPricePer1mMicros",
   "overagePricePer1mMicros",
 ];
+
+/**
+ * The price a cached-input price discounts, per pricing model that may have one: payg's input
+ * price, and an overage plan's overage price (its included tokens are free, cached or not).
+ */
+const CACHED_PRICE_OF: Partial<Record<PricingModel, TermField>> = {
+  payg: "inputPricePer1mMicros",
+  subscription_overage: "overagePricePer1mMicros",
+};
 
 const invalid = (param: string, message: string) => new AppError("invalid_request", message, { param });
 
@@ -98,7 +109,7 @@ export function validateTerms(terms: ProductTerms): ProductTerms {
 
   for (const [field, rule] of Object.entries(FIELD_RULES) as Array<[NumericField, FieldRule]>) {
     const value = terms[field];
-    if (value < 0n || value > rule.max) {
+    if (value !== undefined && (value < 0n || value > rule.max)) {
       throw invalid(rule.param, `${rule.param} must be from 0 to ${bound(rule)}.`);
     }
   }
@@ -124,6 +135,8 @@ export function validateTerms(terms: ProductTerms): ProductTerms {
     }
   }
 
+  checkCachedPrice(terms, pricingModel);
+
   if (terms.open && !OPENABLE.includes(pricingModel)) {
     throw invalid("open", `Only payg and free plans can be open; a ${pricingModel} plan is sold by subscription.`);
   }
@@ -133,6 +146,29 @@ export function validateTerms(terms: ProductTerms): ProductTerms {
     if (terms[field] !== 0n) limits[field] = terms[field];
   }
   return ProductTerms.fromPartial({ ...terms, name, description, pricingModel, ...limits });
+}
+
+/**
+ * A cached-input price, when given, is a discount on the price it names in CACHED_PRICE_OF:
+ * never above it, and refused on a plan that has no such price. An explicit 0 is kept (cached
+ * tokens free); absent stays absent, so it follows that price when the price changes.
+ */
+function checkCachedPrice(terms: ProductTerms, pricingModel: PricingModel): void {
+  const cached = terms.cachedInputPricePer1mMicros;
+  if (cached === undefined) return;
+  const { param } = FIELD_RULES.cachedInputPricePer1mMicros;
+  const discounted = CACHED_PRICE_OF[pricingModel];
+  if (!discounted) {
+    throw invalid(param, `${param} does not apply to a ${pricingModel} plan: it prices no input tokens; leave it out.`);
+  }
+  const cap = terms[discounted];
+  if (cached > cap) {
+    const capParam = FIELD_RULES[discounted].param;
+    throw invalid(
+      param,
+      `${param} (${microsToUsd(cached)} USD) must not be above ${capParam} (${microsToUsd(cap)} USD), the price it discounts.`,
+    );
+  }
 }
 
 /**
@@ -150,5 +186,7 @@ export function patchTerms(current: ProductTerms, patch: ProductPatch): ProductT
 
 /** Whether two sets of terms are the same (an update that changes nothing writes nothing). */
 export function sameTerms(a: ProductTerms, b: ProductTerms): boolean {
-  return (Object.keys(a) as Array<keyof ProductTerms>).every((key) => a[key] === b[key]);
+  // Both sides' keys: an optional field may be missing from one and set on the other.
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]) as Set<keyof ProductTerms>;
+  return [...keys].every((key) => a[key] === b[key]);
 }

@@ -19,9 +19,12 @@ export const Product = defineEntity({
     pricingModel: p.text().$type<PricingModel>(),
     monthlyPriceMicros: p.bigint("bigint"),
     includedTokens: p.bigint("bigint"),
-    inputPricePer1mMicros: p.bigint("bigint"),
-    outputPricePer1mMicros: p.bigint("bigint"),
-    overagePricePer1mMicros: p.bigint("bigint"),
+    // Named explicitly: the naming strategy would write `per1m` where the columns say `per_1m`.
+    inputPricePer1mMicros: p.bigint("bigint").fieldName("input_price_per_1m_micros"),
+    outputPricePer1mMicros: p.bigint("bigint").fieldName("output_price_per_1m_micros"),
+    overagePricePer1mMicros: p.bigint("bigint").fieldName("overage_price_per_1m_micros"),
+    /** Null: cached input tokens cost the input price (an overage plan's, the overage price); 0 is a price. */
+    cachedInputPricePer1mMicros: p.bigint("bigint").nullable().fieldName("cached_input_price_per_1m_micros"),
     rpmLimit: p.bigint("bigint"),
     tpmLimit: p.bigint("bigint"),
     maxConcurrent: p.bigint("bigint"),

@@ -39,3 +39,20 @@ export const PROBE_TOOL = {
     },
   },
 } as const;
+
+/**
+ * The cache probe, sent twice: a long leading system message (a prefix long enough for any prefix
+ * cache: OpenAI caches from 1,024 tokens) and a short user message. Two messages, because a server
+ * computes the last message afresh whatever it has seen (the reference server's cache never counts
+ * it), so a one-message prompt has no prefix to find.
+ */
+export const CACHE_PROBE_MESSAGES = [
+  {
+    role: "system",
+    content: `You answer questions about the town described here.\n${PARAGRAPH.repeat(16)}`,
+  },
+  { role: "user", content: "In three words: what does the ferry do?" },
+] as const;
+
+/** The cache probe's output cap: its answers are not what is checked. */
+export const CACHE_PROBE_MAX_TOKENS = 8;

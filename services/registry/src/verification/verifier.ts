@@ -5,7 +5,8 @@ import { hosterKeyContext } from "../hosters/hoster.entity.ts";
 import { minutesOf } from "../hosters/endpoint-figures.ts";
 import type { HostersContext } from "../hosters/hosters-context.ts";
 import type { VerifyTarget } from "./verification-store.ts";
-import { verifyEndpoint, type ProbeCall } from "./verify-endpoint.ts";
+import type { ProbeCall } from "./probe-call.ts";
+import { verifyEndpoint } from "./verify-endpoint.ts";
 
 /** Endpoints verified at once: a round's calls stay few however many hosters there are. */
 const PARALLEL_RUNS = 2;
@@ -28,8 +29,26 @@ function asUsage(target: VerifyTarget, call: ProbeCall, at: Date): UsageComplete
   });
 }
 
+/**
+ * The hosters with an active open plan that prices cached input below its input price: their
+ * models' runs check that a repeated prompt reports cached tokens. One plan is enough, as every
+ * plan of a hoster sells the same server.
+ */
+async function hostersWithCacheDiscount(ctx: HostersContext): Promise<Set<string>> {
+  const plans = await ctx.products.activeByHoster();
+  const discounted = [...plans].filter(([, list]) =>
+    list.some(
+      ({ terms }) =>
+        terms.open &&
+        terms.cachedInputPricePer1mMicros !== undefined &&
+        terms.cachedInputPricePer1mMicros < terms.inputPricePer1mMicros,
+    ),
+  );
+  return new Set(discounted.map(([hosterId]) => hosterId));
+}
+
 /** Verifies one endpoint and records its run; a token registry cannot open fails nothing (logged). */
-async function verifyOne(ctx: HostersContext, target: VerifyTarget): Promise<void> {
+async function verifyOne(ctx: HostersContext, target: VerifyTarget, cacheDiscount: boolean): Promise<void> {
   let token: string;
   try {
     token = ctx.box.open(target.apiKeySealed, hosterKeyContext(target.hosterId));
@@ -39,7 +58,7 @@ async function verifyOne(ctx: HostersContext, target: VerifyTarget): Promise<voi
     return;
   }
   const at = ctx.clock();
-  const run = await verifyEndpoint(new URL(target.endpointUrl), token, target.modelId, ctx.checks);
+  const run = await verifyEndpoint(new URL(target.endpointUrl), token, target.modelId, ctx.checks, { cacheDiscount });
   const status = await ctx.verification.record(target, at, run.passed, run.checks);
   await ctx.minutes.add(minutesOf([asUsage(target, run.main, at)], at));
   const failed = run.checks.filter((c) => !c.passed).map((c) => c.check);
@@ -54,9 +73,11 @@ async function verifyOne(ctx: HostersContext, target: VerifyTarget): Promise<voi
  * verdict decides whether an endpoint is a fallback only, and so do the figures its probes add.
  */
 export async function verifyAllEndpoints(ctx: HostersContext): Promise<void> {
-  const queue = await ctx.verification.targets();
+  const [queue, discounted] = await Promise.all([ctx.verification.targets(), hostersWithCacheDiscount(ctx)]);
   const worker = async () => {
-    for (let target = queue.shift(); target; target = queue.shift()) await verifyOne(ctx, target);
+    for (let target = queue.shift(); target; target = queue.shift()) {
+      await verifyOne(ctx, target, discounted.has(target.hosterId));
+    }
   };
   await Promise.all(Array.from({ length: PARALLEL_RUNS }, worker));
   ctx.announce("");

@@ -4,17 +4,8 @@ import { aboveTolerance } from "@mkt/runtime/usage-tolerance";
 import { callServer, checkModels, ServerCheckError, type ServerCheckSettings } from "@mkt/runtime/server-checks";
 import type { VerificationCheck } from "@mkt/proto/registry/v1/registry";
 import { PROBE_PROMPT, PROBE_TOOL, PROBE_MAX_TOKENS, RUNAWAY_RATIO, RUNAWAY_SLACK_TOKENS } from "./probe-requests.ts";
-
-/** One probe call's outcome, for the checks and for the endpoint's live figures. */
-export interface ProbeCall {
-  status: number;
-  latencyMs: number;
-  /** The parsed JSON answer (non-streamed) or the SSE events' data (streamed); undefined when unreadable. */
-  json?: unknown;
-  events?: unknown[];
-  /** Why the call failed, safe to show (no upstream text). */
-  failure?: string;
-}
+import { cacheDiscountCheck } from "./cache-honesty.ts";
+import type { ProbeCall } from "./probe-call.ts";
 
 /** A run's checks and the answer of its main call (its live figures count it). */
 export interface EndpointRun {
@@ -163,14 +154,16 @@ function streamingUsageCheck(call: ProbeCall): VerificationCheck {
 /**
  * One verification run of a hoster's model: is it still listed, does it report tokens honestly,
  * honour max_tokens and return valid tool calls, and (shown only) does it send a usage chunk when
- * streaming. Calls go straight to the hoster's server with its token: unbilled, never anyone's
- * usage. The run passes when every held check does.
+ * streaming and, when `cacheDiscount` (a plan of it prices cached input below fresh input), does a
+ * repeated prompt report cached tokens. Calls go straight to the hoster's server with its token:
+ * unbilled, never anyone's usage. The run passes when every held check does.
  */
 export async function verifyEndpoint(
   endpoint: URL,
   token: string,
   modelId: string,
   settings: ServerCheckSettings,
+  { cacheDiscount = false }: { cacheDiscount?: boolean } = {},
 ): Promise<EndpointRun> {
   const checks: VerificationCheck[] = [];
   try {
@@ -209,5 +202,7 @@ export async function verifyEndpoint(
     settings,
   );
   checks.push(streamingUsageCheck(streamed));
+  if (cacheDiscount)
+    checks.push(await cacheDiscountCheck((body) => postChat(endpoint, token, body, settings), modelId));
   return { checks, passed: checks.every((c) => c.passed || !c.held), main };
 }

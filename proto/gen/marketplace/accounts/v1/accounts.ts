@@ -56,7 +56,15 @@ export interface AuthenticateRequest {
 }
 
 export interface AuthenticateResponse {
-  principal?: Principal | undefined;
+  principal?:
+    | Principal
+    | undefined;
+  /**
+   * Accounts' PRINCIPAL_TTL_MS: the edge uses the principal at most this long past the call's send
+   * (and re-checks it every half of it while in use); accounts waits this long for the edges'
+   * acks after a revocation (docs/adr/0018-revocation-waits-for-the-edges.md).
+   */
+  principalTtlMs: bigint;
 }
 
 export interface RevalidateKeysRequest {
@@ -67,11 +75,13 @@ export interface RevalidateKeysRequest {
 
 export interface RevalidateKeysResponse {
   principals: Principal[];
+  /** As in AuthenticateResponse: each principal returned may be used this long past the call's send. */
+  principalTtlMs: bigint;
 }
 
 /**
- * Who a request acts for. Edges cache it while it is in use, revalidate it once per LEASE_TTL_MS
- * (RevalidateKeys) and drop it on keys.revoked.
+ * Who a request acts for. Edges cache it while it is in use, revalidate it every half of
+ * accounts' PRINCIPAL_TTL_MS (RevalidateKeys) and drop it on keys.revoked.
  */
 export interface Principal {
   accountId: string;
@@ -692,13 +702,19 @@ export const AuthenticateRequest: MessageFns<AuthenticateRequest> = {
 };
 
 function createBaseAuthenticateResponse(): AuthenticateResponse {
-  return { principal: undefined };
+  return { principal: undefined, principalTtlMs: 0n };
 }
 
 export const AuthenticateResponse: MessageFns<AuthenticateResponse> = {
   encode(message: AuthenticateResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.principal !== undefined) {
       Principal.encode(message.principal, writer.uint32(10).fork()).join();
+    }
+    if (message.principalTtlMs !== 0n) {
+      if (BigInt.asIntN(64, message.principalTtlMs) !== message.principalTtlMs) {
+        throw new globalThis.Error("value provided for field message.principalTtlMs of type int64 too large");
+      }
+      writer.uint32(16).int64(message.principalTtlMs);
     }
     return writer;
   },
@@ -724,6 +740,14 @@ export const AuthenticateResponse: MessageFns<AuthenticateResponse> = {
             message.principal = Principal.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.principalTtlMs = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -737,13 +761,23 @@ export const AuthenticateResponse: MessageFns<AuthenticateResponse> = {
   },
 
   fromJSON(object: any): AuthenticateResponse {
-    return { principal: isSet(object.principal) ? Principal.fromJSON(object.principal) : undefined };
+    return {
+      principal: isSet(object.principal) ? Principal.fromJSON(object.principal) : undefined,
+      principalTtlMs: isSet(object.principalTtlMs)
+        ? BigInt(object.principalTtlMs)
+        : isSet(object.principal_ttl_ms)
+        ? BigInt(object.principal_ttl_ms)
+        : 0n,
+    };
   },
 
   toJSON(message: AuthenticateResponse): unknown {
     const obj: any = {};
     if (message.principal !== undefined) {
       obj.principal = Principal.toJSON(message.principal);
+    }
+    if (message.principalTtlMs !== 0n) {
+      obj.principalTtlMs = message.principalTtlMs.toString();
     }
     return obj;
   },
@@ -756,6 +790,9 @@ export const AuthenticateResponse: MessageFns<AuthenticateResponse> = {
     message.principal = (object.principal !== undefined && object.principal !== null)
       ? Principal.fromPartial(object.principal)
       : undefined;
+    message.principalTtlMs = (object.principalTtlMs !== undefined && object.principalTtlMs !== null)
+      ? BigInt(object.principalTtlMs)
+      : 0n;
     return message;
   },
 };
@@ -854,13 +891,19 @@ export const RevalidateKeysRequest: MessageFns<RevalidateKeysRequest> = {
 };
 
 function createBaseRevalidateKeysResponse(): RevalidateKeysResponse {
-  return { principals: [] };
+  return { principals: [], principalTtlMs: 0n };
 }
 
 export const RevalidateKeysResponse: MessageFns<RevalidateKeysResponse> = {
   encode(message: RevalidateKeysResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.principals) {
       Principal.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.principalTtlMs !== 0n) {
+      if (BigInt.asIntN(64, message.principalTtlMs) !== message.principalTtlMs) {
+        throw new globalThis.Error("value provided for field message.principalTtlMs of type int64 too large");
+      }
+      writer.uint32(16).int64(message.principalTtlMs);
     }
     return writer;
   },
@@ -886,6 +929,14 @@ export const RevalidateKeysResponse: MessageFns<RevalidateKeysResponse> = {
             message.principals.push(Principal.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.principalTtlMs = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -903,6 +954,11 @@ export const RevalidateKeysResponse: MessageFns<RevalidateKeysResponse> = {
       principals: globalThis.Array.isArray(object?.principals)
         ? object.principals.map((e: any) => Principal.fromJSON(e))
         : [],
+      principalTtlMs: isSet(object.principalTtlMs)
+        ? BigInt(object.principalTtlMs)
+        : isSet(object.principal_ttl_ms)
+        ? BigInt(object.principal_ttl_ms)
+        : 0n,
     };
   },
 
@@ -910,6 +966,9 @@ export const RevalidateKeysResponse: MessageFns<RevalidateKeysResponse> = {
     const obj: any = {};
     if (message.principals?.length) {
       obj.principals = message.principals.map((e) => Principal.toJSON(e));
+    }
+    if (message.principalTtlMs !== 0n) {
+      obj.principalTtlMs = message.principalTtlMs.toString();
     }
     return obj;
   },
@@ -920,6 +979,9 @@ export const RevalidateKeysResponse: MessageFns<RevalidateKeysResponse> = {
   fromPartial<I extends Exact<DeepPartial<RevalidateKeysResponse>, I>>(object: I): RevalidateKeysResponse {
     const message = createBaseRevalidateKeysResponse();
     message.principals = object.principals?.map((e) => Principal.fromPartial(e)) || [];
+    message.principalTtlMs = (object.principalTtlMs !== undefined && object.principalTtlMs !== null)
+      ? BigInt(object.principalTtlMs)
+      : 0n;
     return message;
   },
 };

@@ -21,6 +21,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { UsageCompleted } from "../../events/v1/events.ts";
+import { UsageDeadLetter } from "../../events/v1/usage_dead_letter.ts";
 import {
   GrantLeaseRequest,
   GrantLeaseResponse,
@@ -62,6 +63,8 @@ export interface Usage30d {
   totalOutputTokens: bigint;
   totalCostMicros: bigint;
   avgLatencyMs: number;
+  /** Of total_input_tokens, those served from the upstream's prompt cache. */
+  totalCachedInputTokens: bigint;
 }
 
 export interface GetUsageTokensRequest {
@@ -87,6 +90,8 @@ export interface UsageFigures {
   outputTokens: bigint;
   costMicros: bigint;
   latencyMsSum: bigint;
+  /** Of input_tokens, those served from the upstream's prompt cache (priced at the cached price). */
+  cachedInputTokens: bigint;
 }
 
 export interface UsageBucket {
@@ -157,6 +162,8 @@ export interface UsageExportRow {
   costMicros: bigint;
   latencyMs: bigint;
   success: boolean;
+  /** Of input_tokens, those served from the upstream's prompt cache. */
+  cachedTokens: bigint;
 }
 
 export interface GetGenerationRequest {
@@ -195,6 +202,10 @@ export interface Generation {
   success: boolean;
   /** The error code (packages/runtime/src/errors.ts) when success is false. */
   errorCode: string;
+  /** Of input_tokens, those served from the upstream's prompt cache (priced at the cached price). */
+  cachedTokens: bigint;
+  /** Of output_tokens, those the model spent reasoning (priced as output). */
+  reasoningTokens: bigint;
 }
 
 export interface GetBalanceRequest {
@@ -270,6 +281,11 @@ export interface SubscriptionTerms {
   maxConcurrent: bigint;
   maxOutputTokens: bigint;
   maxContextTokens: bigint;
+  /**
+   * Cached input tokens' price (payg), or cached overage tokens' (subscription_overage); absent
+   * means the input (or overage) price.
+   */
+  cachedInputPricePer1mMicros?: bigint | undefined;
 }
 
 export interface Subscription {
@@ -448,6 +464,25 @@ export interface RecordUsageRequest {
 
 /** Sent once every event is committed (settled, or found settled already). */
 export interface RecordUsageResponse {
+}
+
+export interface ListUsageDeadLettersRequest {
+}
+
+export interface ListUsageDeadLettersResponse {
+  letters: UsageDeadLetter[];
+}
+
+export interface ReplayUsageDeadLettersRequest {
+  /** The letters to replay; empty means every letter not replayed yet. */
+  ids: string[];
+}
+
+export interface ReplayUsageDeadLettersResponse {
+  /** Letters whose events are now settled (or were found settled already). */
+  replayed: number;
+  /** Letters that still cannot settle, with their reasons now. */
+  failed: UsageDeadLetter[];
 }
 
 function createBaseGetUsageSummaryRequest(): GetUsageSummaryRequest {
@@ -892,7 +927,14 @@ export const RateLimits: MessageFns<RateLimits> = {
 };
 
 function createBaseUsage30d(): Usage30d {
-  return { totalRequests: 0n, totalInputTokens: 0n, totalOutputTokens: 0n, totalCostMicros: 0n, avgLatencyMs: 0 };
+  return {
+    totalRequests: 0n,
+    totalInputTokens: 0n,
+    totalOutputTokens: 0n,
+    totalCostMicros: 0n,
+    avgLatencyMs: 0,
+    totalCachedInputTokens: 0n,
+  };
 }
 
 export const Usage30d: MessageFns<Usage30d> = {
@@ -923,6 +965,12 @@ export const Usage30d: MessageFns<Usage30d> = {
     }
     if (message.avgLatencyMs !== 0) {
       writer.uint32(41).double(message.avgLatencyMs);
+    }
+    if (message.totalCachedInputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.totalCachedInputTokens) !== message.totalCachedInputTokens) {
+        throw new globalThis.Error("value provided for field message.totalCachedInputTokens of type int64 too large");
+      }
+      writer.uint32(48).int64(message.totalCachedInputTokens);
     }
     return writer;
   },
@@ -980,6 +1028,14 @@ export const Usage30d: MessageFns<Usage30d> = {
             message.avgLatencyMs = reader.double();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.totalCachedInputTokens = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1019,6 +1075,11 @@ export const Usage30d: MessageFns<Usage30d> = {
         : isSet(object.avg_latency_ms)
         ? globalThis.Number(object.avg_latency_ms)
         : 0,
+      totalCachedInputTokens: isSet(object.totalCachedInputTokens)
+        ? BigInt(object.totalCachedInputTokens)
+        : isSet(object.total_cached_input_tokens)
+        ? BigInt(object.total_cached_input_tokens)
+        : 0n,
     };
   },
 
@@ -1038,6 +1099,9 @@ export const Usage30d: MessageFns<Usage30d> = {
     }
     if (message.avgLatencyMs !== 0) {
       obj.avgLatencyMs = floatToJson(message.avgLatencyMs);
+    }
+    if (message.totalCachedInputTokens !== 0n) {
+      obj.totalCachedInputTokens = message.totalCachedInputTokens.toString();
     }
     return obj;
   },
@@ -1060,6 +1124,10 @@ export const Usage30d: MessageFns<Usage30d> = {
       ? BigInt(object.totalCostMicros)
       : 0n;
     message.avgLatencyMs = object.avgLatencyMs ?? 0;
+    message.totalCachedInputTokens =
+      (object.totalCachedInputTokens !== undefined && object.totalCachedInputTokens !== null)
+        ? BigInt(object.totalCachedInputTokens)
+        : 0n;
     return message;
   },
 };
@@ -1279,7 +1347,7 @@ export const GetUsageTokensResponse: MessageFns<GetUsageTokensResponse> = {
 };
 
 function createBaseUsageFigures(): UsageFigures {
-  return { requests: 0n, inputTokens: 0n, outputTokens: 0n, costMicros: 0n, latencyMsSum: 0n };
+  return { requests: 0n, inputTokens: 0n, outputTokens: 0n, costMicros: 0n, latencyMsSum: 0n, cachedInputTokens: 0n };
 }
 
 export const UsageFigures: MessageFns<UsageFigures> = {
@@ -1313,6 +1381,12 @@ export const UsageFigures: MessageFns<UsageFigures> = {
         throw new globalThis.Error("value provided for field message.latencyMsSum of type int64 too large");
       }
       writer.uint32(40).int64(message.latencyMsSum);
+    }
+    if (message.cachedInputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.cachedInputTokens) !== message.cachedInputTokens) {
+        throw new globalThis.Error("value provided for field message.cachedInputTokens of type int64 too large");
+      }
+      writer.uint32(48).int64(message.cachedInputTokens);
     }
     return writer;
   },
@@ -1370,6 +1444,14 @@ export const UsageFigures: MessageFns<UsageFigures> = {
             message.latencyMsSum = reader.int64() as bigint;
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.cachedInputTokens = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1405,6 +1487,11 @@ export const UsageFigures: MessageFns<UsageFigures> = {
         : isSet(object.latency_ms_sum)
         ? BigInt(object.latency_ms_sum)
         : 0n,
+      cachedInputTokens: isSet(object.cachedInputTokens)
+        ? BigInt(object.cachedInputTokens)
+        : isSet(object.cached_input_tokens)
+        ? BigInt(object.cached_input_tokens)
+        : 0n,
     };
   },
 
@@ -1424,6 +1511,9 @@ export const UsageFigures: MessageFns<UsageFigures> = {
     }
     if (message.latencyMsSum !== 0n) {
       obj.latencyMsSum = message.latencyMsSum.toString();
+    }
+    if (message.cachedInputTokens !== 0n) {
+      obj.cachedInputTokens = message.cachedInputTokens.toString();
     }
     return obj;
   },
@@ -1445,6 +1535,9 @@ export const UsageFigures: MessageFns<UsageFigures> = {
       : 0n;
     message.latencyMsSum = (object.latencyMsSum !== undefined && object.latencyMsSum !== null)
       ? BigInt(object.latencyMsSum)
+      : 0n;
+    message.cachedInputTokens = (object.cachedInputTokens !== undefined && object.cachedInputTokens !== null)
+      ? BigInt(object.cachedInputTokens)
       : 0n;
     return message;
   },
@@ -2242,6 +2335,7 @@ function createBaseUsageExportRow(): UsageExportRow {
     costMicros: 0n,
     latencyMs: 0n,
     success: false,
+    cachedTokens: 0n,
   };
 }
 
@@ -2282,6 +2376,12 @@ export const UsageExportRow: MessageFns<UsageExportRow> = {
     }
     if (message.success !== false) {
       writer.uint32(64).bool(message.success);
+    }
+    if (message.cachedTokens !== 0n) {
+      if (BigInt.asIntN(64, message.cachedTokens) !== message.cachedTokens) {
+        throw new globalThis.Error("value provided for field message.cachedTokens of type int64 too large");
+      }
+      writer.uint32(72).int64(message.cachedTokens);
     }
     return writer;
   },
@@ -2363,6 +2463,14 @@ export const UsageExportRow: MessageFns<UsageExportRow> = {
             message.success = reader.bool();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.cachedTokens = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2405,6 +2513,11 @@ export const UsageExportRow: MessageFns<UsageExportRow> = {
         ? BigInt(object.latency_ms)
         : 0n,
       success: isSet(object.success) ? globalThis.Boolean(object.success) : false,
+      cachedTokens: isSet(object.cachedTokens)
+        ? BigInt(object.cachedTokens)
+        : isSet(object.cached_tokens)
+        ? BigInt(object.cached_tokens)
+        : 0n,
     };
   },
 
@@ -2434,6 +2547,9 @@ export const UsageExportRow: MessageFns<UsageExportRow> = {
     if (message.success !== false) {
       obj.success = message.success;
     }
+    if (message.cachedTokens !== 0n) {
+      obj.cachedTokens = message.cachedTokens.toString();
+    }
     return obj;
   },
 
@@ -2456,6 +2572,9 @@ export const UsageExportRow: MessageFns<UsageExportRow> = {
       : 0n;
     message.latencyMs = (object.latencyMs !== undefined && object.latencyMs !== null) ? BigInt(object.latencyMs) : 0n;
     message.success = object.success ?? false;
+    message.cachedTokens = (object.cachedTokens !== undefined && object.cachedTokens !== null)
+      ? BigInt(object.cachedTokens)
+      : 0n;
     return message;
   },
 };
@@ -2657,6 +2776,8 @@ function createBaseGeneration(): Generation {
     finishReason: "",
     success: false,
     errorCode: "",
+    cachedTokens: 0n,
+    reasoningTokens: 0n,
   };
 }
 
@@ -2715,6 +2836,18 @@ export const Generation: MessageFns<Generation> = {
     }
     if (message.errorCode !== "") {
       writer.uint32(106).string(message.errorCode);
+    }
+    if (message.cachedTokens !== 0n) {
+      if (BigInt.asIntN(64, message.cachedTokens) !== message.cachedTokens) {
+        throw new globalThis.Error("value provided for field message.cachedTokens of type int64 too large");
+      }
+      writer.uint32(112).int64(message.cachedTokens);
+    }
+    if (message.reasoningTokens !== 0n) {
+      if (BigInt.asIntN(64, message.reasoningTokens) !== message.reasoningTokens) {
+        throw new globalThis.Error("value provided for field message.reasoningTokens of type int64 too large");
+      }
+      writer.uint32(120).int64(message.reasoningTokens);
     }
     return writer;
   },
@@ -2836,6 +2969,22 @@ export const Generation: MessageFns<Generation> = {
             message.errorCode = reader.string();
             continue;
           }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.cachedTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.reasoningTokens = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2907,6 +3056,16 @@ export const Generation: MessageFns<Generation> = {
         : isSet(object.error_code)
         ? globalThis.String(object.error_code)
         : "",
+      cachedTokens: isSet(object.cachedTokens)
+        ? BigInt(object.cachedTokens)
+        : isSet(object.cached_tokens)
+        ? BigInt(object.cached_tokens)
+        : 0n,
+      reasoningTokens: isSet(object.reasoningTokens)
+        ? BigInt(object.reasoningTokens)
+        : isSet(object.reasoning_tokens)
+        ? BigInt(object.reasoning_tokens)
+        : 0n,
     };
   },
 
@@ -2951,6 +3110,12 @@ export const Generation: MessageFns<Generation> = {
     if (message.errorCode !== "") {
       obj.errorCode = message.errorCode;
     }
+    if (message.cachedTokens !== 0n) {
+      obj.cachedTokens = message.cachedTokens.toString();
+    }
+    if (message.reasoningTokens !== 0n) {
+      obj.reasoningTokens = message.reasoningTokens.toString();
+    }
     return obj;
   },
 
@@ -2980,6 +3145,12 @@ export const Generation: MessageFns<Generation> = {
     message.finishReason = object.finishReason ?? "";
     message.success = object.success ?? false;
     message.errorCode = object.errorCode ?? "";
+    message.cachedTokens = (object.cachedTokens !== undefined && object.cachedTokens !== null)
+      ? BigInt(object.cachedTokens)
+      : 0n;
+    message.reasoningTokens = (object.reasoningTokens !== undefined && object.reasoningTokens !== null)
+      ? BigInt(object.reasoningTokens)
+      : 0n;
     return message;
   },
 };
@@ -3892,6 +4063,7 @@ function createBaseSubscriptionTerms(): SubscriptionTerms {
     maxConcurrent: 0n,
     maxOutputTokens: 0n,
     maxContextTokens: 0n,
+    cachedInputPricePer1mMicros: undefined,
   };
 }
 
@@ -3959,6 +4131,14 @@ export const SubscriptionTerms: MessageFns<SubscriptionTerms> = {
         throw new globalThis.Error("value provided for field message.maxContextTokens of type int64 too large");
       }
       writer.uint32(88).int64(message.maxContextTokens);
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.cachedInputPricePer1mMicros) !== message.cachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.cachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(96).int64(message.cachedInputPricePer1mMicros);
     }
     return writer;
   },
@@ -4064,6 +4244,14 @@ export const SubscriptionTerms: MessageFns<SubscriptionTerms> = {
             message.maxContextTokens = reader.int64() as bigint;
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.cachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4133,6 +4321,11 @@ export const SubscriptionTerms: MessageFns<SubscriptionTerms> = {
         : isSet(object.max_context_tokens)
         ? BigInt(object.max_context_tokens)
         : 0n,
+      cachedInputPricePer1mMicros: isSet(object.cachedInputPricePer1mMicros)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : isSet(object.cached_input_price_per_1m_micros)
+        ? BigInt(object.cached_input_price_per_1m_micros)
+        : undefined,
     };
   },
 
@@ -4170,6 +4363,9 @@ export const SubscriptionTerms: MessageFns<SubscriptionTerms> = {
     }
     if (message.maxContextTokens !== 0n) {
       obj.maxContextTokens = message.maxContextTokens.toString();
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      obj.cachedInputPricePer1mMicros = message.cachedInputPricePer1mMicros.toString();
     }
     return obj;
   },
@@ -4209,6 +4405,10 @@ export const SubscriptionTerms: MessageFns<SubscriptionTerms> = {
     message.maxContextTokens = (object.maxContextTokens !== undefined && object.maxContextTokens !== null)
       ? BigInt(object.maxContextTokens)
       : 0n;
+    message.cachedInputPricePer1mMicros =
+      (object.cachedInputPricePer1mMicros !== undefined && object.cachedInputPricePer1mMicros !== null)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : undefined;
     return message;
   },
 };
@@ -6998,6 +7198,287 @@ export const RecordUsageResponse: MessageFns<RecordUsageResponse> = {
   },
 };
 
+function createBaseListUsageDeadLettersRequest(): ListUsageDeadLettersRequest {
+  return {};
+}
+
+export const ListUsageDeadLettersRequest: MessageFns<ListUsageDeadLettersRequest> = {
+  encode(_: ListUsageDeadLettersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListUsageDeadLettersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListUsageDeadLettersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListUsageDeadLettersRequest {
+    return {};
+  },
+
+  toJSON(_: ListUsageDeadLettersRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListUsageDeadLettersRequest>, I>>(base?: I): ListUsageDeadLettersRequest {
+    return ListUsageDeadLettersRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListUsageDeadLettersRequest>, I>>(_: I): ListUsageDeadLettersRequest {
+    const message = createBaseListUsageDeadLettersRequest();
+    return message;
+  },
+};
+
+function createBaseListUsageDeadLettersResponse(): ListUsageDeadLettersResponse {
+  return { letters: [] };
+}
+
+export const ListUsageDeadLettersResponse: MessageFns<ListUsageDeadLettersResponse> = {
+  encode(message: ListUsageDeadLettersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.letters) {
+      UsageDeadLetter.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListUsageDeadLettersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListUsageDeadLettersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.letters.push(UsageDeadLetter.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListUsageDeadLettersResponse {
+    return {
+      letters: globalThis.Array.isArray(object?.letters)
+        ? object.letters.map((e: any) => UsageDeadLetter.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListUsageDeadLettersResponse): unknown {
+    const obj: any = {};
+    if (message.letters?.length) {
+      obj.letters = message.letters.map((e) => UsageDeadLetter.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListUsageDeadLettersResponse>, I>>(base?: I): ListUsageDeadLettersResponse {
+    return ListUsageDeadLettersResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListUsageDeadLettersResponse>, I>>(object: I): ListUsageDeadLettersResponse {
+    const message = createBaseListUsageDeadLettersResponse();
+    message.letters = object.letters?.map((e) => UsageDeadLetter.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseReplayUsageDeadLettersRequest(): ReplayUsageDeadLettersRequest {
+  return { ids: [] };
+}
+
+export const ReplayUsageDeadLettersRequest: MessageFns<ReplayUsageDeadLettersRequest> = {
+  encode(message: ReplayUsageDeadLettersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.ids) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReplayUsageDeadLettersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReplayUsageDeadLettersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ids.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReplayUsageDeadLettersRequest {
+    return { ids: globalThis.Array.isArray(object?.ids) ? object.ids.map((e: any) => globalThis.String(e)) : [] };
+  },
+
+  toJSON(message: ReplayUsageDeadLettersRequest): unknown {
+    const obj: any = {};
+    if (message.ids?.length) {
+      obj.ids = message.ids;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReplayUsageDeadLettersRequest>, I>>(base?: I): ReplayUsageDeadLettersRequest {
+    return ReplayUsageDeadLettersRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReplayUsageDeadLettersRequest>, I>>(
+    object: I,
+  ): ReplayUsageDeadLettersRequest {
+    const message = createBaseReplayUsageDeadLettersRequest();
+    message.ids = object.ids?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseReplayUsageDeadLettersResponse(): ReplayUsageDeadLettersResponse {
+  return { replayed: 0, failed: [] };
+}
+
+export const ReplayUsageDeadLettersResponse: MessageFns<ReplayUsageDeadLettersResponse> = {
+  encode(message: ReplayUsageDeadLettersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.replayed !== 0) {
+      writer.uint32(8).int32(message.replayed);
+    }
+    for (const v of message.failed) {
+      UsageDeadLetter.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReplayUsageDeadLettersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReplayUsageDeadLettersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.replayed = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.failed.push(UsageDeadLetter.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReplayUsageDeadLettersResponse {
+    return {
+      replayed: isSet(object.replayed) ? globalThis.Number(object.replayed) : 0,
+      failed: globalThis.Array.isArray(object?.failed)
+        ? object.failed.map((e: any) => UsageDeadLetter.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ReplayUsageDeadLettersResponse): unknown {
+    const obj: any = {};
+    if (message.replayed !== 0) {
+      obj.replayed = Math.round(message.replayed);
+    }
+    if (message.failed?.length) {
+      obj.failed = message.failed.map((e) => UsageDeadLetter.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReplayUsageDeadLettersResponse>, I>>(base?: I): ReplayUsageDeadLettersResponse {
+    return ReplayUsageDeadLettersResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReplayUsageDeadLettersResponse>, I>>(
+    object: I,
+  ): ReplayUsageDeadLettersResponse {
+    const message = createBaseReplayUsageDeadLettersResponse();
+    message.replayed = object.replayed ?? 0;
+    message.failed = object.failed?.map((e) => UsageDeadLetter.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
  * Billing owns wallets, the micro-USD ledger, admission leases, rate limits and usage.
  * All amounts are integer micro-USD (millionths of a dollar).
@@ -7324,6 +7805,39 @@ export const BillingServiceService = {
     responseSerialize: (value: RecordUsageResponse): Buffer => Buffer.from(RecordUsageResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RecordUsageResponse => RecordUsageResponse.decode(value),
   },
+  /**
+   * The usage events billing could not decode, record or settle and kept (usage_dead_letters),
+   * not replayed yet, oldest first (at most 1,000): `npm run admin -- usage dead-letters`.
+   */
+  listUsageDeadLetters: {
+    path: "/marketplace.billing.v1.BillingService/ListUsageDeadLetters" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListUsageDeadLettersRequest): Buffer =>
+      Buffer.from(ListUsageDeadLettersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListUsageDeadLettersRequest => ListUsageDeadLettersRequest.decode(value),
+    responseSerialize: (value: ListUsageDeadLettersResponse): Buffer =>
+      Buffer.from(ListUsageDeadLettersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListUsageDeadLettersResponse => ListUsageDeadLettersResponse.decode(value),
+  },
+  /**
+   * Settles dead letters again once their cause is fixed (`npm run admin -- usage replay`),
+   * idempotent on request_id: a letter whose request is settled already changes nothing and is
+   * marked replayed. A letter that still cannot settle stays, with its new reason.
+   * Errors: invalid_request (an id that is not a UUID).
+   */
+  replayUsageDeadLetters: {
+    path: "/marketplace.billing.v1.BillingService/ReplayUsageDeadLetters" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReplayUsageDeadLettersRequest): Buffer =>
+      Buffer.from(ReplayUsageDeadLettersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReplayUsageDeadLettersRequest => ReplayUsageDeadLettersRequest.decode(value),
+    responseSerialize: (value: ReplayUsageDeadLettersResponse): Buffer =>
+      Buffer.from(ReplayUsageDeadLettersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReplayUsageDeadLettersResponse =>
+      ReplayUsageDeadLettersResponse.decode(value),
+  },
 } as const;
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
@@ -7452,6 +7966,18 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    * Errors: invalid_request (an event without a request_id).
    */
   recordUsage: handleUnaryCall<RecordUsageRequest, RecordUsageResponse>;
+  /**
+   * The usage events billing could not decode, record or settle and kept (usage_dead_letters),
+   * not replayed yet, oldest first (at most 1,000): `npm run admin -- usage dead-letters`.
+   */
+  listUsageDeadLetters: handleUnaryCall<ListUsageDeadLettersRequest, ListUsageDeadLettersResponse>;
+  /**
+   * Settles dead letters again once their cause is fixed (`npm run admin -- usage replay`),
+   * idempotent on request_id: a letter whose request is settled already changes nothing and is
+   * marked replayed. A letter that still cannot settle stays, with its new reason.
+   * Errors: invalid_request (an id that is not a UUID).
+   */
+  replayUsageDeadLetters: handleUnaryCall<ReplayUsageDeadLettersRequest, ReplayUsageDeadLettersResponse>;
 }
 
 export interface BillingServiceClient extends Client {
@@ -7864,6 +8390,46 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RecordUsageResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The usage events billing could not decode, record or settle and kept (usage_dead_letters),
+   * not replayed yet, oldest first (at most 1,000): `npm run admin -- usage dead-letters`.
+   */
+  listUsageDeadLetters(
+    request: ListUsageDeadLettersRequest,
+    callback: (error: ServiceError | null, response: ListUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  listUsageDeadLetters(
+    request: ListUsageDeadLettersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  listUsageDeadLetters(
+    request: ListUsageDeadLettersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Settles dead letters again once their cause is fixed (`npm run admin -- usage replay`),
+   * idempotent on request_id: a letter whose request is settled already changes nothing and is
+   * marked replayed. A letter that still cannot settle stays, with its new reason.
+   * Errors: invalid_request (an id that is not a UUID).
+   */
+  replayUsageDeadLetters(
+    request: ReplayUsageDeadLettersRequest,
+    callback: (error: ServiceError | null, response: ReplayUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  replayUsageDeadLetters(
+    request: ReplayUsageDeadLettersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReplayUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  replayUsageDeadLetters(
+    request: ReplayUsageDeadLettersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReplayUsageDeadLettersResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -231,7 +231,14 @@ export interface BudgetTerms {
   /** The plan's requests per minute per subscriber (its x-ratelimit-* headers). */
   rpmLimit: bigint;
   /** The plan subscribed to: an account key's request to an open endpoint finds its budget by it. */
-  productId?: string | undefined;
+  productId?:
+    | string
+    | undefined;
+  /**
+   * Cached input tokens' price (payg) or cached overage tokens' (subscription_overage); absent
+   * means the input (or overage) price.
+   */
+  cachedInputPricePer1mMicros?: bigint | undefined;
 }
 
 /** The request in hand (GrantLease) or the demand (Heartbeat) in each resource's unit. */
@@ -360,6 +367,30 @@ export interface GrantLeaseRequest {
   bootId: string;
 }
 
+/**
+ * Billing's lease settings, in every lease reply: billing owns them and the edge uses these, never
+ * settings of its own (docs/leases.md#settings). An edge lowers its isolation and request bounds
+ * to a reply's, never raises them while it runs; billing closes each lease by the bounds it was
+ * granted under, which are never shorter than the edge's.
+ */
+export interface LeaseSettings {
+  /**
+   * LEASE_TTL_MS: a lease (and the edge's session) lives this long past a heartbeat; the edge
+   * beats every half of it.
+   */
+  leaseTtlMs: bigint;
+  /**
+   * EDGE_ISOLATION_MS: the edge ends its answers in flight once no lease call sent in this long
+   * has been answered; billing closes a lease with no final report at its deadline + this.
+   */
+  edgeIsolationMs: bigint;
+  /**
+   * MAX_REQUEST_MS: a final report holds its requests' worst cases this long; the edge cuts an
+   * upstream call by MAX_REQUEST_MS − 10 s.
+   */
+  maxRequestMs: bigint;
+}
+
 export interface GrantLeaseResponse {
   lease?:
     | LeaseState
@@ -373,6 +404,7 @@ export interface GrantLeaseResponse {
   includedCrossing: boolean;
   /** The incarnation the call was served in (the edge sends it with its next calls). */
   incarnation: bigint;
+  settings?: LeaseSettings | undefined;
 }
 
 export interface HeartbeatRequest {
@@ -411,6 +443,7 @@ export interface HeartbeatResponse {
   validForMs: bigint;
   /** The incarnation the call was served in (the edge sends it with its next calls). */
   incarnation: bigint;
+  settings?: LeaseSettings | undefined;
 }
 
 export interface ReturnLeasesRequest {
@@ -427,6 +460,7 @@ export interface ReturnLeasesResponse {
   leases: LeaseState[];
   /** The incarnation the call was served in (the edge sends it with its next calls). */
   incarnation: bigint;
+  settings?: LeaseSettings | undefined;
 }
 
 /**
@@ -919,6 +953,7 @@ function createBaseBudgetTerms(): BudgetTerms {
     maxOutputTokens: 0n,
     rpmLimit: 0n,
     productId: undefined,
+    cachedInputPricePer1mMicros: undefined,
   };
 }
 
@@ -968,6 +1003,14 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
     }
     if (message.productId !== undefined) {
       writer.uint32(74).string(message.productId);
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.cachedInputPricePer1mMicros) !== message.cachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.cachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(80).int64(message.cachedInputPricePer1mMicros);
     }
     return writer;
   },
@@ -1057,6 +1100,14 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
             message.productId = reader.string();
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.cachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1116,6 +1167,11 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
         : isSet(object.product_id)
         ? globalThis.String(object.product_id)
         : undefined,
+      cachedInputPricePer1mMicros: isSet(object.cachedInputPricePer1mMicros)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : isSet(object.cached_input_price_per_1m_micros)
+        ? BigInt(object.cached_input_price_per_1m_micros)
+        : undefined,
     };
   },
 
@@ -1148,6 +1204,9 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
     if (message.productId !== undefined) {
       obj.productId = message.productId;
     }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      obj.cachedInputPricePer1mMicros = message.cachedInputPricePer1mMicros.toString();
+    }
     return obj;
   },
 
@@ -1178,6 +1237,10 @@ export const BudgetTerms: MessageFns<BudgetTerms> = {
       : 0n;
     message.rpmLimit = (object.rpmLimit !== undefined && object.rpmLimit !== null) ? BigInt(object.rpmLimit) : 0n;
     message.productId = object.productId ?? undefined;
+    message.cachedInputPricePer1mMicros =
+      (object.cachedInputPricePer1mMicros !== undefined && object.cachedInputPricePer1mMicros !== null)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : undefined;
     return message;
   },
 };
@@ -2204,8 +2267,136 @@ export const GrantLeaseRequest: MessageFns<GrantLeaseRequest> = {
   },
 };
 
+function createBaseLeaseSettings(): LeaseSettings {
+  return { leaseTtlMs: 0n, edgeIsolationMs: 0n, maxRequestMs: 0n };
+}
+
+export const LeaseSettings: MessageFns<LeaseSettings> = {
+  encode(message: LeaseSettings, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.leaseTtlMs !== 0n) {
+      if (BigInt.asIntN(64, message.leaseTtlMs) !== message.leaseTtlMs) {
+        throw new globalThis.Error("value provided for field message.leaseTtlMs of type int64 too large");
+      }
+      writer.uint32(8).int64(message.leaseTtlMs);
+    }
+    if (message.edgeIsolationMs !== 0n) {
+      if (BigInt.asIntN(64, message.edgeIsolationMs) !== message.edgeIsolationMs) {
+        throw new globalThis.Error("value provided for field message.edgeIsolationMs of type int64 too large");
+      }
+      writer.uint32(16).int64(message.edgeIsolationMs);
+    }
+    if (message.maxRequestMs !== 0n) {
+      if (BigInt.asIntN(64, message.maxRequestMs) !== message.maxRequestMs) {
+        throw new globalThis.Error("value provided for field message.maxRequestMs of type int64 too large");
+      }
+      writer.uint32(24).int64(message.maxRequestMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LeaseSettings {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLeaseSettings();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.leaseTtlMs = reader.int64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.edgeIsolationMs = reader.int64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.maxRequestMs = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LeaseSettings {
+    return {
+      leaseTtlMs: isSet(object.leaseTtlMs)
+        ? BigInt(object.leaseTtlMs)
+        : isSet(object.lease_ttl_ms)
+        ? BigInt(object.lease_ttl_ms)
+        : 0n,
+      edgeIsolationMs: isSet(object.edgeIsolationMs)
+        ? BigInt(object.edgeIsolationMs)
+        : isSet(object.edge_isolation_ms)
+        ? BigInt(object.edge_isolation_ms)
+        : 0n,
+      maxRequestMs: isSet(object.maxRequestMs)
+        ? BigInt(object.maxRequestMs)
+        : isSet(object.max_request_ms)
+        ? BigInt(object.max_request_ms)
+        : 0n,
+    };
+  },
+
+  toJSON(message: LeaseSettings): unknown {
+    const obj: any = {};
+    if (message.leaseTtlMs !== 0n) {
+      obj.leaseTtlMs = message.leaseTtlMs.toString();
+    }
+    if (message.edgeIsolationMs !== 0n) {
+      obj.edgeIsolationMs = message.edgeIsolationMs.toString();
+    }
+    if (message.maxRequestMs !== 0n) {
+      obj.maxRequestMs = message.maxRequestMs.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LeaseSettings>, I>>(base?: I): LeaseSettings {
+    return LeaseSettings.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LeaseSettings>, I>>(object: I): LeaseSettings {
+    const message = createBaseLeaseSettings();
+    message.leaseTtlMs = (object.leaseTtlMs !== undefined && object.leaseTtlMs !== null)
+      ? BigInt(object.leaseTtlMs)
+      : 0n;
+    message.edgeIsolationMs = (object.edgeIsolationMs !== undefined && object.edgeIsolationMs !== null)
+      ? BigInt(object.edgeIsolationMs)
+      : 0n;
+    message.maxRequestMs = (object.maxRequestMs !== undefined && object.maxRequestMs !== null)
+      ? BigInt(object.maxRequestMs)
+      : 0n;
+    return message;
+  },
+};
+
 function createBaseGrantLeaseResponse(): GrantLeaseResponse {
-  return { lease: undefined, includedCrossing: false, incarnation: 0n };
+  return { lease: undefined, includedCrossing: false, incarnation: 0n, settings: undefined };
 }
 
 export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
@@ -2221,6 +2412,9 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
         throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
       }
       writer.uint32(24).int64(message.incarnation);
+    }
+    if (message.settings !== undefined) {
+      LeaseSettings.encode(message.settings, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -2262,6 +2456,14 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
             message.incarnation = reader.int64() as bigint;
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.settings = LeaseSettings.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2283,6 +2485,7 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
         ? globalThis.Boolean(object.included_crossing)
         : false,
       incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
+      settings: isSet(object.settings) ? LeaseSettings.fromJSON(object.settings) : undefined,
     };
   },
 
@@ -2296,6 +2499,9 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
     }
     if (message.incarnation !== 0n) {
       obj.incarnation = message.incarnation.toString();
+    }
+    if (message.settings !== undefined) {
+      obj.settings = LeaseSettings.toJSON(message.settings);
     }
     return obj;
   },
@@ -2312,6 +2518,9 @@ export const GrantLeaseResponse: MessageFns<GrantLeaseResponse> = {
     message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
       ? BigInt(object.incarnation)
       : 0n;
+    message.settings = (object.settings !== undefined && object.settings !== null)
+      ? LeaseSettings.fromPartial(object.settings)
+      : undefined;
     return message;
   },
 };
@@ -2486,7 +2695,7 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
 };
 
 function createBaseHeartbeatResponse(): HeartbeatResponse {
-  return { leases: [], validForMs: 0n, incarnation: 0n };
+  return { leases: [], validForMs: 0n, incarnation: 0n, settings: undefined };
 }
 
 export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
@@ -2505,6 +2714,9 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
         throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
       }
       writer.uint32(24).int64(message.incarnation);
+    }
+    if (message.settings !== undefined) {
+      LeaseSettings.encode(message.settings, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -2546,6 +2758,14 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
             message.incarnation = reader.int64() as bigint;
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.settings = LeaseSettings.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2567,6 +2787,7 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
         ? BigInt(object.valid_for_ms)
         : 0n,
       incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
+      settings: isSet(object.settings) ? LeaseSettings.fromJSON(object.settings) : undefined,
     };
   },
 
@@ -2580,6 +2801,9 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
     }
     if (message.incarnation !== 0n) {
       obj.incarnation = message.incarnation.toString();
+    }
+    if (message.settings !== undefined) {
+      obj.settings = LeaseSettings.toJSON(message.settings);
     }
     return obj;
   },
@@ -2596,6 +2820,9 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
     message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
       ? BigInt(object.incarnation)
       : 0n;
+    message.settings = (object.settings !== undefined && object.settings !== null)
+      ? LeaseSettings.fromPartial(object.settings)
+      : undefined;
     return message;
   },
 };
@@ -2750,7 +2977,7 @@ export const ReturnLeasesRequest: MessageFns<ReturnLeasesRequest> = {
 };
 
 function createBaseReturnLeasesResponse(): ReturnLeasesResponse {
-  return { leases: [], incarnation: 0n };
+  return { leases: [], incarnation: 0n, settings: undefined };
 }
 
 export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
@@ -2763,6 +2990,9 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
         throw new globalThis.Error("value provided for field message.incarnation of type int64 too large");
       }
       writer.uint32(16).int64(message.incarnation);
+    }
+    if (message.settings !== undefined) {
+      LeaseSettings.encode(message.settings, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -2796,6 +3026,14 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
             message.incarnation = reader.int64() as bigint;
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.settings = LeaseSettings.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2812,6 +3050,7 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
     return {
       leases: globalThis.Array.isArray(object?.leases) ? object.leases.map((e: any) => LeaseState.fromJSON(e)) : [],
       incarnation: isSet(object.incarnation) ? BigInt(object.incarnation) : 0n,
+      settings: isSet(object.settings) ? LeaseSettings.fromJSON(object.settings) : undefined,
     };
   },
 
@@ -2822,6 +3061,9 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
     }
     if (message.incarnation !== 0n) {
       obj.incarnation = message.incarnation.toString();
+    }
+    if (message.settings !== undefined) {
+      obj.settings = LeaseSettings.toJSON(message.settings);
     }
     return obj;
   },
@@ -2835,6 +3077,9 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
     message.incarnation = (object.incarnation !== undefined && object.incarnation !== null)
       ? BigInt(object.incarnation)
       : 0n;
+    message.settings = (object.settings !== undefined && object.settings !== null)
+      ? LeaseSettings.fromPartial(object.settings)
+      : undefined;
     return message;
   },
 };

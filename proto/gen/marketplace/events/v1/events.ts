@@ -12,9 +12,10 @@ export const protobufPackage = "marketplace.events.v1";
 export const protobufFileName = "marketplace/events/v1/events.proto";
 
 /**
- * Published by the edge that relayed the answer to JetStream subject `usage.completed` once per chat
- * request, on every exit path, with Nats-Msg-Id = request_id; when JetStream does not ack in time
- * the edge hands it to billing's RecordUsage instead (settled once either way). It carries counts
+ * One per chat request, on every exit path, made by the edge that relayed the answer and sent
+ * inside a UsageBatch (JetStream subject `usage.completed`); when JetStream does not ack the batch
+ * in time the edge hands the batch's events to billing's RecordUsage instead (settled once either
+ * way: request_id alone decides a charge). It carries counts
  * and outcome, never money: billing prices it from the route's price snapshot (or the
  * subscription's terms) and the lease's worst case; registry keeps each hoster's usage-report
  * figures from it.
@@ -94,6 +95,54 @@ export interface UsageCompleted {
    * call, a connection failure or a timeout before headers).
    */
   upstreamStatus: number;
+  /**
+   * Of input_tokens, those the upstream reported computing from its prompt cache
+   * (`usage.prompt_tokens_details.cached_tokens`), clamped by the edge to [0, input_tokens];
+   * billing clamps them again and prices them at the cached price.
+   */
+  cachedInputTokens: bigint;
+  /** The upstream's own cached count, untrusted (absent when it sent none or sent garbage). */
+  reportedCachedTokens?:
+    | bigint
+    | undefined;
+  /**
+   * The route's cached-input price snapshot beside input_price_per_1m_micros; absent means the
+   * input price (an edge that predates cached pricing prices as before).
+   */
+  cachedInputPricePer1mMicros?:
+    | bigint
+    | undefined;
+  /**
+   * Of output_tokens, those the upstream reported as reasoning
+   * (`usage.completion_tokens_details.reasoning_tokens`), clamped to [0, output_tokens]. Priced as
+   * output tokens; kept to be shown.
+   */
+  reasoningTokens: bigint;
+}
+
+/**
+ * What the edge publishes to JetStream subject `usage.completed`, marked by the header
+ * `Mkt-Usage-Batch: 1` (a message without it is one bare UsageCompleted, as edges published before
+ * batches): the events whose answers ended while the edge's previous publish was in flight (one
+ * publish in flight per edge). Its Nats-Msg-Id is `<edge_id>.<boot_id>.<sequence>`, fixed when the
+ * batch is made: a retry publishes the same batch under the same id, and the RecordUsage fallback
+ * takes the same events together, never regrouped (docs/adr/0043-usage-events-batched-per-publish.md).
+ */
+export interface UsageBatch {
+  /**
+   * Each one encoded UsageCompleted, kept as bytes so that a consumer that cannot decode one
+   * dead-letters that event's bytes alone and settles the others.
+   */
+  events: Buffer[];
+  /** The W3C traceparent of each event's chat request, by index ('' when it was not traced). */
+  traceparents: string[];
+  /**
+   * Who published it: the edge's EDGE_ID, its process's boot id and the batch's number in that
+   * process (from 1). Together they are the message id.
+   */
+  edgeId: string;
+  bootId: string;
+  sequence: bigint;
 }
 
 /**
@@ -153,6 +202,10 @@ function createBaseUsageCompleted(): UsageCompleted {
     reportedOutputTokens: undefined,
     usageMismatch: "",
     upstreamStatus: 0,
+    cachedInputTokens: 0n,
+    reportedCachedTokens: undefined,
+    cachedInputPricePer1mMicros: undefined,
+    reasoningTokens: 0n,
   };
 }
 
@@ -265,6 +318,32 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
     }
     if (message.upstreamStatus !== 0) {
       writer.uint32(208).int32(message.upstreamStatus);
+    }
+    if (message.cachedInputTokens !== 0n) {
+      if (BigInt.asIntN(64, message.cachedInputTokens) !== message.cachedInputTokens) {
+        throw new globalThis.Error("value provided for field message.cachedInputTokens of type int64 too large");
+      }
+      writer.uint32(216).int64(message.cachedInputTokens);
+    }
+    if (message.reportedCachedTokens !== undefined) {
+      if (BigInt.asIntN(64, message.reportedCachedTokens) !== message.reportedCachedTokens) {
+        throw new globalThis.Error("value provided for field message.reportedCachedTokens of type int64 too large");
+      }
+      writer.uint32(224).int64(message.reportedCachedTokens);
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.cachedInputPricePer1mMicros) !== message.cachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.cachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(232).int64(message.cachedInputPricePer1mMicros);
+    }
+    if (message.reasoningTokens !== 0n) {
+      if (BigInt.asIntN(64, message.reasoningTokens) !== message.reasoningTokens) {
+        throw new globalThis.Error("value provided for field message.reasoningTokens of type int64 too large");
+      }
+      writer.uint32(240).int64(message.reasoningTokens);
     }
     return writer;
   },
@@ -482,6 +561,38 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
             message.upstreamStatus = reader.int32();
             continue;
           }
+          case 27: {
+            if (tag !== 216) {
+              break;
+            }
+
+            message.cachedInputTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 28: {
+            if (tag !== 224) {
+              break;
+            }
+
+            message.reportedCachedTokens = reader.int64() as bigint;
+            continue;
+          }
+          case 29: {
+            if (tag !== 232) {
+              break;
+            }
+
+            message.cachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
+          case 30: {
+            if (tag !== 240) {
+              break;
+            }
+
+            message.reasoningTokens = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -613,6 +724,26 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
         : isSet(object.upstream_status)
         ? globalThis.Number(object.upstream_status)
         : 0,
+      cachedInputTokens: isSet(object.cachedInputTokens)
+        ? BigInt(object.cachedInputTokens)
+        : isSet(object.cached_input_tokens)
+        ? BigInt(object.cached_input_tokens)
+        : 0n,
+      reportedCachedTokens: isSet(object.reportedCachedTokens)
+        ? BigInt(object.reportedCachedTokens)
+        : isSet(object.reported_cached_tokens)
+        ? BigInt(object.reported_cached_tokens)
+        : undefined,
+      cachedInputPricePer1mMicros: isSet(object.cachedInputPricePer1mMicros)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : isSet(object.cached_input_price_per_1m_micros)
+        ? BigInt(object.cached_input_price_per_1m_micros)
+        : undefined,
+      reasoningTokens: isSet(object.reasoningTokens)
+        ? BigInt(object.reasoningTokens)
+        : isSet(object.reasoning_tokens)
+        ? BigInt(object.reasoning_tokens)
+        : 0n,
     };
   },
 
@@ -693,6 +824,18 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
     if (message.upstreamStatus !== 0) {
       obj.upstreamStatus = Math.round(message.upstreamStatus);
     }
+    if (message.cachedInputTokens !== 0n) {
+      obj.cachedInputTokens = message.cachedInputTokens.toString();
+    }
+    if (message.reportedCachedTokens !== undefined) {
+      obj.reportedCachedTokens = message.reportedCachedTokens.toString();
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      obj.cachedInputPricePer1mMicros = message.cachedInputPricePer1mMicros.toString();
+    }
+    if (message.reasoningTokens !== 0n) {
+      obj.reasoningTokens = message.reasoningTokens.toString();
+    }
     return obj;
   },
 
@@ -748,6 +891,167 @@ export const UsageCompleted: MessageFns<UsageCompleted> = {
       : undefined;
     message.usageMismatch = object.usageMismatch ?? "";
     message.upstreamStatus = object.upstreamStatus ?? 0;
+    message.cachedInputTokens = (object.cachedInputTokens !== undefined && object.cachedInputTokens !== null)
+      ? BigInt(object.cachedInputTokens)
+      : 0n;
+    message.reportedCachedTokens = (object.reportedCachedTokens !== undefined && object.reportedCachedTokens !== null)
+      ? BigInt(object.reportedCachedTokens)
+      : undefined;
+    message.cachedInputPricePer1mMicros =
+      (object.cachedInputPricePer1mMicros !== undefined && object.cachedInputPricePer1mMicros !== null)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : undefined;
+    message.reasoningTokens = (object.reasoningTokens !== undefined && object.reasoningTokens !== null)
+      ? BigInt(object.reasoningTokens)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseUsageBatch(): UsageBatch {
+  return { events: [], traceparents: [], edgeId: "", bootId: "", sequence: 0n };
+}
+
+export const UsageBatch: MessageFns<UsageBatch> = {
+  encode(message: UsageBatch, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.events) {
+      writer.uint32(10).bytes(v!);
+    }
+    for (const v of message.traceparents) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.edgeId !== "") {
+      writer.uint32(26).string(message.edgeId);
+    }
+    if (message.bootId !== "") {
+      writer.uint32(34).string(message.bootId);
+    }
+    if (message.sequence !== 0n) {
+      if (BigInt.asUintN(64, message.sequence) !== message.sequence) {
+        throw new globalThis.Error("value provided for field message.sequence of type uint64 too large");
+      }
+      writer.uint32(40).uint64(message.sequence);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UsageBatch {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsageBatch();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.events.push(Buffer.from(reader.bytes()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.traceparents.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.edgeId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.bootId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.sequence = reader.uint64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UsageBatch {
+    return {
+      events: globalThis.Array.isArray(object?.events)
+        ? object.events.map((e: any) => Buffer.from(bytesFromBase64(e)))
+        : [],
+      traceparents: globalThis.Array.isArray(object?.traceparents)
+        ? object.traceparents.map((e: any) => globalThis.String(e))
+        : [],
+      edgeId: isSet(object.edgeId)
+        ? globalThis.String(object.edgeId)
+        : isSet(object.edge_id)
+        ? globalThis.String(object.edge_id)
+        : "",
+      bootId: isSet(object.bootId)
+        ? globalThis.String(object.bootId)
+        : isSet(object.boot_id)
+        ? globalThis.String(object.boot_id)
+        : "",
+      sequence: isSet(object.sequence) ? BigInt(object.sequence) : 0n,
+    };
+  },
+
+  toJSON(message: UsageBatch): unknown {
+    const obj: any = {};
+    if (message.events?.length) {
+      obj.events = message.events.map((e) => base64FromBytes(e));
+    }
+    if (message.traceparents?.length) {
+      obj.traceparents = message.traceparents;
+    }
+    if (message.edgeId !== "") {
+      obj.edgeId = message.edgeId;
+    }
+    if (message.bootId !== "") {
+      obj.bootId = message.bootId;
+    }
+    if (message.sequence !== 0n) {
+      obj.sequence = message.sequence.toString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UsageBatch>, I>>(base?: I): UsageBatch {
+    return UsageBatch.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UsageBatch>, I>>(object: I): UsageBatch {
+    const message = createBaseUsageBatch();
+    message.events = object.events?.map((e) => e) || [];
+    message.traceparents = object.traceparents?.map((e) => e) || [];
+    message.edgeId = object.edgeId ?? "";
+    message.bootId = object.bootId ?? "";
+    message.sequence = (object.sequence !== undefined && object.sequence !== null) ? BigInt(object.sequence) : 0n;
     return message;
   },
 };
@@ -990,6 +1294,14 @@ export const CatalogChanged: MessageFns<CatalogChanged> = {
     return message;
   },
 };
+
+function bytesFromBase64(b64: string): Uint8Array {
+  return Uint8Array.from(globalThis.Buffer.from(b64, "base64"));
+}
+
+function base64FromBytes(arr: Uint8Array): string {
+  return globalThis.Buffer.from(arr).toString("base64");
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | bigint | undefined;
 

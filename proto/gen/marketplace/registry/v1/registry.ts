@@ -20,6 +20,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { UsageDeadLetter } from "../../events/v1/usage_dead_letter.ts";
 
 export const protobufPackage = "marketplace.registry.v1";
 
@@ -56,6 +57,11 @@ export interface Route {
    * implicit subscription to `product_id`, priced at the route's prices.
    */
   open: boolean;
+  /**
+   * The price of input tokens the upstream served from its prompt cache; absent means the input
+   * price (an explicit 0 is a price).
+   */
+  cachedInputPricePer1mMicros?: bigint | undefined;
 }
 
 export interface WatchCatalogRequest {
@@ -121,6 +127,8 @@ export interface OpenEndpoint {
   latencyP50Ms?: bigint | undefined;
   tokensPerSecondP50?: bigint | undefined;
   maxN: bigint;
+  /** The plan's price of cached input tokens; absent means the input price. */
+  cachedInputPricePer1mMicros?: bigint | undefined;
 }
 
 /** An OpenAI-compatible server able to serve a model, and how to call it. */
@@ -163,6 +171,8 @@ export interface PlatformModel {
   maxN: bigint;
   /** chat (empty means chat) | embedding: which API the model answers. */
   kind: string;
+  /** The price of cached input tokens; absent means the input price. */
+  cachedInputPricePer1mMicros?: bigint | undefined;
 }
 
 /**
@@ -209,11 +219,17 @@ export interface ModelInfo {
   kind: string;
   /**
    * An open model's (provider `open`): how many endpoints serve it, and the lowest prices among
-   * them (micro-USD per 1M tokens, each its own minimum).
+   * them (micro-USD per 1M tokens, each its own minimum). A platform model's (provider `local` or
+   * `cloud`) own prices are in the same three fields; a hoster's model has none.
    */
   endpoints: bigint;
   lowestInputPricePer1mMicros: bigint;
   lowestOutputPricePer1mMicros: bigint;
+  /**
+   * The lowest cached-input price among its endpoints (each endpoint's absent price being its
+   * input price).
+   */
+  lowestCachedInputPricePer1mMicros: bigint;
 }
 
 /** A model a hoster's server serves. */
@@ -261,12 +277,15 @@ export interface Verification {
 }
 
 export interface VerificationCheck {
-  /** model_listed | token_honesty | output_cap | tool_calls | streaming_usage */
+  /** model_listed | token_honesty | output_cap | tool_calls | streaming_usage | cache_discount */
   check: string;
   passed: boolean;
   /** What was found, in words safe to show the hoster and customers (never the server's own text). */
   detail: string;
-  /** Whether a failure of it fails the run (streaming_usage is shown, not held against the hoster). */
+  /**
+   * Whether a failure of it fails the run (streaming_usage and cache_discount are shown, not held
+   * against the hoster).
+   */
   held: boolean;
 }
 
@@ -452,6 +471,12 @@ export interface ProductTerms {
    * plan with a monthly fee cannot be open).
    */
   open: boolean;
+  /**
+   * The price per 1M input tokens the upstream served from its prompt cache: payg (at most its
+   * input price) and subscription_overage (for its overage, at most its overage price). Absent
+   * means the input (or overage) price; an explicit 0 is a price.
+   */
+  cachedInputPricePer1mMicros?: bigint | undefined;
 }
 
 /** Fields a hoster may change; an absent field keeps its value. */
@@ -469,6 +494,7 @@ export interface ProductPatch {
   maxOutputTokens?: bigint | undefined;
   maxContextTokens?: bigint | undefined;
   open?: boolean | undefined;
+  cachedInputPricePer1mMicros?: bigint | undefined;
 }
 
 export interface Product {
@@ -530,6 +556,25 @@ export interface ArchiveProductRequest {
 
 export interface ArchiveProductResponse {
   product?: Product | undefined;
+}
+
+export interface ListUsageDeadLettersRequest {
+}
+
+export interface ListUsageDeadLettersResponse {
+  letters: UsageDeadLetter[];
+}
+
+export interface ReplayUsageDeadLettersRequest {
+  /** The letters to replay; empty means every letter not replayed yet. */
+  ids: string[];
+}
+
+export interface ReplayUsageDeadLettersResponse {
+  /** Letters whose figures are now written. */
+  replayed: number;
+  /** Letters that still cannot be written, with their reasons now. */
+  failed: UsageDeadLetter[];
 }
 
 function createBaseRouteScope(): RouteScope {
@@ -658,6 +703,7 @@ function createBaseRoute(): Route {
     maxN: 0n,
     kind: "",
     open: false,
+    cachedInputPricePer1mMicros: undefined,
   };
 }
 
@@ -710,6 +756,14 @@ export const Route: MessageFns<Route> = {
     }
     if (message.open !== false) {
       writer.uint32(88).bool(message.open);
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.cachedInputPricePer1mMicros) !== message.cachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.cachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(96).int64(message.cachedInputPricePer1mMicros);
     }
     return writer;
   },
@@ -815,6 +869,14 @@ export const Route: MessageFns<Route> = {
             message.open = reader.bool();
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.cachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -868,6 +930,11 @@ export const Route: MessageFns<Route> = {
       maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
       kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
       open: isSet(object.open) ? globalThis.Boolean(object.open) : false,
+      cachedInputPricePer1mMicros: isSet(object.cachedInputPricePer1mMicros)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : isSet(object.cached_input_price_per_1m_micros)
+        ? BigInt(object.cached_input_price_per_1m_micros)
+        : undefined,
     };
   },
 
@@ -906,6 +973,9 @@ export const Route: MessageFns<Route> = {
     if (message.open !== false) {
       obj.open = message.open;
     }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      obj.cachedInputPricePer1mMicros = message.cachedInputPricePer1mMicros.toString();
+    }
     return obj;
   },
 
@@ -935,6 +1005,10 @@ export const Route: MessageFns<Route> = {
     message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
     message.kind = object.kind ?? "";
     message.open = object.open ?? false;
+    message.cachedInputPricePer1mMicros =
+      (object.cachedInputPricePer1mMicros !== undefined && object.cachedInputPricePer1mMicros !== null)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : undefined;
     return message;
   },
 };
@@ -1296,6 +1370,7 @@ function createBaseOpenEndpoint(): OpenEndpoint {
     latencyP50Ms: undefined,
     tokensPerSecondP50: undefined,
     maxN: 0n,
+    cachedInputPricePer1mMicros: undefined,
   };
 }
 
@@ -1360,6 +1435,14 @@ export const OpenEndpoint: MessageFns<OpenEndpoint> = {
         throw new globalThis.Error("value provided for field message.maxN of type int64 too large");
       }
       writer.uint32(104).int64(message.maxN);
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.cachedInputPricePer1mMicros) !== message.cachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.cachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(112).int64(message.cachedInputPricePer1mMicros);
     }
     return writer;
   },
@@ -1481,6 +1564,14 @@ export const OpenEndpoint: MessageFns<OpenEndpoint> = {
             message.maxN = reader.int64() as bigint;
             continue;
           }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.cachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1544,6 +1635,11 @@ export const OpenEndpoint: MessageFns<OpenEndpoint> = {
         ? BigInt(object.tokens_per_second_p50)
         : undefined,
       maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
+      cachedInputPricePer1mMicros: isSet(object.cachedInputPricePer1mMicros)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : isSet(object.cached_input_price_per_1m_micros)
+        ? BigInt(object.cached_input_price_per_1m_micros)
+        : undefined,
     };
   },
 
@@ -1588,6 +1684,9 @@ export const OpenEndpoint: MessageFns<OpenEndpoint> = {
     if (message.maxN !== 0n) {
       obj.maxN = message.maxN.toString();
     }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      obj.cachedInputPricePer1mMicros = message.cachedInputPricePer1mMicros.toString();
+    }
     return obj;
   },
 
@@ -1623,6 +1722,10 @@ export const OpenEndpoint: MessageFns<OpenEndpoint> = {
       ? BigInt(object.tokensPerSecondP50)
       : undefined;
     message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
+    message.cachedInputPricePer1mMicros =
+      (object.cachedInputPricePer1mMicros !== undefined && object.cachedInputPricePer1mMicros !== null)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : undefined;
     return message;
   },
 };
@@ -1782,6 +1885,7 @@ function createBasePlatformModel(): PlatformModel {
     upstreams: [],
     maxN: 0n,
     kind: "",
+    cachedInputPricePer1mMicros: undefined,
   };
 }
 
@@ -1840,6 +1944,14 @@ export const PlatformModel: MessageFns<PlatformModel> = {
     }
     if (message.kind !== "") {
       writer.uint32(98).string(message.kind);
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.cachedInputPricePer1mMicros) !== message.cachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.cachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(104).int64(message.cachedInputPricePer1mMicros);
     }
     return writer;
   },
@@ -1953,6 +2065,14 @@ export const PlatformModel: MessageFns<PlatformModel> = {
             message.kind = reader.string();
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.cachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2009,6 +2129,11 @@ export const PlatformModel: MessageFns<PlatformModel> = {
         : [],
       maxN: isSet(object.maxN) ? BigInt(object.maxN) : isSet(object.max_n) ? BigInt(object.max_n) : 0n,
       kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      cachedInputPricePer1mMicros: isSet(object.cachedInputPricePer1mMicros)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : isSet(object.cached_input_price_per_1m_micros)
+        ? BigInt(object.cached_input_price_per_1m_micros)
+        : undefined,
     };
   },
 
@@ -2050,6 +2175,9 @@ export const PlatformModel: MessageFns<PlatformModel> = {
     if (message.kind !== "") {
       obj.kind = message.kind;
     }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      obj.cachedInputPricePer1mMicros = message.cachedInputPricePer1mMicros.toString();
+    }
     return obj;
   },
 
@@ -2080,6 +2208,10 @@ export const PlatformModel: MessageFns<PlatformModel> = {
     message.upstreams = object.upstreams?.map((e) => UpstreamServer.fromPartial(e)) || [];
     message.maxN = (object.maxN !== undefined && object.maxN !== null) ? BigInt(object.maxN) : 0n;
     message.kind = object.kind ?? "";
+    message.cachedInputPricePer1mMicros =
+      (object.cachedInputPricePer1mMicros !== undefined && object.cachedInputPricePer1mMicros !== null)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : undefined;
     return message;
   },
 };
@@ -2458,6 +2590,7 @@ function createBaseModelInfo(): ModelInfo {
     endpoints: 0n,
     lowestInputPricePer1mMicros: 0n,
     lowestOutputPricePer1mMicros: 0n,
+    lowestCachedInputPricePer1mMicros: 0n,
   };
 }
 
@@ -2511,6 +2644,14 @@ export const ModelInfo: MessageFns<ModelInfo> = {
         );
       }
       writer.uint32(80).int64(message.lowestOutputPricePer1mMicros);
+    }
+    if (message.lowestCachedInputPricePer1mMicros !== 0n) {
+      if (BigInt.asIntN(64, message.lowestCachedInputPricePer1mMicros) !== message.lowestCachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.lowestCachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(88).int64(message.lowestCachedInputPricePer1mMicros);
     }
     return writer;
   },
@@ -2608,6 +2749,14 @@ export const ModelInfo: MessageFns<ModelInfo> = {
             message.lowestOutputPricePer1mMicros = reader.int64() as bigint;
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.lowestCachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2656,6 +2805,11 @@ export const ModelInfo: MessageFns<ModelInfo> = {
         : isSet(object.lowest_output_price_per_1m_micros)
         ? BigInt(object.lowest_output_price_per_1m_micros)
         : 0n,
+      lowestCachedInputPricePer1mMicros: isSet(object.lowestCachedInputPricePer1mMicros)
+        ? BigInt(object.lowestCachedInputPricePer1mMicros)
+        : isSet(object.lowest_cached_input_price_per_1m_micros)
+        ? BigInt(object.lowest_cached_input_price_per_1m_micros)
+        : 0n,
     };
   },
 
@@ -2691,6 +2845,9 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     if (message.lowestOutputPricePer1mMicros !== 0n) {
       obj.lowestOutputPricePer1mMicros = message.lowestOutputPricePer1mMicros.toString();
     }
+    if (message.lowestCachedInputPricePer1mMicros !== 0n) {
+      obj.lowestCachedInputPricePer1mMicros = message.lowestCachedInputPricePer1mMicros.toString();
+    }
     return obj;
   },
 
@@ -2716,6 +2873,10 @@ export const ModelInfo: MessageFns<ModelInfo> = {
     message.lowestOutputPricePer1mMicros =
       (object.lowestOutputPricePer1mMicros !== undefined && object.lowestOutputPricePer1mMicros !== null)
         ? BigInt(object.lowestOutputPricePer1mMicros)
+        : 0n;
+    message.lowestCachedInputPricePer1mMicros =
+      (object.lowestCachedInputPricePer1mMicros !== undefined && object.lowestCachedInputPricePer1mMicros !== null)
+        ? BigInt(object.lowestCachedInputPricePer1mMicros)
         : 0n;
     return message;
   },
@@ -5020,6 +5181,7 @@ function createBaseProductTerms(): ProductTerms {
     maxOutputTokens: 0n,
     maxContextTokens: 0n,
     open: false,
+    cachedInputPricePer1mMicros: undefined,
   };
 }
 
@@ -5096,6 +5258,14 @@ export const ProductTerms: MessageFns<ProductTerms> = {
     }
     if (message.open !== false) {
       writer.uint32(112).bool(message.open);
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.cachedInputPricePer1mMicros) !== message.cachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.cachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(120).int64(message.cachedInputPricePer1mMicros);
     }
     return writer;
   },
@@ -5225,6 +5395,14 @@ export const ProductTerms: MessageFns<ProductTerms> = {
             message.open = reader.bool();
             continue;
           }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.cachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5297,6 +5475,11 @@ export const ProductTerms: MessageFns<ProductTerms> = {
         ? BigInt(object.max_context_tokens)
         : 0n,
       open: isSet(object.open) ? globalThis.Boolean(object.open) : false,
+      cachedInputPricePer1mMicros: isSet(object.cachedInputPricePer1mMicros)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : isSet(object.cached_input_price_per_1m_micros)
+        ? BigInt(object.cached_input_price_per_1m_micros)
+        : undefined,
     };
   },
 
@@ -5344,6 +5527,9 @@ export const ProductTerms: MessageFns<ProductTerms> = {
     if (message.open !== false) {
       obj.open = message.open;
     }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      obj.cachedInputPricePer1mMicros = message.cachedInputPricePer1mMicros.toString();
+    }
     return obj;
   },
 
@@ -5385,6 +5571,10 @@ export const ProductTerms: MessageFns<ProductTerms> = {
       ? BigInt(object.maxContextTokens)
       : 0n;
     message.open = object.open ?? false;
+    message.cachedInputPricePer1mMicros =
+      (object.cachedInputPricePer1mMicros !== undefined && object.cachedInputPricePer1mMicros !== null)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : undefined;
     return message;
   },
 };
@@ -5404,6 +5594,7 @@ function createBaseProductPatch(): ProductPatch {
     maxOutputTokens: undefined,
     maxContextTokens: undefined,
     open: undefined,
+    cachedInputPricePer1mMicros: undefined,
   };
 }
 
@@ -5477,6 +5668,14 @@ export const ProductPatch: MessageFns<ProductPatch> = {
     }
     if (message.open !== undefined) {
       writer.uint32(104).bool(message.open);
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      if (BigInt.asIntN(64, message.cachedInputPricePer1mMicros) !== message.cachedInputPricePer1mMicros) {
+        throw new globalThis.Error(
+          "value provided for field message.cachedInputPricePer1mMicros of type int64 too large",
+        );
+      }
+      writer.uint32(112).int64(message.cachedInputPricePer1mMicros);
     }
     return writer;
   },
@@ -5598,6 +5797,14 @@ export const ProductPatch: MessageFns<ProductPatch> = {
             message.open = reader.bool();
             continue;
           }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.cachedInputPricePer1mMicros = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5665,6 +5872,11 @@ export const ProductPatch: MessageFns<ProductPatch> = {
         ? BigInt(object.max_context_tokens)
         : undefined,
       open: isSet(object.open) ? globalThis.Boolean(object.open) : undefined,
+      cachedInputPricePer1mMicros: isSet(object.cachedInputPricePer1mMicros)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : isSet(object.cached_input_price_per_1m_micros)
+        ? BigInt(object.cached_input_price_per_1m_micros)
+        : undefined,
     };
   },
 
@@ -5708,6 +5920,9 @@ export const ProductPatch: MessageFns<ProductPatch> = {
     }
     if (message.open !== undefined) {
       obj.open = message.open;
+    }
+    if (message.cachedInputPricePer1mMicros !== undefined) {
+      obj.cachedInputPricePer1mMicros = message.cachedInputPricePer1mMicros.toString();
     }
     return obj;
   },
@@ -5753,6 +5968,10 @@ export const ProductPatch: MessageFns<ProductPatch> = {
       ? BigInt(object.maxContextTokens)
       : undefined;
     message.open = object.open ?? undefined;
+    message.cachedInputPricePer1mMicros =
+      (object.cachedInputPricePer1mMicros !== undefined && object.cachedInputPricePer1mMicros !== null)
+        ? BigInt(object.cachedInputPricePer1mMicros)
+        : undefined;
     return message;
   },
 };
@@ -6752,6 +6971,287 @@ export const ArchiveProductResponse: MessageFns<ArchiveProductResponse> = {
   },
 };
 
+function createBaseListUsageDeadLettersRequest(): ListUsageDeadLettersRequest {
+  return {};
+}
+
+export const ListUsageDeadLettersRequest: MessageFns<ListUsageDeadLettersRequest> = {
+  encode(_: ListUsageDeadLettersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListUsageDeadLettersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListUsageDeadLettersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListUsageDeadLettersRequest {
+    return {};
+  },
+
+  toJSON(_: ListUsageDeadLettersRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListUsageDeadLettersRequest>, I>>(base?: I): ListUsageDeadLettersRequest {
+    return ListUsageDeadLettersRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListUsageDeadLettersRequest>, I>>(_: I): ListUsageDeadLettersRequest {
+    const message = createBaseListUsageDeadLettersRequest();
+    return message;
+  },
+};
+
+function createBaseListUsageDeadLettersResponse(): ListUsageDeadLettersResponse {
+  return { letters: [] };
+}
+
+export const ListUsageDeadLettersResponse: MessageFns<ListUsageDeadLettersResponse> = {
+  encode(message: ListUsageDeadLettersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.letters) {
+      UsageDeadLetter.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListUsageDeadLettersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListUsageDeadLettersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.letters.push(UsageDeadLetter.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListUsageDeadLettersResponse {
+    return {
+      letters: globalThis.Array.isArray(object?.letters)
+        ? object.letters.map((e: any) => UsageDeadLetter.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListUsageDeadLettersResponse): unknown {
+    const obj: any = {};
+    if (message.letters?.length) {
+      obj.letters = message.letters.map((e) => UsageDeadLetter.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListUsageDeadLettersResponse>, I>>(base?: I): ListUsageDeadLettersResponse {
+    return ListUsageDeadLettersResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListUsageDeadLettersResponse>, I>>(object: I): ListUsageDeadLettersResponse {
+    const message = createBaseListUsageDeadLettersResponse();
+    message.letters = object.letters?.map((e) => UsageDeadLetter.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseReplayUsageDeadLettersRequest(): ReplayUsageDeadLettersRequest {
+  return { ids: [] };
+}
+
+export const ReplayUsageDeadLettersRequest: MessageFns<ReplayUsageDeadLettersRequest> = {
+  encode(message: ReplayUsageDeadLettersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.ids) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReplayUsageDeadLettersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReplayUsageDeadLettersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ids.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReplayUsageDeadLettersRequest {
+    return { ids: globalThis.Array.isArray(object?.ids) ? object.ids.map((e: any) => globalThis.String(e)) : [] };
+  },
+
+  toJSON(message: ReplayUsageDeadLettersRequest): unknown {
+    const obj: any = {};
+    if (message.ids?.length) {
+      obj.ids = message.ids;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReplayUsageDeadLettersRequest>, I>>(base?: I): ReplayUsageDeadLettersRequest {
+    return ReplayUsageDeadLettersRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReplayUsageDeadLettersRequest>, I>>(
+    object: I,
+  ): ReplayUsageDeadLettersRequest {
+    const message = createBaseReplayUsageDeadLettersRequest();
+    message.ids = object.ids?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseReplayUsageDeadLettersResponse(): ReplayUsageDeadLettersResponse {
+  return { replayed: 0, failed: [] };
+}
+
+export const ReplayUsageDeadLettersResponse: MessageFns<ReplayUsageDeadLettersResponse> = {
+  encode(message: ReplayUsageDeadLettersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.replayed !== 0) {
+      writer.uint32(8).int32(message.replayed);
+    }
+    for (const v of message.failed) {
+      UsageDeadLetter.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReplayUsageDeadLettersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReplayUsageDeadLettersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.replayed = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.failed.push(UsageDeadLetter.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReplayUsageDeadLettersResponse {
+    return {
+      replayed: isSet(object.replayed) ? globalThis.Number(object.replayed) : 0,
+      failed: globalThis.Array.isArray(object?.failed)
+        ? object.failed.map((e: any) => UsageDeadLetter.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ReplayUsageDeadLettersResponse): unknown {
+    const obj: any = {};
+    if (message.replayed !== 0) {
+      obj.replayed = Math.round(message.replayed);
+    }
+    if (message.failed?.length) {
+      obj.failed = message.failed.map((e) => UsageDeadLetter.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReplayUsageDeadLettersResponse>, I>>(base?: I): ReplayUsageDeadLettersResponse {
+    return ReplayUsageDeadLettersResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReplayUsageDeadLettersResponse>, I>>(
+    object: I,
+  ): ReplayUsageDeadLettersResponse {
+    const message = createBaseReplayUsageDeadLettersResponse();
+    message.replayed = object.replayed ?? 0;
+    message.failed = object.failed?.map((e) => UsageDeadLetter.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
  * Registry owns the model catalog (local, hoster and cloud models), the hosters and their health
  * checks, and routing: the tables the edges relay chats by (the edges call the upstreams).
@@ -6927,6 +7427,41 @@ export const RegistryServiceService = {
       Buffer.from(ArchiveProductResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ArchiveProductResponse => ArchiveProductResponse.decode(value),
   },
+  /**
+   * The usage events registry could not decode or write into its hosters' figures and kept (its
+   * own usage_dead_letters), not replayed yet, oldest first (at most 1,000):
+   * `npm run admin -- usage dead-letters registry`.
+   */
+  listUsageDeadLetters: {
+    path: "/marketplace.registry.v1.RegistryService/ListUsageDeadLetters" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListUsageDeadLettersRequest): Buffer =>
+      Buffer.from(ListUsageDeadLettersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListUsageDeadLettersRequest => ListUsageDeadLettersRequest.decode(value),
+    responseSerialize: (value: ListUsageDeadLettersResponse): Buffer =>
+      Buffer.from(ListUsageDeadLettersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListUsageDeadLettersResponse => ListUsageDeadLettersResponse.decode(value),
+  },
+  /**
+   * Writes dead letters' figures again once their cause is fixed (`npm run admin -- usage replay
+   * <id|all> registry`), through the consumer's own write: a letter is marked replayed in the
+   * transaction that writes its figures, so a letter replayed twice (or by two calls at once)
+   * counts once. A letter that still fails stays, with its new reason; bytes that do not decode
+   * stay. Errors: invalid_request (an id that is not a UUID).
+   */
+  replayUsageDeadLetters: {
+    path: "/marketplace.registry.v1.RegistryService/ReplayUsageDeadLetters" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReplayUsageDeadLettersRequest): Buffer =>
+      Buffer.from(ReplayUsageDeadLettersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReplayUsageDeadLettersRequest => ReplayUsageDeadLettersRequest.decode(value),
+    responseSerialize: (value: ReplayUsageDeadLettersResponse): Buffer =>
+      Buffer.from(ReplayUsageDeadLettersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReplayUsageDeadLettersResponse =>
+      ReplayUsageDeadLettersResponse.decode(value),
+  },
 } as const;
 
 export interface RegistryServiceServer extends UntypedServiceImplementation {
@@ -6992,6 +7527,20 @@ export interface RegistryServiceServer extends UntypedServiceImplementation {
    * Idempotent. Error: not_found.
    */
   archiveProduct: handleUnaryCall<ArchiveProductRequest, ArchiveProductResponse>;
+  /**
+   * The usage events registry could not decode or write into its hosters' figures and kept (its
+   * own usage_dead_letters), not replayed yet, oldest first (at most 1,000):
+   * `npm run admin -- usage dead-letters registry`.
+   */
+  listUsageDeadLetters: handleUnaryCall<ListUsageDeadLettersRequest, ListUsageDeadLettersResponse>;
+  /**
+   * Writes dead letters' figures again once their cause is fixed (`npm run admin -- usage replay
+   * <id|all> registry`), through the consumer's own write: a letter is marked replayed in the
+   * transaction that writes its figures, so a letter replayed twice (or by two calls at once)
+   * counts once. A letter that still fails stays, with its new reason; bytes that do not decode
+   * stay. Errors: invalid_request (an id that is not a UUID).
+   */
+  replayUsageDeadLetters: handleUnaryCall<ReplayUsageDeadLettersRequest, ReplayUsageDeadLettersResponse>;
 }
 
 export interface RegistryServiceClient extends Client {
@@ -7218,6 +7767,48 @@ export interface RegistryServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ArchiveProductResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The usage events registry could not decode or write into its hosters' figures and kept (its
+   * own usage_dead_letters), not replayed yet, oldest first (at most 1,000):
+   * `npm run admin -- usage dead-letters registry`.
+   */
+  listUsageDeadLetters(
+    request: ListUsageDeadLettersRequest,
+    callback: (error: ServiceError | null, response: ListUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  listUsageDeadLetters(
+    request: ListUsageDeadLettersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  listUsageDeadLetters(
+    request: ListUsageDeadLettersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Writes dead letters' figures again once their cause is fixed (`npm run admin -- usage replay
+   * <id|all> registry`), through the consumer's own write: a letter is marked replayed in the
+   * transaction that writes its figures, so a letter replayed twice (or by two calls at once)
+   * counts once. A letter that still fails stays, with its new reason; bytes that do not decode
+   * stay. Errors: invalid_request (an id that is not a UUID).
+   */
+  replayUsageDeadLetters(
+    request: ReplayUsageDeadLettersRequest,
+    callback: (error: ServiceError | null, response: ReplayUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  replayUsageDeadLetters(
+    request: ReplayUsageDeadLettersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReplayUsageDeadLettersResponse) => void,
+  ): ClientUnaryCall;
+  replayUsageDeadLetters(
+    request: ReplayUsageDeadLettersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReplayUsageDeadLettersResponse) => void,
   ): ClientUnaryCall;
 }
 
