@@ -196,7 +196,8 @@ describe("NATS users", () => {
       {
         store: { addUsageMismatches: async (counts) => void written.push(counts) },
         minutes: { add: async () => undefined, prune: async () => undefined },
-        deadLetters: async () => undefined,
+        transaction: (work) => work(),
+      deadLetters: async () => undefined,
         clock: () => new Date(),
       },
       createRegistryMetrics().usageMismatches,

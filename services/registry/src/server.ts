@@ -1,4 +1,4 @@
-import { openDatabase } from "@mkt/runtime/db";
+import { openDatabase, type Orm } from "@mkt/runtime/db";
 import { createClient, promiseClient } from "@mkt/runtime/grpc-client";
 import { startGrpcServer } from "@mkt/runtime/grpc-server";
 import type { Logger } from "@mkt/runtime/logger";
@@ -184,7 +184,14 @@ export async function startRegistry(
   try {
     metrics.usageDeadLetters.set(await countOpenDeadLetters(orm));
     const deadLetters = (letters: readonly DeadLetter[]) => deadLetterUsage(usageDeadLetters, letters);
-    usageFigures = await startHosterUsageConsumer(nc, names, { ...hosters, deadLetters }, metrics.usageMismatches, log);
+    const transaction = <T>(work: (em?: Orm["em"]) => Promise<T>) => orm.em.fork().transactional((em) => work(em));
+    usageFigures = await startHosterUsageConsumer(
+      nc,
+      names,
+      { ...hosters, transaction, deadLetters },
+      metrics.usageMismatches,
+      log,
+    );
   } catch (err) {
     await cleanup();
     throw err;

@@ -167,6 +167,87 @@ describe("registry's usage dead letters", () => {
     expect(metrics).toMatch(/^mkt_usage_dead_letters 2$/m);
   });
 
+  it("counts nothing of a batch whose write failed between its two tables: written again, once", async () => {
+    const server = await startRealHoster({ models: ["once-model"] });
+    servers.push(server);
+    const { hoster } = await h.client.registerHoster({
+      name: "Once GPUs",
+      email: `once-${randomUUID()}@example.com`,
+      endpointUrl: server.url,
+      apiKey: server.token,
+      inviteCode: h.accounts.invite(),
+      password: "",
+      clientIp: "203.0.113.10",
+      models: [HosterModel.fromPartial({ modelId: "once-model", contextWindow: 8192n })],
+    });
+    const hosterId = hoster!.hosterId;
+    // The minutes' insert fails once, after the mismatch counts were written: a sequence, so that
+    // the refusal is not rolled back with the transaction it breaks.
+    await db.query(`drop sequence if exists refuse_once_seq cascade`);
+    await db.query(`create sequence refuse_once_seq`);
+    await db.query(`
+      create or replace function refuse_once() returns trigger language plpgsql as $$
+      begin
+        if nextval('refuse_once_seq') = 1 then raise exception 'once-model minutes refused once'; end if;
+        return new;
+      end $$`);
+    await db.query(`drop trigger if exists refuse_once on endpoint_minutes`);
+    await db.query(`
+      create trigger refuse_once before insert on endpoint_minutes
+      for each row when (new.model_id = 'once-model') execute function refuse_once()`);
+    const event = UsageCompleted.fromPartial({
+      requestId: `req_${randomUUID()}`,
+      provider: "hoster",
+      hosterId,
+      modelId: "once-model",
+      success: true,
+      upstreamStatus: 200,
+      latencyMs: 300n,
+      startedAt: new Date().toISOString(),
+      usageMismatch: "claimed more output tokens than the edge counted",
+    });
+    const headers = natsHeaders();
+    headers.set(USAGE_BATCH_HEADER, "1");
+    const batch = UsageBatch.fromPartial({
+      events: [Buffer.from(UsageCompleted.encode(event).finish())],
+      traceparents: [""],
+      edgeId: "registry-once-test",
+      bootId: randomUUID(),
+      sequence: 1n,
+    });
+    const names = eventNames(h.config.EVENTS_PREFIX);
+    await jetstream(nc).publish(names.usageCompleted, UsageBatch.encode(batch).finish(), {
+      msgID: `batch-${randomUUID()}`,
+      headers,
+    });
+    const minutes = await waitFor(
+      async () =>
+        (
+          await db.query<{ requests: number }>(
+            `select sum(requests)::int as requests from endpoint_minutes where hoster_id = $1`,
+            [hosterId],
+          )
+        ).rows[0]!.requests,
+      (n) => n !== null,
+      20_000,
+    );
+    const { rows } = await db.query<{ usage_mismatches: string }>(
+      `select usage_mismatches from hosters where id = $1`,
+      [hosterId],
+    );
+    const { rows: refusals } = await db.query<{ last_value: string }>(`select last_value from refuse_once_seq`);
+    expect({
+      minutes,
+      mismatches: rows[0]!.usage_mismatches,
+      refusedFirst: Number(refusals[0]!.last_value) >= 2,
+    }).toEqual({
+      minutes: 1,
+      mismatches: "1",
+      refusedFirst: true,
+    });
+    await db.query(`drop trigger refuse_once on endpoint_minutes`);
+  });
+
   it("refuses an id that is not a dead letter's", async () => {
     await expect(h.client.replayUsageDeadLetters({ ids: ["not-a-uuid"] })).rejects.toThrow(/not a dead letter id/);
   });

@@ -49,6 +49,7 @@ it("waits for billing's stream without creating it, then counts the events publi
     {
       store: { addUsageMismatches: async (counts) => void written.push(counts) },
       minutes: { add: async () => undefined, prune: async () => undefined },
+      transaction: (work) => work(),
       deadLetters: async () => undefined,
       clock: () => new Date(),
     },
@@ -97,6 +98,7 @@ it("stops at once while still waiting for the stream", async () => {
     {
       store: { addUsageMismatches: async () => undefined },
       minutes: { add: async () => undefined, prune: async () => undefined },
+      transaction: (work) => work(),
       deadLetters: async () => undefined,
       clock: () => new Date(),
     },

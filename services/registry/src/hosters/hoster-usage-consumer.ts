@@ -1,5 +1,6 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from "@nats-io/jetstream";
 import { isDependencyOutage } from "@mkt/runtime/dependency-outage";
+import type { Orm } from "@mkt/runtime/db";
 import type { Logger } from "@mkt/runtime/logger";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { EventNames, NatsConnection } from "@mkt/runtime/nats";
@@ -40,8 +41,9 @@ export interface HosterUsageConsumer {
  * Keeps each hoster's figures from the edges' usage.completed events (its usage reports that
  * disagreed with the edge's count, and each of its models' live figures by the minute): one durable
  * pull consumer shared by registry's replicas (each event reaches one of them), batches written
- * with one set-based statement and acked after it. A batch whose write failed is not acked and
- * comes again; a replica killed after the write but before the ack counts that batch twice, which
+ * with two set-based statements in one transaction and acked after it. A batch whose write failed is not acked and
+ * comes again (its two tables are written in one transaction, so a failed write counted
+ * nothing); a replica killed after the commit but before the ack counts that batch twice, which
  * the figure (a warning sign, not a ledger) tolerates. Events billing took through RecordUsage
  * while JetStream was down never reach the stream, so they are missing here.
  *
@@ -55,6 +57,11 @@ export async function startHosterUsageConsumer(
   names: EventNames,
   ctx: UsageFigureStores & {
     minutes: Pick<EndpointMinutesStore, "prune">;
+    /**
+     * Runs a batch's write in one transaction: its mismatch counts and its minutes are sums, so a
+     * failure between the two must undo the first, or the batch, coming again, counts it twice.
+     */
+    transaction: <T>(work: (em?: Orm["em"]) => Promise<T>) => Promise<T>;
     /** Keeps events that cannot be read or written (registry's usage_dead_letters); resolves once committed. */
     deadLetters: (letters: readonly DeadLetter[]) => Promise<void>;
     clock: () => Date;
@@ -122,12 +129,8 @@ export async function startHosterUsageConsumer(
     const read = batch.map((msg) => ({ msg, ...readMessage(msg, letters) }));
     const written = new Map<string, number>();
     const write = async (parts: typeof read) => {
-      const counts = await writeUsageFigures(
-        ctx,
-        parts.flatMap((part) => part.events),
-        now,
-        quiet,
-      );
+      const events = parts.flatMap((part) => part.events);
+      const counts = await ctx.transaction((em) => writeUsageFigures(ctx, events, now, quiet, em));
       for (const [hosterId, n] of counts) written.set(hosterId, (written.get(hosterId) ?? 0) + n);
     };
     const retry = new Set<JsMsg>();
