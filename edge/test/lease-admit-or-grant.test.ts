@@ -13,7 +13,7 @@ const ticket = {} as Ticket;
 const noCredit = new AppError("insufficient_credits", "no credit");
 
 /** A cold path whose grants answer with `answer` (after the turn a batch waits), counted. */
-function coldPath(answer: (inHand: InHand, members: number) => GrantAnswer | AppError) {
+function coldPath(answer: (inHand: InHand, members: number) => GrantAnswer | AppError, endedUnreported = false) {
   const sent: Array<{ inHand: InHand; members: number }> = [];
   const path: ColdPath = {
     ttlMs: 2_000,
@@ -21,6 +21,7 @@ function coldPath(answer: (inHand: InHand, members: number) => GrantAnswer | App
     inUse: () => undefined,
     beating: () => undefined,
     refusals: new RefusalCache(2_000),
+    slotsEndedUnreported: () => endedUnreported,
     grants: new GrantCoalescer<GrantAnswer>(),
     grant: async (_key, _tier, inHand, members) => {
       sent.push({ inHand: { ...inHand }, members });
@@ -55,6 +56,31 @@ describe("admitting from memory or through a grant", () => {
     await expect(admitOrGrant(path, key, "free", need(5n), () => ({ short: true }))).rejects.toBe(noCredit);
     expect(await admitOrGrant(path, key, "free", need(5n), () => ({ ok: ticket }))).toBe(ticket);
     expect(sent).toEqual([]);
+  });
+
+  it("asks billing past a cached slots 429 once a call ended on a retired lease unreported, past no other refusal", async () => {
+    const tooMany = new AppError("concurrency_limit_exceeded", "max_concurrent reached");
+    let granted = false;
+    const { path, sent } = coldPath(() => ((granted = true), { includedCrossing: false }), true);
+    path.refusals.remember(key, tooMany, 0, need(1n));
+    const admitted = await admitOrGrant(path, key, "free", need(1n), () =>
+      granted ? { ok: ticket } : { short: true },
+    );
+    expect(admitted).toBe(ticket);
+    expect(sent).toHaveLength(1);
+    // Nothing ended unreported: the same 429 is answered from the cache; an rpm 429 and a 402 are
+    // either way (an ended call frees neither).
+    const quiet = coldPath(() => ({ includedCrossing: false }));
+    quiet.path.refusals.remember(key, tooMany, 0, need(1n));
+    await expect(admitOrGrant(quiet.path, key, "free", need(1n), () => ({ short: true }))).rejects.toBe(tooMany);
+    const poor = coldPath(() => ({ includedCrossing: false }), true);
+    poor.path.refusals.remember(key, noCredit, 0, need(5n));
+    await expect(admitOrGrant(poor.path, key, "free", need(5n), () => ({ short: true }))).rejects.toBe(noCredit);
+    const rpm = new AppError("rate_limit_exceeded", "rpm reached");
+    const busy = coldPath(() => ({ includedCrossing: false }), true);
+    busy.path.refusals.remember(key, rpm, 0, need(1n));
+    await expect(admitOrGrant(busy.path, key, "free", need(1n), () => ({ short: true }))).rejects.toBe(rpm);
+    expect([quiet.sent, poor.sent, busy.sent]).toEqual([[], [], []]);
   });
 
   it("gives up with a 503 after its grants' room kept going to others", async () => {

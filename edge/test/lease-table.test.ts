@@ -343,6 +343,23 @@ describe("the edge's lease table against a real billing", () => {
     expect(second.slot).toBeDefined();
   });
 
+  it("asks billing past a cached slots 429 once the call holding the slot ended on a retired lease", async () => {
+    const { table, calls } = edge();
+    const sub = await subscription(1);
+    const scope = { accountId: sub.accountId, tier: "big", subscriptionId: sub.id };
+    const first = await table.admit(scope);
+    // Recalled while its call runs: retired, and billing still counts the call's slot.
+    table.recall(first.lease.leaseId, "");
+    await expect(table.admit(scope)).rejects.toMatchObject({ code: "concurrency_limit_exceeded" });
+    // The call ends on the retired lease before any heartbeat: the cached 429 is stale, and the
+    // next request reports the end, then is granted the slot (it was refused from the cache before).
+    table.release(first);
+    const calling = calls.length;
+    const second = await table.admit(scope);
+    expect(second.slot).toBeDefined();
+    expect(calls.slice(calling)).toEqual(["ReturnLeases", "GrantLease"]);
+  });
+
   it("drops a recalled lease and acks with its final totals", async () => {
     const { table, calls } = edge();
     const stop = followLeaseRecalls(nc, eventNames(t.config.EVENTS_PREFIX).leaseRecall(table.edgeId), table, log);

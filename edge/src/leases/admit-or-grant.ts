@@ -27,6 +27,11 @@ export interface ColdPath {
   /** The heartbeat on the way, until its reply is applied. */
   beating(): Promise<void> | undefined;
   refusals: RefusalCache;
+  /**
+   * Whether a call ended on one of the account's retired leases since that lease's last report:
+   * billing still counts its slot, and the grant reports it first (lease-table.ts).
+   */
+  slotsEndedUnreported(accountId: string): boolean;
   grants: GrantCoalescer<GrantAnswer>;
   /** One GrantLease for `members` requests of the scope, `inHand` their sum. */
   grant(key: ScopeKey, tier: string, inHand: InHand, members: number): Promise<GrantAnswer>;
@@ -67,9 +72,12 @@ export async function admitOrGrant(
       await beating;
       continue;
     }
-    // A refusal cached from billing spares it a call, never room the lease still has.
+    // A refusal cached from billing spares it a call, never room the lease still has. A refusal
+    // for the plan's slots is not repeated once a call ended on a retired lease since billing last
+    // heard of it: that call may hold the slot billing counted, and the grant reports its end first.
     const refusal = path.refusals.refusing(key, inHand, path.now());
-    if (refusal) throw refusal;
+    const slotFreed = refusal?.code === "concurrency_limit_exceeded" && path.slotsEndedUnreported(key.accountId);
+    if (refusal && !slotFreed) throw refusal;
     if (grants >= MAX_GRANTS_PER_REQUEST) throw unavailable(path.ttlMs, "The account's lease is contended");
     const step = path.grants.next(key, inHand, alone, (all, members) => path.grant(key, tier, all, members));
     if ("wait" in step) {

@@ -124,6 +124,7 @@ export class LeaseTable {
       inUse,
       beating: () => this.#beating,
       refusals: this.#refused,
+      slotsEndedUnreported: (accountId) => this.#held.endedUnreported(accountId).length > 0,
       grants: this.#grants,
       grant: (key, tier, inHand, members) => this.#grant(key, tier, inHand, members),
     };
