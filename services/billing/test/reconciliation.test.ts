@@ -110,6 +110,30 @@ describe("reconciliation", () => {
     expect(found).toEqual([{ check: "wallet_holds", subject: accountId, expected: "0", actual: "7" }]);
   });
 
+  it("finds a key whose spend is not what its records charged, folded or still queued", async () => {
+    const keyId = randomUUID();
+    await settleOnLease(t, { accountId, keyId, inputTokens: 2000n, outputTokens: 100n, latencyMs: 10n });
+    await t.billing.foldRollups();
+    const [spent] = await t.query<{ v: string }>(
+      `select sum(spent_micros)::text as v from key_daily_spend where key_id = $1`,
+      [keyId],
+    );
+    expect(spent!.v).toBe("1150"); // 2,000 × 0.5 + 100 × 1.5 micro-USD
+    expect(await books()).toEqual([]);
+    const more = await reconcileTampered(
+      `update key_daily_spend set spent_micros = spent_micros + 3 where key_id = $1`,
+      [keyId],
+    );
+    expect(more).toEqual([{ check: "key_spend", subject: keyId, expected: "1150", actual: "1153" }]);
+    // Its spend moved back to the queue (settled, not folded yet) still reconciles.
+    const queued = await reconcileTampered(
+      `with moved as (delete from key_daily_spend where key_id = $1 returning key_id, day, spent_micros)
+       insert into usage_rollup_queue (key_spend) select array_agg(row(key_id, day, spent_micros)::key_spend_delta) from moved`,
+      [keyId],
+    );
+    expect(queued).toEqual([]);
+  });
+
   it("finds a rollup row that is not the GROUP BY over its records, folded or still queued", async () => {
     const hourly = await reconcileTampered(
       `update usage_hourly set cost_micros = cost_micros + 1 where account_id = $1 and provider = 'local'`,

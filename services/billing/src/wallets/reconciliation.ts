@@ -14,6 +14,8 @@ export interface Discrepancy {
 export type RunQuery = (sql: string) => Promise<Array<Record<string, unknown>>>;
 
 const share = PLATFORM_SHARE_PERCENT.toString();
+/** A key id billing keeps spend for (isUuid): the edge's keys; anything else is skipped there too. */
+const UUID_PATTERN = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
 
 /**
  * What each usage journal entry must post, per leg account, from its usage records: the customer
@@ -24,7 +26,7 @@ const share = PLATFORM_SHARE_PERCENT.toString();
  */
 const EXPECTED_USAGE_LEGS = `
   select r.entry_id, l.account, sum(l.amount) as amount
-  from usage_records r
+  from records r
   cross join lateral (values
     ('customer:' || r.account_id, r.write_off_micros - r.cost_micros),
     ('${ledgerAccounts.revenue}', r.platform_fee_micros),
@@ -36,7 +38,7 @@ const EXPECTED_USAGE_LEGS = `
   union all
   select e.id, l.account, sum(l.amount)
   from journal_entries e
-  join usage_records r on e.kind = 'usage' and r.request_id::text = e.reference
+  join records r on e.kind = 'usage' and r.request_id::text = e.reference
   cross join lateral (values
     ('customer:' || r.account_id, -r.cost_micros),
     ('${ledgerAccounts.revenue}', r.platform_fee_micros),
@@ -59,11 +61,18 @@ const EXPECTED_USAGE_LEGS = `
  * - `wallet_holds`: a wallet's held credit is not the sum of its leases' holds.
  * - `hourly_rollup`, `hoster_rollup`: a row of the hourly usage or the hosters' daily rollup, with
  *   the deltas queued for it and not folded yet, is not the GROUP BY over the usage records.
- *   (Key spend is not checked here: a limited key's counts on its window's first day, which the
- *   record does not carry.)
+ * - `key_spend`: a key's spend over all its days (with the deltas queued and not folded) is not
+ *   what its records charged (cost less write-off). Per key, not per day: a limited key's request
+ *   counts on its window's first day, which the record does not carry.
+ *
+ * The usage records are those attached and those of the months detached past the retention
+ * (`detached`, whose tables remain): the proof of a month's money does not end with its partition.
  */
-export const RECONCILIATION_SQL = `
-  with expected as (${EXPECTED_USAGE_LEGS}),
+export const reconciliationSql = (detached: readonly string[]) => `
+  with records as not materialized (
+    ${["usage_records", ...detached.map((name) => `"${name}"`)].map((table) => `select * from ${table}`).join(" union all ")}
+  ),
+  expected as (${EXPECTED_USAGE_LEGS}),
   actual as (
     select p.entry_id, p.ledger_account as account, sum(p.amount_micros) as amount
     from ledger_postings p join journal_entries e on e.id = p.entry_id and e.kind in ('usage', 'usage_batch')
@@ -76,14 +85,14 @@ export const RECONCILIATION_SQL = `
   union all
   select 'record_split', request_id::text, cost_micros::text,
     platform_fee_micros::text || ' + ' || hoster_earned_micros::text
-  from usage_records
+  from records
   where cost_micros < 0 or platform_fee_micros + hoster_earned_micros <> cost_micros
     or write_off_micros not between 0 and cost_micros
     or hoster_earned_micros <> case when provider = 'hoster'
       then cost_micros - cost_micros * ${share} / 100 else 0 end
   union all
   select 'unproven_charge', r.request_id::text, r.cost_micros::text, null
-  from usage_records r
+  from records r
   where r.cost_micros > 0
     and not exists (select 1 from journal_entries e where e.kind = 'usage_batch' and e.id = r.entry_id)
     and not exists (select 1 from journal_entries e where e.kind = 'usage' and e.reference = r.request_id::text)
@@ -102,17 +111,42 @@ export const RECONCILIATION_SQL = `
   left join (select account_id, sum(held_micros) as held from leases group by 1) l on l.account_id = w.account_id
   where w.held_micros <> coalesce(l.held, 0)
   union all
-  ${rollupMismatchSql("hourly_rollup", HOURLY, hourlyDeltas("usage_records"))}
+  ${rollupMismatchSql("hourly_rollup", HOURLY, hourlyDeltas("records"))}
   union all
-  ${rollupMismatchSql("hoster_rollup", HOSTER_DAILY, hosterDailyDeltas("usage_records"))}`;
+  ${rollupMismatchSql("hoster_rollup", HOSTER_DAILY, hosterDailyDeltas("records"))}
+  union all
+  select 'key_spend', coalesce(x.key_id, a.key_id)::text, x.spent::text, a.spent::text
+  from (
+    select key_id::uuid as key_id, sum(cost_micros - write_off_micros) as spent from records
+    where key_id ~* '${UUID_PATTERN}' group by 1 having sum(cost_micros - write_off_micros) <> 0
+  ) x
+  full join (
+    select key_id, sum(spent_micros) as spent from (
+      select key_id, spent_micros from key_daily_spend
+      union all
+      select d.key_id, d.spent_micros from usage_rollup_queue q, unnest(q.key_spend) as d
+    ) u group by 1
+  ) a on a.key_id = x.key_id
+  where x.spent is distinct from a.spent`;
 
 /**
- * Reconciles the books (RECONCILIATION_SQL): returns every discrepancy, none when money is
- * where the records say it is. A full scan, for tests, benches and an operator's audit; never on
- * a request's path.
+ * usage_records' monthly partitions detached past USAGE_RETENTION_MONTHS (usage-partitions.ts):
+ * tables of the schema named as a partition that are no partition any more.
+ */
+const DETACHED_PARTITIONS_SQL = `
+  select c.relname as name from pg_class c join pg_namespace n on n.oid = c.relnamespace
+  where n.nspname = current_schema() and c.relkind = 'r' and not c.relispartition
+    and c.relname ~ '^usage_records_y[0-9]{4}m[0-9]{2}$'
+  order by 1`;
+
+/**
+ * Reconciles the books (reconciliationSql): returns every discrepancy, none when money is where
+ * the records say it is. A full scan, for tests, benches and an operator's audit; never on a
+ * request's path.
  */
 export async function reconcile(run: RunQuery): Promise<Discrepancy[]> {
-  const rows = await run(RECONCILIATION_SQL);
+  const detached = (await run(DETACHED_PARTITIONS_SQL)).map((row) => row.name as string);
+  const rows = await run(reconciliationSql(detached));
   return rows.map((row) => ({
     check: row.check as string,
     subject: row.subject as string,
