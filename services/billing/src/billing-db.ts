@@ -2,6 +2,7 @@ import type { InferKyselyDB } from "@mikro-orm/postgresql";
 import type { ColumnType, Expression, ExpressionBuilder, Kysely, SqlBool } from "kysely";
 import type { Em } from "./context.ts";
 import type { KeyLimit } from "./key-limits/key-limit.entity.ts";
+import type { UsageRecord } from "./usage/usage-record.entity.ts";
 import type { EdgeSession, Lease, LeaseAllowance, LeaseBudget } from "./leases/lease.entity.ts";
 import type { Wallet } from "./wallets/wallet.entity.ts";
 import { sendHeldWrites } from "./write-batch.ts";
@@ -24,7 +25,13 @@ type ReadByDriver<Db> = { [T in keyof Db]: { [C in keyof Db[T]]: AsRead<Db[T][C]
  */
 export type BillingDb = ReadByDriver<
   InferKyselyDB<
-    typeof Wallet | typeof EdgeSession | typeof Lease | typeof LeaseAllowance | typeof LeaseBudget | typeof KeyLimit
+    | typeof Wallet
+    | typeof EdgeSession
+    | typeof Lease
+    | typeof LeaseAllowance
+    | typeof LeaseBudget
+    | typeof KeyLimit
+    | typeof UsageRecord
   >
 >;
 

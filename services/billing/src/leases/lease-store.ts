@@ -4,7 +4,6 @@ import {
   PostgresAdapter,
   PostgresIntrospector,
   PostgresQueryCompiler,
-  sql,
   type Expression,
   type ExpressionBuilder,
   type SqlBool,
@@ -263,10 +262,9 @@ export async function accountKeyLimits(em: Em, accountId: string): Promise<KeyLi
 }
 
 /**
- * A Kysely with no database, that only compiles: loadLeases runs what it compiles on the caller's
- * transaction, and settlement reads a batch's leases in a statement of its own making
- * (settle-batch.ts, beside the requests already recorded) around leasesQuery's text, its condition
- * given in SQL (the one lease read that still is).
+ * A Kysely with no database, that only builds: loadLeases compiles on it and runs what it
+ * compiles on the caller's transaction (billingDb), and settlement nests leasesWithIds in a
+ * statement of its own (settle-batch.ts, beside the requests already recorded).
  */
 const compiler = new Kysely<BillingDb>({
   dialect: {
@@ -285,10 +283,8 @@ const compiler = new Kysely<BillingDb>({
  */
 const LEASES = leasesSelect(compiler);
 
-/** The query loadLeases runs, for settlement's statement that reads more beside the leases. */
-export function leasesQuery(where: string): string {
-  return LEASES.where(sql<boolean>`${sql.raw(where)}`).compile().sql;
-}
+/** The leases with these ids as loadLeases reads them, for a statement that reads more beside them. */
+export const leasesWithIds = (ids: readonly string[]) => LEASES.where((l) => l("l.id", "=", l.fn.any(l.val([...ids]))));
 
-/** A row of leasesQuery read by `em.execute` as a LeaseRow. */
+/** A row holding leasesWithIds' columns as a LeaseRow. */
 export const toLeaseRow = (row: Record<string, unknown>): LeaseRow => leaseRowOf(row as LeaseColumns);

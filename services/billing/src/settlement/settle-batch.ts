@@ -2,9 +2,10 @@ import { isUuid } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
 import type { Logger } from "@mkt/runtime/logger";
 import type { UsageCompleted } from "@mkt/proto/events/v1/events";
-import { sqlArray } from "../batch-statement.ts";
+import { sql } from "kysely";
+import { billingDb } from "../billing-db.ts";
 import type { Em } from "../context.ts";
-import { leasesQuery, lockLeaseWallets, toLeaseRow, type LeaseRow } from "../leases/lease-store.ts";
+import { leasesWithIds, lockLeaseWallets, toLeaseRow, type LeaseRow } from "../leases/lease-store.ts";
 import { settleLeaseUsage, type SettlementBatch } from "./settle-lease-usage.ts";
 import { SettlementWrites } from "./settlement-writes.ts";
 import { recordTime, recordWithoutCharge, type SettleOutcome } from "./usage-without-charge.ts";
@@ -78,23 +79,36 @@ async function readBatch(
   leaseIds: readonly string[],
   events: readonly UsageCompleted[],
 ): Promise<{ leases: Map<string, LeaseRow>; recorded: Set<string> }> {
-  const rows = await em.execute(
-    `select r.recorded, l.* from
-       (select coalesce(array_agg(u.request_id::text), '{}') as recorded
-          from unnest(?::uuid[], ?::timestamptz[]) as k(request_id, created_at)
-          join usage_records u on u.request_id = k.request_id and u.created_at = k.created_at) r
-       left join (${leasesQuery("l.id = any(?::uuid[])")}) l on true`,
-    [
-      sqlArray(events.map((e) => e.requestId)),
-      sqlArray(events.map((e) => recordTime(e).toISOString())),
-      sqlArray(leaseIds),
-    ],
+  const db = await billingDb(em);
+  // The events' record keys as a table: k(request_id, created_at).
+  const requestIds = events.map((e) => e.requestId);
+  const times = events.map((e) => recordTime(e).toISOString());
+  const keys = sql<RecordKey>`unnest(${requestIds}::uuid[], ${times}::timestamptz[])`.as<"k">(
+    sql`k(request_id, created_at)`,
   );
+  const recorded = db
+    .selectFrom(keys)
+    .innerJoin("usage_records as u", (join) =>
+      join.onRef("u.request_id", "=", "k.request_id").onRef("u.created_at", "=", "k.created_at"),
+    )
+    .select(sql<string[]>`coalesce(array_agg(u.request_id::text), '{}')`.as("recorded"));
+  const rows = await db
+    .selectFrom(recorded.as("r"))
+    .leftJoin(leasesWithIds(leaseIds).as("l"), (join) => join.onTrue())
+    .select("r.recorded")
+    .selectAll("l")
+    .execute();
   const leases = rows.filter((row) => row.id !== null).map(toLeaseRow);
   return {
     leases: new Map(leases.map((lease) => [lease.id, lease])),
-    recorded: new Set(rows[0]!.recorded as string[]),
+    recorded: new Set(rows[0]!.recorded),
   };
+}
+
+/** A usage record's key, as the driver reads it. */
+interface RecordKey {
+  request_id: string;
+  created_at: string;
 }
 
 /** Whether settling the event wrote its usage record in this batch. */
