@@ -1,5 +1,5 @@
-import { randomUUID } from "node:crypto";
 import { AppError } from "@mkt/runtime/errors";
+import { newTimeOrderedId } from "@mkt/runtime/ids";
 
 /**
  * Who this process is to billing (docs/leases.md#incarnations): its stable EDGE_ID, a boot id of
@@ -11,8 +11,12 @@ import { AppError } from "@mkt/runtime/errors";
  */
 export class EdgeIncarnation {
   readonly edgeId: string;
-  /** This process's own: billing tells its calls from those of an earlier process under the same id. */
-  readonly bootId = randomUUID();
+  /**
+   * This process's own: billing tells its calls from those of an earlier process under the same id.
+   * A UUIDv7, so it also says when the process started: billing never lets an earlier process's
+   * late first call take the id from a later one.
+   */
+  readonly bootId = newTimeOrderedId();
   #number = 0n;
   #superseded = false;
 

@@ -15,16 +15,17 @@ let lastMs = -Infinity;
 let sequence = 0;
 
 /**
- * A new request id: a UUIDv7, whose first 48 bits are the Unix time in milliseconds, so ids minted
- * one after the other sort by time and land side by side in an index (docs/adr/0045-usage-records-append.md).
- * Its public shape is any UUID's: `chatcmpl-<id>`, `resp_<id>`.
+ * A new UUIDv7, whose first 48 bits are the Unix time in milliseconds, so ids minted one after the
+ * other sort by time: request ids land side by side in an index
+ * (docs/adr/0045-usage-records-append.md), and an edge process's boot id tells billing which of
+ * two processes under one edge id started last (docs/leases.md#incarnations).
  *
  * Its random bytes come from a pool filled 4 KiB at a time, as Node's randomUUID does: uuid's own
  * source asks the system generator for 16 bytes per id, which cost the edge about 2% of its CPU
  * per request. Given the bytes, uuid no longer keeps its monotonic sequence, so it is kept here
  * the same way: a new millisecond starts from random bits, an id in the same one adds 1.
  */
-export function newRequestId(): string {
+export function newTimeOrderedId(): string {
   if (pooled + 16 > pool.length) {
     pool = randomBytes(POOL_BYTES);
     pooled = 0;
@@ -40,6 +41,9 @@ export function newRequestId(): string {
   }
   return uuidV7({ random, msecs: lastMs, seq: sequence });
 }
+
+/** A new request id (public as `chatcmpl-<id>`, `resp_<id>`): a newTimeOrderedId. */
+export const newRequestId = newTimeOrderedId;
 
 /** URL-safe random token with `bytes` of entropy (API keys, invite codes, session ids). */
 export function randomToken(bytes = 32): string {

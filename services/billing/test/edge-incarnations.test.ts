@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import pg from "pg";
+import { v7 as uuidV7 } from "uuid";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppError } from "@mkt/runtime/errors";
 import { LeaseResource, LeaseStatus, type LeaseNeed } from "@mkt/proto/billing/v1/leases";
@@ -36,7 +37,7 @@ function edgeProcess(edgeId = `edge-${randomUUID()}`) {
   };
   const edge = {
     edgeId,
-    bootId: randomUUID(),
+    bootId: randomUUID() as string,
     grant: async (accountId: string, request: LeaseNeed) =>
       learn(await t.client.grantLease({ ...caller(), accountId, tier: "free", minCreditMicros: 0n, request })),
     heartbeat: async () => learn(await t.client.heartbeat({ ...caller(), leases: [], unansweredGrantAccounts: [] })),
@@ -137,6 +138,26 @@ describe("edge incarnations", () => {
       [old.edgeId],
     );
     expect(open!.n).toBe("0");
+    expect(await held(accountId)).toBe(0n);
+  });
+
+  it("never lets a process's late first call take the id from a process started after it", async () => {
+    // Boot ids are UUIDv7s minted at start: the earlier process started 5 s before the later one.
+    const earlier = edgeProcess();
+    earlier.bootId = uuidV7({ msecs: BASE - 5_000 });
+    const later = edgeProcess(earlier.edgeId);
+    later.bootId = uuidV7({ msecs: BASE });
+    const accountId = randomUUID();
+    const { incarnation } = await later.grant(accountId, need(1_000n));
+    // The earlier process's first call (sent before it died, or held up) arrives only now.
+    await expect(earlier.heartbeat()).rejects.toSatisfy((err) => errorCode(err) === "edge_superseded");
+    // The later process keeps the id, its incarnation and its lease.
+    expect((await later.heartbeat()).incarnation).toBe(incarnation);
+    expect(await held(accountId)).toBe(1_000n);
+    // A process started after it still takes the id, as every restart does.
+    const next = edgeProcess(earlier.edgeId);
+    next.bootId = uuidV7({ msecs: BASE + 5_000 });
+    expect((await next.heartbeat()).incarnation).toBe(incarnation + 1n);
     expect(await held(accountId)).toBe(0n);
   });
 

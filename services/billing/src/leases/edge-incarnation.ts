@@ -1,4 +1,5 @@
 import { AppError } from "@mkt/runtime/errors";
+import { uuidV7Time } from "@mkt/runtime/ids";
 import type { LeaseWhere } from "../billing-db.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
@@ -60,6 +61,10 @@ async function startIncarnation(
     caller.edgeId,
   ]);
   if (row!.boot_id === caller.bootId) return { incarnation: int8(row!.incarnation) };
+  // The first call of a process that started before the edge's current one, arriving after it
+  // (held up behind this lock, or sent just before that process died), must not take the id back
+  // and supersede the live process: the one started last owns the id.
+  if (startedBefore(caller.bootId, row!.boot_id)) throw superseded(caller);
   const incarnation = int8(row!.incarnation) + 1n;
   await em.execute(`update edge_sessions set incarnation = ?, boot_id = ? where edge_id = ?`, [
     incarnation,
@@ -96,7 +101,23 @@ export async function holdIncarnation(em: Em, caller: EdgeCaller): Promise<void>
     caller.bootId,
   ]);
   if (row?.held === true) return;
-  throw new AppError(
+  throw superseded(caller);
+}
+
+/**
+ * Whether the process of boot id `a` started before that of `b`: edges mint their boot ids as
+ * UUIDv7s, whose first 48 bits are the start's wall-clock millisecond. Unknown (false) unless both
+ * are v7 (an edge of an earlier release sends a v4 id) and their milliseconds differ. Two hosts'
+ * clocks are compared here, so this assumes they agree to within the seconds a restart takes.
+ */
+function startedBefore(a: string, b: string | null): boolean {
+  const at = uuidV7Time(a);
+  const bt = b === null ? undefined : uuidV7Time(b);
+  return at !== undefined && bt !== undefined && at.getTime() < bt.getTime();
+}
+
+function superseded(caller: EdgeCaller): AppError {
+  return new AppError(
     "edge_superseded",
     `Edge ${caller.edgeId}: incarnation ${caller.incarnation} is no longer its newest (another process took its id); its leases are closed.`,
   );
