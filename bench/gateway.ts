@@ -70,6 +70,7 @@ import { connect } from "@nats-io/transport-node";
 import { eventNames } from "@mkt/runtime/nats";
 import { dropDatabase, freshDatabaseUrl, freshEventsPrefix, TEST_NATS_URL } from "@mkt/testkit/env";
 import { config } from "./gateway/config.ts";
+import { databaseLine, watchDatabase } from "./gateway/database-writes.ts";
 import {
   LOAD_GENERATOR,
   measureProcesses,
@@ -262,6 +263,7 @@ async function closedLoopScenario(
         warm.records.push(await sendOne(pool, target, 0, body, scenario, true));
       }
       const steps = name === "ours" ? await watchSteps(system.metrics) : undefined;
+      const writes = name === "ours" ? await watchDatabase(databaseUrl) : undefined;
       const usage = measureProcesses(processGroups(name));
       const run = await closedLoop(pool, target, {
         connections,
@@ -271,6 +273,7 @@ async function closedLoopScenario(
         warmup: false,
       });
       const result = loadRun(name, connections, run.records, run.seconds, usage.stop());
+      if (writes) result.database = await writes.stop(result.requests);
       if (steps) result.steps = await steps.finish();
       if (name === "ours") oursSent.push(...warm.records, ...run.records);
       runs[name] = result;
@@ -282,6 +285,7 @@ async function closedLoopScenario(
         `${scenario} ${name.padEnd(6)} ${result.requests} requests in ${run.seconds.toFixed(1)} s = ${result.rps.toFixed(1)}/s, ` +
           `p50 ${result.latency.p50.toFixed(2)} p99 ${result.latency.p99.toFixed(2)} mean ${result.latency.mean.toFixed(2)} ms, errors: ${errors}\n` +
           `           per request: ${costLine(result.perRequest)}` +
+          (result.database ? `\n           billing's database: ${databaseLine(result.database)}` : "") +
           (result.steps ? `\n           in the services: ${stepsLine(result.steps)}` : ""),
       );
     } finally {

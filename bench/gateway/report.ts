@@ -104,6 +104,14 @@ export function printTable(r: Results): void {
   const cpuOf = (group: string) => t.ours?.perRequest[group]?.cpuMs ?? NaN;
   const billingAndPostgres = t.ours ? cpuOf("billing") + cpuOf("postgres") : undefined;
   rows.push(["64 conn: billing + PostgreSQL CPU ms/req.", undefined, billingAndPostgres, undefined, undefined, 2]);
+  const db = t.ours?.database;
+  if (db) {
+    rows.push(["64 conn: WAL bytes per request", undefined, db.walBytes, undefined, undefined, 0]);
+    rows.push(["64 conn: billing row writes per request", undefined, db.rowWrites, undefined, undefined, 2]);
+    rows.push(["64 conn: billing index entries/req. (est.)", undefined, db.indexEntries, undefined, undefined, 2]);
+    for (const [table, share] of Object.entries(db.hotShare))
+      rows.push([`64 conn: HOT updates of ${table} %`, undefined, share * 100, undefined, undefined, 0]);
+  }
   rows.push(...streamRows("streams", r.streams), ...streamRows("arrivals", r.arrivals));
   for (const [name, mb] of Object.entries(r.rss?.peakMb ?? {}))
     rows.push([`streams: peak RSS ${name} MB`, undefined, mb, undefined, undefined, 0]);

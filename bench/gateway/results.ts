@@ -1,6 +1,7 @@
 // The shapes of a run's figures, shared by the scenarios that produce them, the targets that
 // judge them (targets.ts) and the report that prints them (report.ts), so neither of the last two
 // imports the other.
+import type { DatabaseWrites } from "./database-writes.ts";
 import type { TargetName } from "./load.ts";
 import type { Counters } from "./process-stats.ts";
 import type { RssPeaks } from "./rss.ts";
@@ -32,6 +33,8 @@ export interface LoadRun {
   perRequest: Record<string, Counters>;
   /** Ours only: the steps before the first event, from the services' histograms. */
   steps?: Steps;
+  /** Ours only: what billing's database wrote per request (database-writes.ts). */
+  database?: DatabaseWrites;
 }
 
 export interface StreamRun {
