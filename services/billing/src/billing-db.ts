@@ -4,6 +4,7 @@ import type { Em } from "./context.ts";
 import type { KeyLimit } from "./key-limits/key-limit.entity.ts";
 import type { UsageRecord } from "./usage/usage-record.entity.ts";
 import type { EdgeSession, Lease, LeaseAllowance, LeaseBudget } from "./leases/lease.entity.ts";
+import type { Subscription } from "./subscriptions/subscription.entity.ts";
 import type { Wallet } from "./wallets/wallet.entity.ts";
 import { sendHeldWrites } from "./write-batch.ts";
 
@@ -32,6 +33,7 @@ export type BillingDb = ReadByDriver<
     | typeof LeaseBudget
     | typeof KeyLimit
     | typeof UsageRecord
+    | typeof Subscription
   >
 >;
 

@@ -1,5 +1,6 @@
 import { performance } from "node:perf_hooks";
 import type { GrantLeaseRequest } from "@mkt/proto/billing/v1/leases";
+import { billingDb } from "../billing-db.ts";
 import type { BillingContext } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import type { FencedLease } from "./recall-types.ts";
@@ -32,26 +33,43 @@ export async function recallBudgetsForGrant(ctx: BillingContext, req: GrantLease
     ctx.orm.em.fork().transactional(async (em): Promise<FencedLease[]> => {
       // The row lock cancel and pause take: a heartbeat growing these budgets (FOR SHARE) commits
       // wholly before the fence or reads them fenced after it.
-      const [subscription] = await em.execute(`select id from subscriptions where id = ? for update`, [subscriptionId]);
+      const db = await billingDb(em);
+      const subscription = await db
+        .selectFrom("subscriptions as s")
+        .select("s.id")
+        .where("s.id", "=", subscriptionId)
+        .forUpdate()
+        .executeTakeFirst();
       if (!subscription) return [];
-      const minute = windowsOf({ lengthMs: 60_000 }, ctx.clock(), ctx.config.LEASE_TTL_MS).current.start;
-      const rows = await em.execute(
-        `select distinct l.id, l.edge_id
-         from lease_budgets b join leases l on l.id = b.lease_id
-           join lease_allowances a on a.lease_id = l.id and a.scope = b.subscription_id::text
-         where b.subscription_id = ? and b.status = 'open' and l.status = 'open' and l.edge_id <> ?
-           and a.resource in (${resources.map(() => "?").join(", ")}) and a.granted > a.admitted
-           and (a.resource in ('slots', 'included_tokens') or a.window_start = ?)`,
-        [subscriptionId, req.edgeId, ...resources, minute],
-      );
+      // Compared as the driver reads it (BillingDb): as text, in UTC.
+      const minute = windowsOf({ lengthMs: 60_000 }, ctx.clock(), ctx.config.LEASE_TTL_MS).current.start.toISOString();
+      const rows = await db
+        .selectFrom("lease_budgets as b")
+        .innerJoin("leases as l", "l.id", "b.lease_id")
+        .innerJoin("lease_allowances as a", (join) =>
+          join
+            .onRef("a.lease_id", "=", "l.id")
+            .on((eb) => eb("a.scope", "=", eb.cast<string>("b.subscription_id", "text"))),
+        )
+        .select(["l.id", "l.edge_id"])
+        .distinct()
+        .where("b.subscription_id", "=", subscriptionId)
+        .where("b.status", "=", "open")
+        .where("l.status", "=", "open")
+        .where("l.edge_id", "<>", req.edgeId)
+        .where((eb) => eb("a.resource", "=", eb.fn.any(eb.val(resources))))
+        .whereRef("a.granted", ">", "a.admitted")
+        .where((eb) => eb.or([eb("a.resource", "in", ["slots", "included_tokens"]), eb("a.window_start", "=", minute)]))
+        .execute();
       if (rows.length === 0) return [];
-      const ids = rows.map((r) => r.id as string);
-      await em.execute(
-        `update lease_budgets set status = 'fenced', state = 'active', fenced_at = ?
-         where subscription_id = ? and status = 'open' and lease_id in (${ids.map(() => "?").join(", ")})`,
-        [ctx.clock(), subscriptionId, ...ids],
-      );
-      return rows.map((r) => ({ leaseId: r.id as string, edgeId: r.edge_id as string }));
+      await db
+        .updateTable("lease_budgets")
+        .set({ status: "fenced", state: "active", fenced_at: ctx.clock() })
+        .where("subscription_id", "=", subscriptionId)
+        .where("status", "=", "open")
+        .where((eb) => eb("lease_id", "=", eb.fn.any(eb.val(rows.map((r) => r.id)))))
+        .execute();
+      return rows.map((r) => ({ leaseId: r.id, edgeId: r.edge_id }));
     }),
   );
   if (holders.length === 0) return false;

@@ -1,6 +1,7 @@
 import { performance } from "node:perf_hooks";
 import { fenceWaitMs } from "@mkt/runtime/fence-wait";
-import type { BillingContext } from "../context.ts";
+import { billingDb } from "../billing-db.ts";
+import { int8, type BillingContext } from "../context.ts";
 import { fenceLeases } from "./fence-leases.ts";
 import { unspent } from "./lease-growth.ts";
 import { loadLeases } from "./lease-store.ts";
@@ -17,11 +18,15 @@ import { loadLeases } from "./lease-store.ts";
 export async function recallLentCredit(ctx: BillingContext, accountId: string, amount: bigint): Promise<boolean> {
   const holders = await ctx.orm.em.fork().transactional(async (em) => {
     // No wallet yet (the refused payment opened it in the transaction that rolled back): no leases.
-    const [row] = await em.execute(`select posted_micros, held_micros from wallets where account_id = ? for update`, [
-      accountId,
-    ]);
+    const db = await billingDb(em);
+    const row = await db
+      .selectFrom("wallets as w")
+      .select(["w.posted_micros", "w.held_micros"])
+      .where("w.account_id", "=", accountId)
+      .forUpdate()
+      .executeTakeFirst();
     if (!row) return [];
-    const free = BigInt(row.posted_micros as string) - BigInt(row.held_micros as string);
+    const free = int8(row.posted_micros) - int8(row.held_micros);
     const leases = await loadLeases(em, (l) => l.and([l("l.account_id", "=", accountId), l("l.status", "=", "open")]));
     const lent = leases.reduce((sum, l) => sum + unspent(l.allowances.find((a) => a.resource === "credit")), 0n);
     if (lent <= 0n || free + lent < amount) return [];

@@ -1,3 +1,4 @@
+import { billingDb } from "../billing-db.ts";
 import type { Em } from "../context.ts";
 import type { FencedLease } from "./recall-types.ts";
 
@@ -12,12 +13,15 @@ import type { FencedLease } from "./recall-types.ts";
  * later increment).
  */
 export async function fenceBudgets(em: Em, subscriptionId: string, state: string, now: Date): Promise<FencedLease[]> {
-  const rows = await em.execute(
-    `update lease_budgets b set status = 'fenced', state = ?, fenced_at = ?
-     from leases l
-     where l.id = b.lease_id and b.subscription_id = ? and b.status = 'open'
-     returning b.lease_id, l.edge_id`,
-    [state, now, subscriptionId],
-  );
-  return rows.map((row) => ({ leaseId: row.lease_id as string, edgeId: row.edge_id as string }));
+  const db = await billingDb(em);
+  const rows = await db
+    .updateTable("lease_budgets as b")
+    .set({ status: "fenced", state, fenced_at: now })
+    .from("leases as l")
+    .whereRef("l.id", "=", "b.lease_id")
+    .where("b.subscription_id", "=", subscriptionId)
+    .where("b.status", "=", "open")
+    .returning(["b.lease_id", "l.edge_id"])
+    .execute();
+  return rows.map((row) => ({ leaseId: row.lease_id, edgeId: row.edge_id }));
 }

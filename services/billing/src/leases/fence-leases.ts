@@ -1,3 +1,4 @@
+import { billingDb } from "../billing-db.ts";
 import type { Em } from "../context.ts";
 import type { FencedLease } from "./recall-types.ts";
 
@@ -10,15 +11,23 @@ import type { FencedLease } from "./recall-types.ts";
  * frozen at its edge session's, read by a statement that starts after the lock is granted.
  */
 export async function fenceLeases(em: Em, accountId: string, only?: string[]): Promise<FencedLease[]> {
-  await em.execute(`select account_id from wallets where account_id = ? for update`, [accountId]);
+  const db = await billingDb(em);
+  await db
+    .selectFrom("wallets as w")
+    .select("w.account_id")
+    .where("w.account_id", "=", accountId)
+    .forUpdate()
+    .execute();
+  let fence = db
+    .updateTable("leases as l")
+    .from("edge_sessions as s")
+    // BillingDb types a column read as the driver returns it (text); written, it is the same timestamptz.
+    .set((eb) => ({ status: "fenced", deadline: eb.ref("s.deadline").$castTo<Date>() }))
+    .whereRef("s.edge_id", "=", "l.edge_id")
+    .where("l.account_id", "=", accountId)
+    .where("l.status", "=", "open");
   // `only`: GrantLease's bounded recall fences just the leases whose room it takes back.
-  const which = only ? ` and l.id in (${[...only, null].map(() => "?").join(", ")})` : "";
-  const rows = await em.execute(
-    `update leases l set status = 'fenced', deadline = s.deadline
-     from edge_sessions s
-     where s.edge_id = l.edge_id and l.account_id = ? and l.status = 'open'${which}
-     returning l.id, l.edge_id`,
-    [accountId, ...(only ? [...only, null] : [])],
-  );
-  return rows.map((row) => ({ leaseId: row.id as string, edgeId: row.edge_id as string }));
+  if (only) fence = fence.where((eb) => eb("l.id", "=", eb.fn.any(eb.val(only))));
+  const rows = await fence.returning(["l.id", "l.edge_id"]).execute();
+  return rows.map((row) => ({ leaseId: row.id, edgeId: row.edge_id }));
 }

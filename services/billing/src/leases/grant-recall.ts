@@ -1,6 +1,7 @@
 import { performance } from "node:perf_hooks";
 import type { GrantLeaseRequest } from "@mkt/proto/billing/v1/leases";
-import type { BillingContext, Em } from "../context.ts";
+import { billingDb } from "../billing-db.ts";
+import { int8, type BillingContext, type Em } from "../context.ts";
 import { tierLimits } from "../rate-limits/rate-limiter.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
 import { fenceLeases } from "./fence-leases.ts";
@@ -34,7 +35,13 @@ export async function recallForGrant(ctx: BillingContext, req: GrantLeaseRequest
     ctx.orm.em.fork().transactional(async (em) => {
       // FOR UPDATE on the wallet first (fenceLeases takes it again, harmlessly): no grant or
       // heartbeat of the account changes its leases between the reading and the fence.
-      await em.execute(`select account_id from wallets where account_id = ? for update`, [req.accountId]);
+      const db = await billingDb(em);
+      await db
+        .selectFrom("wallets as w")
+        .select("w.account_id")
+        .where("w.account_id", "=", req.accountId)
+        .forUpdate()
+        .execute();
       const taken = await roomToTake(ctx, em, req);
       if (taken === "covered") return taken;
       return taken.length > 0 ? fenceLeases(em, req.accountId, taken) : [];
@@ -59,14 +66,17 @@ async function roomToTake(ctx: BillingContext, em: Em, req: GrantLeaseRequest): 
   );
   const mine = leases.find((l) => l.edgeId === req.edgeId);
   const others = leases.filter((l) => l.edgeId !== req.edgeId);
-  const [wallet] = await em.execute(`select posted_micros, held_micros from wallets where account_id = ?`, [
-    req.accountId,
-  ]);
+  const db = await billingDb(em);
+  const wallet = await db
+    .selectFrom("wallets as w")
+    .select(["w.posted_micros", "w.held_micros"])
+    .where("w.account_id", "=", req.accountId)
+    .executeTakeFirst();
   if (!wallet) return [];
   // Per resource: what is short for the request in hand, and each other lease's unspent room.
   const shortfalls: Array<{ short: bigint; roomOf: (lease: LeaseRow) => bigint }> = [];
   const credit = (lease: LeaseRow | undefined) => unspent(lease?.allowances.find((a) => a.resource === "credit"));
-  const free = BigInt(wallet.posted_micros as string) - BigInt(wallet.held_micros as string);
+  const free = int8(wallet.posted_micros) - int8(wallet.held_micros);
   shortfalls.push({ short: want.credit - free - credit(mine), roomOf: credit });
   const limits = tierLimits(ctx.config.TIERS, req.tier);
   for (const window of REQUEST_WINDOWS) {

@@ -1,4 +1,5 @@
 import type { BudgetTerms } from "@mkt/proto/billing/v1/leases";
+import { billingDb } from "../billing-db.ts";
 import type { Em } from "../context.ts";
 import { write } from "../write-batch.ts";
 import { planTerms } from "../subscriptions/plan-limits.ts";
@@ -17,28 +18,39 @@ export async function lockSubscriptions(
 ): Promise<Map<string, Record<string, unknown>>> {
   const ids = [...new Set(subscriptionIds)].sort();
   if (ids.length === 0) return new Map();
-  const rows = await em.execute(
-    `select * from subscriptions where id in (${ids.map(() => "?").join(", ")}) order by id for share`,
-    ids,
-  );
-  return new Map(rows.map((row) => [row.id as string, row]));
+  const db = await billingDb(em);
+  const rows = await db
+    .selectFrom("subscriptions as s")
+    .selectAll("s")
+    .where((eb) => eb("s.id", "=", eb.fn.any(eb.val(ids))))
+    .orderBy("s.id")
+    .forShare()
+    .execute();
+  return new Map(rows.map((row) => [row.id, row]));
 }
 
 /** Subscriptions with an open budget on the edge's open leases (a heartbeat locks them first). */
 export async function budgetSubscriptions(em: Em, edgeId: string, accountIds?: string[]): Promise<string[]> {
-  const ofAccounts = accountIds ? ` and l.account_id in (${[...accountIds, null].map(() => "?").join(", ")})` : "";
-  const rows = await em.execute(
-    `select distinct b.subscription_id from lease_budgets b join leases l on l.id = b.lease_id
-     where l.edge_id = ? and l.status = 'open' and b.status = 'open'${ofAccounts}`,
-    [edgeId, ...(accountIds ? [...accountIds, null] : [])],
-  );
-  return rows.map((row) => row.subscription_id as string);
+  const db = await billingDb(em);
+  let query = db
+    .selectFrom("lease_budgets as b")
+    .innerJoin("leases as l", "l.id", "b.lease_id")
+    .select("b.subscription_id")
+    .distinct()
+    .where("l.edge_id", "=", edgeId)
+    .where("l.status", "=", "open")
+    .where("b.status", "=", "open");
+  if (accountIds) query = query.where((eb) => eb("l.account_id", "=", eb.fn.any(eb.val(accountIds))));
+  const rows = await query.execute();
+  return rows.map((row) => row.subscription_id);
 }
 
 /**
  * Opens the lease's budget for an active subscription, or reopens a fenced one (GrantLease only:
  * the subscription was checked active under its lock), refreshing the terms snapshot its
- * requests settle on. Cumulative totals carry on in the same allowances.
+ * requests settle on. Cumulative totals carry on in the same allowances. Written through `write`,
+ * not Kysely: GrantLease holds it back with the grant's other writes (batchWrites), which takes a
+ * statement's text.
  */
 export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<string, unknown>): Promise<BudgetRow> {
   const plan = planTerms(subscription);
@@ -95,7 +107,10 @@ export async function openBudget(em: Em, lease: LeaseRow, subscription: Record<s
   return budget;
 }
 
-/** Fences one budget found open while its subscription is no longer active (a path that did not). */
+/**
+ * Fences one budget found open while its subscription is no longer active (a path that did not).
+ * Written through `write`, as openBudget is: held back with the heartbeat's other writes.
+ */
 export async function fenceBudget(em: Em, lease: LeaseRow, budget: BudgetRow, state: string, now: Date) {
   budget.status = "fenced";
   budget.state = state;

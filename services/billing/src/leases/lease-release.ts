@@ -1,3 +1,4 @@
+import { billingDb } from "../billing-db.ts";
 import type { Em } from "../context.ts";
 import type { LeaseRow, WalletRow } from "./lease-rows.ts";
 import { shiftHold } from "./lease-writes.ts";
@@ -12,17 +13,35 @@ import { shiftHold } from "./lease-writes.ts";
 export async function releaseEndedLease(em: Em, lease: LeaseRow, wallet: WalletRow, now: Date): Promise<boolean> {
   const closing = lease.status !== "closed";
   if (closing) {
-    await em.execute(`update lease_allowances set admitted = granted where lease_id = ?`, [lease.id]);
-    await em.execute(
-      `update leases l set status = 'closed', closed_at = ?, release_at = ?,
-         deadline = coalesce(l.deadline, (select s.deadline from edge_sessions s where s.edge_id = l.edge_id))
-       where id = ?`,
-      [now, now, lease.id],
-    );
+    const closer = await billingDb(em);
+    // A column set from another is cast to the type written: BillingDb types what the driver reads
+    // (bigint and timestamptz as text), the columns are the same type in the database.
+    await closer
+      .updateTable("lease_allowances")
+      .set((eb) => ({ admitted: eb.ref("granted").$castTo<bigint>() }))
+      .where("lease_id", "=", lease.id)
+      .execute();
+    await closer
+      .updateTable("leases as l")
+      .set((eb) => ({
+        status: "closed",
+        closed_at: now,
+        release_at: now,
+        deadline: eb.fn
+          .coalesce(
+            "l.deadline",
+            eb.selectFrom("edge_sessions as s").select("s.deadline").whereRef("s.edge_id", "=", "l.edge_id"),
+          )
+          .$castTo<Date | null>(),
+      }))
+      .where("l.id", "=", lease.id)
+      .execute();
     lease.status = "closed";
   }
   await shiftHold(em, lease, wallet, -lease.heldMicros);
-  await em.execute(`update leases set released_at = ? where id = ?`, [now, lease.id]);
+  // billingDb once more: it sends what shiftHold held back (batchWrites) first, as em.execute did.
+  const db = await billingDb(em);
+  await db.updateTable("leases").set({ released_at: now }).where("id", "=", lease.id).execute();
   lease.releasedAt = now;
   return closing;
 }
