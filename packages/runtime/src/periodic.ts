@@ -9,6 +9,8 @@ const FIRST_RETRY_MS = 250;
  * and the loop goes on, and stop waits for a run in progress. The timer does not keep the
  * process alive.
  *
+ * With `atStart`, the first run starts at once instead of one interval later.
+ *
  * A failed run (its database was down) is tried again after 250 ms, doubling up to the interval,
  * rather than only at the next tick: a run that failed just as the database came back would
  * otherwise leave its work (leases due for release) for a whole interval more.
@@ -18,6 +20,7 @@ export function repeatEvery(
   task: () => Promise<unknown>,
   log: Logger,
   what: string,
+  options: { atStart?: boolean } = {},
 ): () => Promise<void> {
   let running: Promise<unknown> | undefined;
   let stopped = false;
@@ -43,6 +46,8 @@ export function repeatEvery(
   };
   const timer = setInterval(run, intervalMs);
   timer.unref();
+  // A first run now rather than an interval from now (the overlap rule above applies to it too).
+  if (options.atStart) run();
   return async () => {
     stopped = true;
     clearInterval(timer);

@@ -53,4 +53,23 @@ describe("repeatEvery", () => {
     expect(at[2]! - at[1]!).toBeGreaterThanOrEqual(490);
     expect(at[2]!).toBeLessThan(1_950);
   });
+
+  it("runs at once with atStart, then every interval, never overlapping the first run", async () => {
+    const at: number[] = [];
+    const started = performance.now();
+    const stop = repeatEvery(
+      200,
+      async () => {
+        at.push(performance.now() - started);
+        await sleep(250); // longer than the interval: the first tick is skipped
+      },
+      log,
+      "test task",
+      { atStart: true },
+    );
+    while (at.length < 2) await sleep(10);
+    await stop();
+    expect(at[0]!).toBeLessThan(50);
+    expect(at[1]!).toBeGreaterThanOrEqual(395); // the tick at 400 ms; the one at 200 found it running
+  });
 });

@@ -36,6 +36,8 @@ export interface BillingOptions {
   janitorIntervalMs?: number;
   /** How often leases past their deadline + EDGE_ISOLATION_MS are closed (default: one LEASE_TTL_MS). */
   leaseCloserIntervalMs?: number;
+  /** Whether the lease closer also runs once at start (default: yes; tests that run it themselves say no). */
+  leaseCloserAtStart?: boolean;
   /** Overrides RENEWAL_INTERVAL_MS (tests run passes themselves with renewSubscriptions). */
   renewalIntervalMs?: number;
 }
@@ -117,7 +119,11 @@ export async function startBilling(
     },
   );
   const stopPruner = startCounterPruner(ctx, options.counterPruneIntervalMs ?? 60_000);
-  const stopLeaseCloser = startLeaseCloser(ctx, options.leaseCloserIntervalMs ?? config.LEASE_TTL_MS);
+  const stopLeaseCloser = startLeaseCloser(
+    ctx,
+    options.leaseCloserIntervalMs ?? config.LEASE_TTL_MS,
+    options.leaseCloserAtStart ?? true,
+  );
   const stopJanitor = startSubscriptionJanitor(ctx, options.janitorIntervalMs ?? 60_000);
   const renewals = startRenewalScheduler(ctx, options.renewalIntervalMs ?? config.RENEWAL_INTERVAL_MS);
   const folder = startRollupFolder(() => orm.em.fork(), config.ROLLUP_FOLD_INTERVAL_MS, log);

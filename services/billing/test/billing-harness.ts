@@ -61,6 +61,7 @@ export async function startTestBilling(env: Record<string, string> = {}, options
     janitorIntervalMs: 3_600_000, // tests run the subscription janitor themselves
     renewalIntervalMs: 3_600_000, // and renewal passes, at the times they choose
     leaseCloserIntervalMs: 3_600_000, // and the lease closer
+    leaseCloserAtStart: false,
     ...options,
   });
   const callers = allowedCallerClient(BillingServiceClient, `127.0.0.1:${billing.port}`, BILLING_CALLERS, certs);

@@ -11,7 +11,7 @@ const TTL = 2_000;
 // A fixed clock 10 s into a UTC minute: the beat grows the rooms of the windows the grant opened.
 const BASE = Date.UTC(2030, 0, 7, 12, 0, 10);
 let offsetMs = 0;
-const OPTIONS = { clock: () => new Date(BASE + offsetMs), leaseCloserIntervalMs: 3_600_000 };
+const OPTIONS = { clock: () => new Date(BASE + offsetMs), leaseCloserIntervalMs: 3_600_000, leaseCloserAtStart: false };
 const TABLES = ["leases", "lease_allowances", "wallets", "rate_counters"] as const;
 let t: TestBilling;
 

@@ -85,7 +85,11 @@ export async function closeDueLeases(ctx: BillingContext): Promise<CloseResult> 
   return result;
 }
 
-/** Runs closeDueLeases every `intervalMs`; returns a stop function. */
-export function startLeaseCloser(ctx: BillingContext, intervalMs: number): () => Promise<void> {
-  return repeatEvery(intervalMs, () => closeDueLeases(ctx), ctx.log, "lease closer");
+/**
+ * Runs closeDueLeases every `intervalMs`, and at once when `atStart`; returns a stop function. The
+ * pass at start releases what came due while billing was down (a dead edge's slots and credit)
+ * without waiting an interval (LEASE_TTL_MS) more.
+ */
+export function startLeaseCloser(ctx: BillingContext, intervalMs: number, atStart: boolean): () => Promise<void> {
+  return repeatEvery(intervalMs, () => closeDueLeases(ctx), ctx.log, "lease closer", { atStart });
 }
