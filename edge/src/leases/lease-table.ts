@@ -1,9 +1,6 @@
 import { performance } from "node:perf_hooks";
-import type { PromiseClient } from "@mkt/runtime/grpc-client";
-import { AppError } from "@mkt/runtime/errors";
 import type { Logger } from "@mkt/runtime/logger";
 import type { LeaseReport } from "@mkt/proto/billing/v1/leases";
-import type { BillingServiceClient } from "@mkt/proto/billing/v1/billing";
 import type { Histogram } from "prom-client";
 import type { HeldLease } from "./held-lease.ts";
 import { HeldLeases } from "./held-leases.ts";
@@ -18,21 +15,18 @@ import {
   takeWorstCaseInMemory,
   type AdmissionPort,
 } from "./request-admission.ts";
-import { isRefusal, RefusalCache } from "./refusal-cache.ts";
+import { RefusalCache } from "./refusal-cache.ts";
 import { admitOrGrant, type ColdPath, type GrantAnswer } from "./admit-or-grant.ts";
 import { GrantCoalescer } from "./grant-coalescer.ts";
-import { GRANT_TIMEOUT_MS, grantRequest, reportWithGrant } from "./grant-request.ts";
+import { grantRequest, reportWithGrant } from "./grant-request.ts";
 import { planHeartbeat } from "./heartbeat-plan.ts";
-import { EdgeIncarnation, isSuperseded, supersededError } from "./edge-incarnation.ts";
 import { unavailable } from "./lease-errors.ts";
-import { nextBackoffMs } from "./heartbeat-backoff.ts";
 import type { IsolationWatch } from "./isolation-watch.ts";
 import { BillingLeaseSettings } from "./lease-settings.ts";
-import type { LeaseSettings } from "@mkt/proto/billing/v1/leases";
+import { LeaseCalls, type LeaseBilling } from "./lease-calls.ts";
 
 export type { AdmitNeed, FitToCredit, WorstCase, WorstCaseOn } from "./admission-need.ts";
-
-export type LeaseBilling = Pick<PromiseClient<BillingServiceClient>, "grantLease" | "heartbeat" | "returnLeases">;
+export type { LeaseBilling } from "./lease-calls.ts";
 
 export interface LeaseTableOptions {
   billing: LeaseBilling;
@@ -68,48 +62,33 @@ export const DEFAULT_LEASE_IDLE_MS = 60_000;
  * what each module decides). Admission is in memory; billing is called only on the cold or short
  * path (one GrantLease per scope in flight), by the heartbeat (`beat`, driven by
  * lease-heartbeat.ts), and on `returnAll`; a recall is acked over NATS with the report `recall`
- * gives. Every call carries the edge's next sequence. The table owns the state, the clock and the
- * calls; the decisions are the modules'.
+ * gives. The table owns the leases' state and the clock and applies what replies say of the
+ * leases; the decisions are the modules'. lease-calls.ts sends the calls and applies what their
+ * answers say of the edge itself (settings, incarnation, backoff, a superseded process, 503s).
  */
 export class LeaseTable {
   /** Billing's LEASE_TTL_MS, EDGE_ISOLATION_MS and MAX_REQUEST_MS as its latest replies gave them. */
   readonly settings: BillingLeaseSettings;
-  readonly #billing: LeaseBilling;
-  readonly #log: Logger;
+  readonly #calls: LeaseCalls;
   readonly #now: () => number;
   readonly #idleMs: number;
   readonly #maxReportsPerBeat: number | undefined;
-  readonly #isolation: IsolationWatch | undefined;
-  readonly #self: EdgeIncarnation;
   readonly #held = new HeldLeases();
   readonly #grants = new GrantCoalescer<GrantAnswer>();
   readonly #refused: RefusalCache;
   readonly #granting = (accountId: string) => this.#grants.grantingFor(accountId);
-  /**
-   * Accounts whose GrantLease got no answer (timed out, billing unreachable): billing may have
-   * opened a lease the edge never heard of. The next heartbeat names them and billing lists their
-   * leases, which the edge then gives back (HeldLeases.applyBeat).
-   */
-  readonly #unansweredGrants = new Set<string>();
-  #sequence = 0n;
   #lastBeatAt: number;
-  #beatFailures = 0;
-  #nextBeatAt = -Infinity;
   /** The heartbeat on the way, until its reply is applied (or it failed). */
   #beating: Promise<void> | undefined;
-  #grantTimes: Pick<Histogram, "observe"> | undefined;
   /** What a request's admission reads and calls: the leases in use, and the cold path. */
   readonly #port: AdmissionPort;
 
   constructor(options: LeaseTableOptions) {
-    this.#billing = options.billing;
-    this.#self = new EdgeIncarnation(options.edgeId);
-    this.#isolation = options.isolation;
     this.settings = options.settings ?? new BillingLeaseSettings({ initialTtlMs: options.ttlMs });
-    const isolation = options.isolation;
-    if (isolation) this.settings.onChange(() => isolation.setBound(this.settings.isolationMs));
-    this.#log = options.log;
     this.#now = options.now ?? (() => performance.now());
+    const { billing, edgeId, log, isolation } = options;
+    const dropAll = () => this.#held.clear();
+    this.#calls = new LeaseCalls({ billing, edgeId, log, isolation, settings: this.settings, now: this.#now, dropAll });
     this.#idleMs = options.idleMs ?? DEFAULT_LEASE_IDLE_MS;
     this.#maxReportsPerBeat = options.maxReportsPerBeat;
     this.#lastBeatAt = this.#now();
@@ -140,7 +119,7 @@ export class LeaseTable {
   }
 
   get edgeId(): string {
-    return this.#self.edgeId;
+    return this.#calls.edgeId;
   }
 
   /** Billing's LEASE_TTL_MS, from its latest reply. */
@@ -155,18 +134,17 @@ export class LeaseTable {
 
   /** Whether another process took this edge's id (readiness fails; nothing is admitted). */
   get superseded(): boolean {
-    return this.#self.superseded;
+    return this.#calls.superseded;
   }
 
   /** Times each GrantLease from now on (the edge's `mkt_lease_grant_seconds`). */
   observeGrants(histogram: Pick<Histogram, "observe">): void {
-    this.#grantTimes = histogram;
+    this.#calls.observeGrants(histogram);
   }
 
   /** The edge's next sequence number, increasing across all of its lease calls. */
   nextSequence(): bigint {
-    this.#sequence += 1n;
-    return this.#sequence;
+    return this.#calls.nextSequence();
   }
 
   /** Requests admitted here and still running. */
@@ -216,25 +194,16 @@ export class LeaseTable {
     const sentAt = this.#now();
     const { report, final } = reportWithGrant(held, sequence, sentAt, sentAt - this.#lastBeatAt);
     if (held && final) this.#held.retire(held);
-    let reply;
-    try {
-      const request = { ...this.#self.caller(), sequence, ...grantRequest(key, tier, inHand, report) };
-      reply = await this.#billing.grantLease(request, { timeoutMs: Math.max(GRANT_TIMEOUT_MS, this.ttlMs) });
-    } catch (err) {
-      const error = AppError.fromGrpc(err);
-      if (isSuperseded(error)) throw this.#supersede(error);
-      if (isRefusal(error) && members === 1) this.#refused.remember(key, error, sentAt, inHand);
-      if (error.httpStatus < 500) throw error;
-      this.#unansweredGrants.add(key.accountId);
-      // Billing down or failing: never a 402/429 (docs/adr/0027-dependency-outage-is-503.md).
-      throw unavailable(this.ttlMs, "Billing is unavailable", error);
-    } finally {
-      this.#grantTimes?.observe((this.#now() - sentAt) / 1000);
-    }
-    this.#answered(reply.incarnation, sentAt, reply.settings);
-    if (!reply.lease) throw unavailable(this.ttlMs, "Billing sent no lease");
-    this.#held.adopt(reply.lease, tier, { sequence, sentAt, receivedAt: this.#now(), marginMs: this.marginMs });
-    return { includedCrossing: reply.includedCrossing };
+    return this.#calls.grantLease({ sequence, ...grantRequest(key, tier, inHand, report) }, sentAt, {
+      refused: (error) => {
+        if (members === 1) this.#refused.remember(key, error, sentAt, inHand);
+      },
+      granted: (reply) => {
+        if (!reply.lease) throw unavailable(this.ttlMs, "Billing sent no lease");
+        this.#held.adopt(reply.lease, tier, { sequence, sentAt, receivedAt: this.#now(), marginMs: this.marginMs });
+        return { includedCrossing: reply.includedCrossing };
+      },
+    });
   }
 
   /**
@@ -252,15 +221,7 @@ export class LeaseTable {
     const sequence = this.nextSequence();
     const sentAt = this.#now();
     const leases = ended.map((lease) => lease.report(true, sentAt - this.#lastBeatAt, sequence));
-    try {
-      const request = { ...this.#self.caller(), sequence, leases };
-      const reply = await this.#billing.returnLeases(request, { timeoutMs: Math.max(GRANT_TIMEOUT_MS, this.ttlMs) });
-      this.#answered(reply.incarnation, sentAt, reply.settings);
-    } catch (err) {
-      const error = AppError.fromGrpc(err);
-      if (isSuperseded(error)) throw this.#supersede(error);
-      throw unavailable(this.ttlMs, "Billing is unavailable", error);
-    }
+    await this.#calls.returnLeases({ sequence, leases }, sentAt);
   }
 
   /**
@@ -282,14 +243,14 @@ export class LeaseTable {
   /** Skipped while backing off from a failing billing. */
   async #beatOnce(): Promise<void> {
     const now = this.#now();
-    if (now < this.#nextBeatAt || this.superseded) return;
+    if (this.#calls.backingOff(now) || this.superseded) return;
     const all = this.#held.all();
     // With no lease left a heartbeat still goes while a refusal is cached (its reply lifts it) or
     // a grant went unanswered (its reply lists a lease made for it). The first one goes at start:
     // it takes this process's incarnation, so billing releases what an earlier process under the
     // same edge id held at once, with no request needed.
-    const idle = all.length === 0 && this.#refused.size === 0 && this.#unansweredGrants.size === 0;
-    if (idle && this.#self.number !== 0n) return;
+    const idle = all.length === 0 && this.#refused.size === 0 && this.#calls.unansweredGrants === 0;
+    if (idle && this.#calls.incarnation !== 0n) return;
     const plan = planHeartbeat(
       all.map((lease) => ({ lease, retired: this.#held.isRetired(lease) })),
       now,
@@ -298,28 +259,11 @@ export class LeaseTable {
     const sequence = this.nextSequence();
     const reports = this.#held.reportInBeat(plan, sequence, now - this.#lastBeatAt);
     this.#lastBeatAt = now;
-    const unanswered = [...this.#unansweredGrants];
-    let reply;
-    try {
-      const request = { ...this.#self.caller(), sequence, leases: reports, unansweredGrantAccounts: unanswered };
-      // A reply is worth waiting for as long as it can still renew: until send + TTL − margin.
-      // Dropped at TTL / 2, a busy billing's late replies were lost, every lease lapsed and each
-      // request went to billing for a grant, keeping it busy (1,000 sparse accounts: 12 grants
-      // per account per minute, not 3.7; p50 latency 5.2 s, not 11 ms). The next beat waits.
-      reply = await this.#billing.heartbeat(request, { timeoutMs: Math.max(100, this.ttlMs - this.marginMs) });
-    } catch (err) {
-      const error = AppError.fromGrpc(err);
-      if (isSuperseded(error)) return void this.#supersede(error);
-      this.#beatFailures += 1;
-      this.#nextBeatAt = this.#now() + nextBackoffMs(this.#beatFailures, this.ttlMs);
-      this.#log.warn({ err, failures: this.#beatFailures }, "lease heartbeat failed; backing off");
-      return;
-    }
-    this.#answered(reply.incarnation, now, reply.settings);
-    for (const accountId of unanswered) this.#unansweredGrants.delete(accountId);
-    const at = { sequence, sentAt: now, receivedAt: this.#now(), marginMs: this.marginMs };
-    this.#held.applyBeatReply(reply.leases, Number(reply.validForMs), plan.unreported, at, this.#granting);
-    this.#refused.liftBefore(now);
+    await this.#calls.heartbeat({ sequence, leases: reports }, now, (reply) => {
+      const at = { sequence, sentAt: now, receivedAt: this.#now(), marginMs: this.marginMs };
+      this.#held.applyBeatReply(reply.leases, Number(reply.validForMs), plan.unreported, at, this.#granting);
+      this.#refused.liftBefore(now);
+    });
   }
 
   /**
@@ -343,39 +287,7 @@ export class LeaseTable {
     const elapsed = this.#now() - this.#lastBeatAt;
     const sequence = this.nextSequence();
     const reports = this.#held.returnAll(sequence, elapsed);
-    await this.#billing.returnLeases({ ...this.#self.caller(), sequence, leases: reports }, { timeoutMs: this.ttlMs });
+    await this.#calls.returnAtShutdown({ sequence, leases: reports });
     this.#held.clear();
-  }
-
-  /**
-   * Billing answered a call sent at `sentAt`. Its settings apply before anything the reply says
-   * (a lease's validity is cut by the TTL's margin; the isolation bound covers what it grants).
-   */
-  #answered(incarnation: bigint, sentAt: number, settings: LeaseSettings | undefined): void {
-    this.settings.apply(settings);
-    this.#self.answered(incarnation);
-    this.#isolation?.contact(sentAt);
-    // Billing answers again: the heartbeats' backoff ends. Left to run its course (up to 4 TTL),
-    // the session the first grant after an outage renewed lapsed again a TTL later, and the next
-    // grant fenced every lease of the edge a second time, with the calls admitted since in flight.
-    this.#beatFailures = 0;
-    this.#nextBeatAt = -Infinity;
-  }
-
-  /**
-   * Another process took this edge's id and billing closed every lease of this one: admitting on
-   * them would be admitting on room billing released. So nothing is admitted any more, the
-   * answers in flight end and readiness fails.
-   */
-  #supersede(err: AppError): AppError {
-    if (this.#self.supersede()) {
-      this.#held.clear();
-      this.#log.error(
-        { edgeId: this.edgeId, incarnation: this.#self.number },
-        "another process took this EDGE_ID: this one admits nothing more (give every edge its own EDGE_ID)",
-      );
-      this.#isolation?.end(supersededError());
-    }
-    return supersededError(err);
   }
 }
