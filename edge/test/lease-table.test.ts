@@ -585,6 +585,44 @@ describe("the edge's lease table against a real billing", () => {
     expect(await statusOf()).toEqual(["closed"]);
   });
 
+  it("names an account whose grant it gave up on until that grant can no longer commit, and gives its lease back", async () => {
+    // The grant is held on the way to billing and fails at the edge (its deadline): it reaches
+    // billing, and commits, only after the edge's next heartbeat named the account.
+    let clock = 0;
+    const counted = countedBilling(t.billing.port);
+    clients.push(counted.client);
+    const late: Array<Parameters<LeaseBilling["grantLease"]>[0]> = [];
+    const billing: LeaseBilling = {
+      grantLease: async (request) => {
+        late.push(request);
+        throw Object.assign(new Error("deadline exceeded"), {
+          code: grpcStatus.DEADLINE_EXCEEDED,
+          details: "Deadline exceeded",
+        });
+      },
+      returnLeases: (...args) => counted.billing.returnLeases(...args),
+      heartbeat: (...args) => counted.billing.heartbeat(...args),
+    };
+    const table = new LeaseTable({ edgeId: `edge-${randomUUID()}`, billing, ttlMs: TTL, log, now: () => clock });
+    const accountId = randomUUID();
+    await expect(admitOne(table, accountId, "big", 100n)).rejects.toMatchObject({ httpStatus: 503 });
+    clock += 100;
+    await table.beat(); // names the account: billing has no lease of it yet
+    await counted.billing.grantLease(late[0]!, { timeoutMs: 5_000 });
+    const statusOf = async () =>
+      (await t.query<{ status: string }>(`select status from leases where account_id = $1`, [accountId])).map(
+        (row) => row.status,
+      );
+    expect(await statusOf()).toEqual(["open"]);
+    // Beats go on naming it until one is sent past the grant's deadline and a TTL: billing lists
+    // the lease, and the edge reports it final.
+    for (let i = 0; i < 16 && (await statusOf())[0] === "open"; i++) {
+      clock += TTL / 2;
+      await table.beat();
+    }
+    expect(await statusOf()).toEqual(["closed"]);
+  });
+
   it("heartbeats keep a lease valid past one TTL, and returnAll closes it", async () => {
     const { table, calls } = edge();
     const accountId = randomUUID();

@@ -66,10 +66,14 @@ export class LeaseCalls {
   readonly #self: EdgeIncarnation;
   /**
    * Accounts whose GrantLease got no answer (timed out, billing unreachable): billing may have
-   * opened a lease the edge never heard of. The next heartbeat names them and billing lists their
-   * leases, which the edge then gives back (HeldLeases.applyBeat).
+   * opened a lease the edge never heard of. Heartbeats name them and billing lists their leases,
+   * which the edge then gives back (HeldLeases.applyBeat). Each is named until a heartbeat sent
+   * from the time kept here is answered: the grant's deadline and one TTL more. Billing rolls back
+   * a grant whose caller stopped waiting (grant-lease.ts), so a beat sent after that sees any lease
+   * the grant made; one sent before may have run before the grant committed, and the lease would
+   * then hold credit and slots for as long as the edge's session lives.
    */
-  readonly #unansweredGrants = new Set<string>();
+  readonly #unansweredGrants = new Map<string, number>();
   #sequence = 0n;
   #beatFailures = 0;
   #nextBeatAt = -Infinity;
@@ -139,7 +143,11 @@ export class LeaseCalls {
       if (isSuperseded(error)) throw this.#supersede(error);
       if (isRefusal(error)) handler.refused(error);
       if (error.httpStatus < 500) throw error;
-      this.#unansweredGrants.add(request.accountId);
+      const coveredFrom = sentAt + this.#grantTimeoutMs() + this.#settings.ttlMs;
+      this.#unansweredGrants.set(
+        request.accountId,
+        Math.max(coveredFrom, this.#unansweredGrants.get(request.accountId) ?? coveredFrom),
+      );
       throw this.#unavailable(error);
     } finally {
       this.#grantTimes?.observe((this.#now() - sentAt) / 1000);
@@ -173,7 +181,7 @@ export class LeaseCalls {
     sentAt: number,
     apply: (reply: HeartbeatResponse) => void,
   ): Promise<void> {
-    const unanswered = [...this.#unansweredGrants];
+    const unanswered = [...this.#unansweredGrants.keys()];
     let reply;
     try {
       // A reply is worth waiting for as long as it can still renew: until send + TTL − margin.
@@ -194,7 +202,9 @@ export class LeaseCalls {
       return;
     }
     this.#answered(reply.incarnation, sentAt, reply.settings);
-    for (const accountId of unanswered) this.#unansweredGrants.delete(accountId);
+    for (const accountId of unanswered) {
+      if (sentAt >= this.#unansweredGrants.get(accountId)!) this.#unansweredGrants.delete(accountId);
+    }
     apply(reply);
   }
 

@@ -24,7 +24,7 @@ import { recordUsage } from "./settlement/record-usage.ts";
 /** The BillingService gRPC handlers. */
 export function billingService(ctx: BillingContext, log: Logger): BillingServiceServer {
   return {
-    grantLease: unary(log, "GrantLease", (req) => grantLease(ctx, req)),
+    grantLease: unary(log, "GrantLease", (req, call) => grantLease(ctx, req, () => call.cancelled)),
     heartbeat: unary(log, "Heartbeat", (req) => heartbeat(ctx, req)),
     returnLeases: unary(log, "ReturnLeases", (req) => returnLeases(ctx, req)),
     getUsageSummary: unary(log, "GetUsageSummary", (req) => usageSummary(ctx, req)),

@@ -34,9 +34,13 @@ import { lockSubscriptions, openBudget } from "./lease-budgets.ts";
  * lease and grows it to cover the request, or refuses it (paused 403, past due 402, cancelled 401,
  * plan rpm/tpm 429, included tokens, max_concurrent).
  */
-export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): Promise<GrantLeaseResponse> {
+export async function grantLease(
+  ctx: BillingContext,
+  req: GrantLeaseRequest,
+  abandoned: () => boolean = () => false,
+): Promise<GrantLeaseResponse> {
   try {
-    const granted = await grantOrRefuse(ctx, req);
+    const granted = await grantOrRefuse(ctx, req, abandoned);
     ctx.metrics.leaseGrants.inc({ result: "granted" });
     return granted;
   } catch (err) {
@@ -46,7 +50,11 @@ export async function grantLease(ctx: BillingContext, req: GrantLeaseRequest): P
   }
 }
 
-async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promise<GrantLeaseResponse> {
+async function grantOrRefuse(
+  ctx: BillingContext,
+  req: GrantLeaseRequest,
+  abandoned: () => boolean,
+): Promise<GrantLeaseResponse> {
   // The lease's validity counts from here: the edge counts it from its send, which came before.
   const receivedAt = ctx.clock();
   validateEdgeCall(req);
@@ -90,7 +98,7 @@ async function grantOrRefuse(ctx: BillingContext, req: GrantLeaseRequest): Promi
           );
           return ctx.orm.em
             .fork()
-            .transactional((em) => grantIn(ctx, em, req, caller, { receivedAt, sessionDeadline: deadline }));
+            .transactional((em) => grantIn(ctx, em, req, caller, { receivedAt, sessionDeadline: deadline, abandoned }));
         }),
       ),
     );
@@ -121,6 +129,8 @@ async function grantIn(
     receivedAt: Date;
     /** The deadline of the session found live just before (extendLiveSession), or undefined. */
     sessionDeadline: Date | undefined;
+    /** Whether the edge stopped waiting for the answer (its deadline passed, or it cancelled). */
+    abandoned: () => boolean;
   },
 ): Promise<GrantLeaseResponse> {
   // The lease's writes (its row, each room and counter, the hold) go together before each read.
@@ -195,6 +205,13 @@ async function grantIn(
     ));
   }
   await flush();
+  // An edge that stopped waiting never learns of this lease: it would hold credit and slots for
+  // as long as the edge's session lives. Rolled back instead, the last thing before the commit;
+  // the edge names the account in its heartbeats until a grant it gave up on can no longer have
+  // committed (edge/src/leases/lease-calls.ts), which covers one that committed just before.
+  if (session.abandoned()) {
+    throw new AppError("service_unavailable", "The edge stopped waiting for this grant; nothing was granted.");
+  }
   // Valid until the deadline of the session billing holds the lease by (renewSession's: now + TTL),
   // counted from the call's arrival: the edge counts it from its send, earlier still, so a grant
   // that waited here (behind others, for a lock) does not reach the edge valid for less.
