@@ -1,5 +1,6 @@
 import { max0 } from "@mkt/runtime/bigint-math";
 import { hasIncludedTokens, stopsAtIncludedTokens } from "@mkt/runtime/pricing-models";
+import { billingDb, prepare } from "../billing-db.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { write } from "../write-batch.ts";
@@ -155,13 +156,63 @@ function periodOf(subscription: Record<string, unknown>) {
   };
 }
 
+// The reads below are built and compiled once (prepare), bound per call; times are compared as
+// the driver reads them (BillingDb): as ISO text.
+
+const MINUTE_COUNTS = prepare((p: { subscriptionId: string; start: string }, db) =>
+  db
+    .selectFrom("subscription_rate_counters as c")
+    .select(["c.requests", "c.tokens"])
+    .where("c.subscription_id", "=", p.subscriptionId)
+    .where("c.window_start", "=", p.start),
+);
+
 async function minuteCounts(em: Em, subscriptionId: string, start: Date) {
-  const [row] = await em.execute(
-    `select requests, tokens from subscription_rate_counters where subscription_id = ? and window_start = ?`,
-    [subscriptionId, start],
-  );
+  const [row] = await MINUTE_COUNTS(await billingDb(em), { subscriptionId, start: start.toISOString() });
   return { requests: int8(row?.requests), tokens: int8(row?.tokens) };
 }
+
+const INCLUDED_USED_AND_LEASED = prepare(
+  (p: { subscriptionId: string; periodIndex: number; periodStart: string }, db) =>
+    db.selectNoFrom((eb) => [
+      eb.fn
+        .coalesce(
+          eb
+            .selectFrom("subscription_usage as u")
+            .select((u) => u("u.used_tokens", "-", u.ref("u.overage_tokens")).as("used"))
+            .where("u.subscription_id", "=", p.subscriptionId)
+            .where("u.period_index", "=", p.periodIndex),
+          eb.lit(0),
+        )
+        .as("used"),
+      eb.fn
+        .coalesce(
+          eb
+            .selectFrom("lease_allowances as a")
+            .innerJoin("leases as l", "l.id", "a.lease_id")
+            .select((a) =>
+              a.fn
+                .sum<string>(
+                  a.fn("greatest", [
+                    a.lit(0),
+                    a(
+                      a.case().when("l.status", "=", "closed").then(a.ref("a.admitted")).else(a.ref("a.granted")).end(),
+                      "-",
+                      a.ref("a.settled"),
+                    ),
+                  ]),
+                )
+                .as("leased"),
+            )
+            .where("a.scope", "=", p.subscriptionId)
+            .where("a.resource", "=", "included_tokens")
+            .where("a.window_start", "=", p.periodStart)
+            .where("l.released_at", "is", null),
+          eb.lit(0),
+        )
+        .as("leased"),
+    ]),
+);
 
 /**
  * Included tokens of the period nobody holds: less what settled and what every lease holds of it (granted − settled while open or fenced, admitted − settled
@@ -171,29 +222,57 @@ async function minuteCounts(em: Em, subscriptionId: string, start: Date) {
  * rest, which used none of them.
  */
 async function includedLeft(em: Em, plan: PlanTerms, periodStart: Date): Promise<bigint> {
-  const [row] = await em.execute(
-    `select
-       coalesce((select used_tokens - overage_tokens from subscription_usage
-         where subscription_id = ? and period_index = ?), 0) as used,
-       coalesce((select sum(greatest(0, case when l.status = 'closed' then a.admitted else a.granted end - a.settled))
-         from lease_allowances a join leases l on l.id = a.lease_id
-         where a.scope = ? and a.resource = 'included_tokens' and a.window_start = ? and l.released_at is null), 0) as leased`,
-    [plan.subscriptionId, plan.periodIndex, plan.subscriptionId, periodStart],
-  );
+  const [row] = await INCLUDED_USED_AND_LEASED(await billingDb(em), {
+    subscriptionId: plan.subscriptionId,
+    periodIndex: plan.periodIndex,
+    periodStart: periodStart.toISOString(),
+  });
   return max0(plan.includedTokens - int8(row?.used) - int8(row?.leased));
 }
 
+const INCLUDED_UNUSED_ELSEWHERE = prepare((p: { subscriptionId: string; periodStart: string; leaseId: string }, db) =>
+  db
+    .selectFrom("lease_allowances as a")
+    .innerJoin("leases as l", "l.id", "a.lease_id")
+    .select((eb) =>
+      eb.fn.coalesce(eb.fn.sum<string>(eb("a.granted", "-", eb.ref("a.admitted"))), eb.lit(0)).as("unused"),
+    )
+    .where("a.scope", "=", p.subscriptionId)
+    .where("a.resource", "=", "included_tokens")
+    .where("a.window_start", "=", p.periodStart)
+    .whereRef("a.granted", ">", "a.admitted")
+    .where("l.id", "<>", p.leaseId)
+    .where("l.status", "=", "open"),
+);
+
 /** Included tokens of the period that other leases were granted and have not admitted yet. */
 async function includedUnusedElsewhere(em: Em, lease: LeaseRow, subscriptionId: string, periodStart: Date) {
-  const [row] = await em.execute(
-    `select coalesce(sum(a.granted - a.admitted), 0) as unused
-     from lease_allowances a join leases l on l.id = a.lease_id
-     where a.scope = ? and a.resource = 'included_tokens' and a.window_start = ? and a.granted > a.admitted
-       and l.id <> ? and l.status = 'open'`,
-    [subscriptionId, periodStart, lease.id],
-  );
+  const [row] = await INCLUDED_UNUSED_ELSEWHERE(await billingDb(em), {
+    subscriptionId,
+    periodStart: periodStart.toISOString(),
+    leaseId: lease.id,
+  });
   return int8(row?.unused);
 }
+
+const SLOTS_HELD = prepare((p: { subscriptionId: string }, db) =>
+  db
+    .selectFrom("lease_allowances as a")
+    .innerJoin("leases as l", "l.id", "a.lease_id")
+    .select((eb) =>
+      eb.fn
+        .coalesce(
+          eb.fn.sum<string>(
+            eb.case().when("l.status", "=", "closed").then(eb.ref("a.admitted")).else(eb.ref("a.granted")).end(),
+          ),
+          eb.lit(0),
+        )
+        .as("leased"),
+    )
+    .where("a.scope", "=", p.subscriptionId)
+    .where("a.resource", "=", "slots")
+    .where("l.released_at", "is", null),
+);
 
 /**
  * Slots in use for the subscription: every lease's (lent while open or fenced, in flight once
@@ -201,21 +280,26 @@ async function includedUnusedElsewhere(em: Em, lease: LeaseRow, subscriptionId: 
  * adds its unused ones back, so its requests in flight stay counted).
  */
 async function slotsHeld(em: Em, subscriptionId: string): Promise<bigint> {
-  const [row] = await em.execute(
-    `select coalesce(sum(case when l.status = 'closed' then a.admitted else a.granted end), 0) as leased
-     from lease_allowances a join leases l on l.id = a.lease_id
-     where a.scope = ? and a.resource = 'slots' and l.released_at is null`,
-    [subscriptionId],
-  );
+  const [row] = await SLOTS_HELD(await billingDb(em), { subscriptionId });
   return int8(row?.leased);
 }
 
+const EDGES_USING_SUBSCRIPTION = prepare((p: { subscriptionId: string; edgeId: string; since: string }, db) =>
+  db
+    .selectFrom("leases as l")
+    .innerJoin("lease_budgets as b", "b.lease_id", "l.id")
+    .select((eb) => eb.fn.count<string>("l.edge_id").distinct().as("n"))
+    .where("b.subscription_id", "=", p.subscriptionId)
+    .where("l.edge_id", "<>", p.edgeId)
+    .where("l.last_used_at", ">=", p.since),
+);
+
 /** Edges whose leases on the account used this subscription's budget in the last 2 TTL (this one too). */
 async function edgesUsingSubscription(em: Em, lease: LeaseRow, subscriptionId: string, now: Date, ttlMs: number) {
-  const [row] = await em.execute(
-    `select count(distinct l.edge_id) as n from leases l join lease_budgets b on b.lease_id = l.id
-     where b.subscription_id = ? and l.edge_id <> ? and l.last_used_at >= ?`,
-    [subscriptionId, lease.edgeId, new Date(now.getTime() - 2 * ttlMs)],
-  );
+  const [row] = await EDGES_USING_SUBSCRIPTION(await billingDb(em), {
+    subscriptionId,
+    edgeId: lease.edgeId,
+    since: new Date(now.getTime() - 2 * ttlMs).toISOString(),
+  });
   return Number(int8(row?.n)) + 1;
 }

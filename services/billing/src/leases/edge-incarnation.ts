@@ -1,9 +1,10 @@
 import { AppError } from "@mkt/runtime/errors";
 import { uuidV7Time } from "@mkt/runtime/ids";
-import type { LeaseWhere } from "../billing-db.ts";
+import { billingDb, prepare, type LeaseWhere } from "../billing-db.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { withDeadlockRetry } from "./deadlock-retry.ts";
+import { openSession } from "./edge-session.ts";
 import { releaseEndedLease } from "./lease-release.ts";
 import { loadLeases, lockWalletsOf } from "./lease-store.ts";
 
@@ -15,6 +16,39 @@ export interface EdgeCaller {
   /** The random id the process drew at start. */
   bootId: string;
 }
+
+// Each statement built and compiled once (prepare), bound per call: holdIncarnation runs in every
+// grant and heartbeat transaction. lock_edge_incarnation and hold_edge_incarnation are database
+// functions (the migration Migration20270131000000HeartbeatWrites makes them), not tables: BillingDb
+// cannot type their results, so each is called through `fn` with its result type declared.
+
+/** Takes the edge's incarnation lock exclusively, until commit. */
+const LOCK_INCARNATION = prepare((p: { edgeId: string }, db) =>
+  db.selectNoFrom((eb) => eb.fn<null>("lock_edge_incarnation", [eb.val(p.edgeId)]).as("locked")),
+);
+
+/** Holds the edge's incarnation lock shared until commit; true when `incarnation` is its newest. */
+const HOLD_INCARNATION = prepare((p: { edgeId: string; incarnation: bigint; bootId: string }, db) =>
+  db.selectNoFrom((eb) =>
+    eb.fn<boolean>("hold_edge_incarnation", [eb.val(p.edgeId), eb.val(p.incarnation), eb.val(p.bootId)]).as("held"),
+  ),
+);
+
+/** The session row, locked: the incarnation and boot id it has. */
+const SESSION_INCARNATION = prepare((p: { edgeId: string }, db) =>
+  db
+    .selectFrom("edge_sessions as s")
+    .select(["s.incarnation", "s.boot_id"])
+    .where("s.edge_id", "=", p.edgeId)
+    .forUpdate(),
+);
+
+const SET_INCARNATION = prepare((p: { edgeId: string; incarnation: bigint; bootId: string }, db) =>
+  db
+    .updateTable("edge_sessions")
+    .set({ incarnation: p.incarnation, boot_id: p.bootId })
+    .where("edge_id", "=", p.edgeId),
+);
 
 /**
  * The incarnation a lease call is served in. A process that has none yet (0) takes the edge's
@@ -52,25 +86,17 @@ async function startIncarnation(
   now: Date,
 ): Promise<{ incarnation: bigint; closed?: number }> {
   // Before anything else: the lease calls in flight (holdIncarnation) commit first.
-  await em.execute(`select lock_edge_incarnation(?)`, [caller.edgeId]);
-  await em.execute(
-    `insert into edge_sessions (edge_id, sequence, deadline) values (?, 0, ?) on conflict (edge_id) do nothing`,
-    [caller.edgeId, now],
-  );
-  const [row] = await em.execute(`select incarnation, boot_id from edge_sessions where edge_id = ? for update`, [
-    caller.edgeId,
-  ]);
+  const db = await billingDb(em);
+  await LOCK_INCARNATION(db, { edgeId: caller.edgeId });
+  await openSession(db, caller.edgeId, now);
+  const [row] = await SESSION_INCARNATION(db, { edgeId: caller.edgeId });
   if (row!.boot_id === caller.bootId) return { incarnation: int8(row!.incarnation) };
   // The first call of a process that started before the edge's current one, arriving after it
   // (held up behind this lock, or sent just before that process died), must not take the id back
   // and supersede the live process: the one started last owns the id.
   if (startedBefore(caller.bootId, row!.boot_id)) throw superseded(caller);
   const incarnation = int8(row!.incarnation) + 1n;
-  await em.execute(`update edge_sessions set incarnation = ?, boot_id = ? where edge_id = ?`, [
-    incarnation,
-    caller.bootId,
-    caller.edgeId,
-  ]);
+  await SET_INCARNATION(db, { edgeId: caller.edgeId, incarnation, bootId: caller.bootId });
   const held: LeaseWhere = (l) => l.and([l("l.edge_id", "=", caller.edgeId), l("l.released_at", "is", null)]);
   const wallets = await lockWalletsOf(em, held);
   const leases = await loadLeases(em, held);
@@ -95,11 +121,7 @@ async function startIncarnation(
  * grant's new lease before its close.
  */
 export async function holdIncarnation(em: Em, caller: EdgeCaller): Promise<void> {
-  const [row] = await em.execute(`select hold_edge_incarnation(?, ?, ?) as held`, [
-    caller.edgeId,
-    caller.incarnation,
-    caller.bootId,
-  ]);
+  const [row] = await HOLD_INCARNATION(await billingDb(em), caller);
   if (row?.held === true) return;
   throw superseded(caller);
 }

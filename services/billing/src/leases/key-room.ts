@@ -1,6 +1,7 @@
 import { max0 } from "@mkt/runtime/bigint-math";
 import { AppError } from "@mkt/runtime/errors";
 import type { Micros } from "@mkt/runtime/money";
+import { billingDb, prepare } from "../billing-db.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { keyWindow, neverResets, utcOffsetTime, type KeyWindow } from "../key-limits/key-windows.ts";
@@ -69,6 +70,28 @@ export async function growKeyRoom(
   return credit;
 }
 
+// The reads below are built and compiled once (prepare), bound per call (they run per grant of a
+// spend-limited key); times are compared as the driver reads them (BillingDb): as ISO text.
+
+const KEY_UNSETTLED = prepare((p: { keyId: string; windowStart: string; leaseId: string }, db) =>
+  db
+    .selectFrom("lease_allowances as a")
+    .innerJoin("leases as l", "l.id", "a.lease_id")
+    .select((eb) =>
+      eb.fn
+        .coalesce(
+          eb.fn.sum<string>(eb.fn("greatest", [eb.lit(0), eb("a.admitted", "-", eb.ref("a.settled"))])),
+          eb.lit(0),
+        )
+        .as("unsettled"),
+    )
+    .where("a.scope", "=", p.keyId)
+    .where("a.resource", "=", "key_credit")
+    .where("a.window_start", "=", p.windowStart)
+    .where("l.released_at", "is", null)
+    .where("l.id", "<>", p.leaseId),
+);
+
 /**
  * What the key's leases hold in the window for requests admitted and not yet settled (admitted −
  * settled): the lease in hand's from its row in memory, which carries the grant's report, the
@@ -82,32 +105,59 @@ async function keyUnsettled(
   window: KeyWindow,
   mine: { admitted: bigint; settled: bigint } | undefined,
 ): Promise<bigint> {
-  const [row] = await em.execute(
-    `select coalesce(sum(greatest(0, a.admitted - a.settled)), 0) as unsettled
-     from lease_allowances a join leases l on l.id = a.lease_id
-     where a.scope = ? and a.resource = 'key_credit' and a.window_start = ? and l.released_at is null and l.id <> ?`,
-    [key.keyId, window.start, lease.id],
-  );
+  const [row] = await KEY_UNSETTLED(await billingDb(em), {
+    keyId: key.keyId,
+    windowStart: window.start.toISOString(),
+    leaseId: lease.id,
+  });
   return max0((mine?.admitted ?? 0n) - (mine?.settled ?? 0n)) + int8(row?.unsettled);
 }
 
+const KEY_LEASED = prepare((p: { keyId: string; windowStart: string }, db) =>
+  db
+    .selectFrom("lease_allowances as a")
+    .innerJoin("leases as l", "l.id", "a.lease_id")
+    .select((eb) =>
+      eb.fn
+        .coalesce(
+          eb.fn.sum<string>(
+            eb.fn("greatest", [
+              eb.lit(0),
+              eb(
+                eb.case().when("l.status", "=", "closed").then(eb.ref("a.admitted")).else(eb.ref("a.granted")).end(),
+                "-",
+                eb.ref("a.settled"),
+              ),
+            ]),
+          ),
+          eb.lit(0),
+        )
+        .as("leased"),
+    )
+    .where("a.scope", "=", p.keyId)
+    .where("a.resource", "=", "key_credit")
+    .where("a.window_start", "=", p.windowStart)
+    .where("l.released_at", "is", null),
+);
+
 /** What the key's limit leaves in the window: less settled spend and every lease's unsettled room. */
 export async function keyRoomLeft(em: Em, key: KeyLimitRow, window: KeyWindow): Promise<bigint> {
-  const [row] = await em.execute(
-    `select coalesce(sum(greatest(0, case when l.status = 'closed' then a.admitted else a.granted end - a.settled)), 0)
-       as leased
-     from lease_allowances a join leases l on l.id = a.lease_id
-     where a.scope = ? and a.resource = 'key_credit' and a.window_start = ? and l.released_at is null`,
-    [key.keyId, window.start],
-  );
+  const [row] = await KEY_LEASED(await billingDb(em), { keyId: key.keyId, windowStart: window.start.toISOString() });
   return max0(key.limitMicros - (await spentInWindow(em, key.keyId, window)) - int8(row?.leased));
 }
 
+/** A window's days as 'YYYY-MM-DD', compared with the date column (from inclusive, to exclusive). */
+const SPENT_IN_DAYS = prepare((p: { keyId: string; from: string; to: string }, db) =>
+  db
+    .selectFrom("key_daily_spend as k")
+    .select((eb) => eb.fn.coalesce(eb.fn.sum<string>("k.spent_micros"), eb.lit(0)).as("spent"))
+    .where("k.key_id", "=", p.keyId)
+    .where("k.day", ">=", p.from)
+    .where("k.day", "<", p.to),
+);
+
 /** Settled spend of the key in the window (the sum of its days). */
 export async function spentInWindow(em: Em, keyId: string, window: KeyWindow): Promise<bigint> {
-  const [row] = await em.execute(
-    `select coalesce(sum(spent_micros), 0) as spent from key_daily_spend where key_id = ? and day >= ?::date and day < ?::date`,
-    [keyId, day(window.start), day(window.end)],
-  );
+  const [row] = await SPENT_IN_DAYS(await billingDb(em), { keyId, from: day(window.start), to: day(window.end) });
   return int8(row?.spent);
 }

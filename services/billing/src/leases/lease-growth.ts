@@ -2,6 +2,7 @@ import { max0 } from "@mkt/runtime/bigint-math";
 import { AppError } from "@mkt/runtime/errors";
 import { newId } from "@mkt/runtime/ids";
 import type { Micros } from "@mkt/runtime/money";
+import { billingDb, prepare } from "../billing-db.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { rateLimitRefusal, tierLimits } from "../rate-limits/rate-limiter.ts";
@@ -10,7 +11,6 @@ import type { AllowanceResource } from "./allowance-resource.ts";
 import { growthFor } from "./lease-sizing.ts";
 import { refusalUnlessSettling } from "./settling-holds.ts";
 import { REQUEST_WINDOWS, windowsOf, type WindowSpan } from "./lease-windows.ts";
-import { sqlArray } from "../batch-statement.ts";
 import { write, writeRow } from "../write-batch.ts";
 import type { AllowanceRow, LeaseRow, WalletRow } from "./lease-rows.ts";
 import { LEASE_WRITES, setGranted, shiftHold } from "./lease-writes.ts";
@@ -157,11 +157,57 @@ export async function growLease(
   }
 }
 
+// The reads below are built and compiled once (prepare), bound per call (they run per grant and
+// per heartbeat transaction); times are compared as the driver reads them (BillingDb): as ISO text.
+
 /**
- * Edges other than the lease's that used the account's leases since a time (parameters: account,
- * this edge, since): the `n` of the sizing rule, read alone (edgesUsing).
+ * Edges other than the lease's that used the account's leases since a time: the `n` of the
+ * sizing rule, read alone (edgesUsing).
  */
-const OTHER_EDGES_SQL = `select count(distinct edge_id) from leases where account_id = ? and edge_id <> ? and last_used_at >= ?`;
+const OTHER_EDGES = prepare((p: { accountId: string; edgeId: string; since: string }, db) =>
+  db
+    .selectFrom("leases as l")
+    .select((eb) => eb.fn.count<string>("l.edge_id").distinct().as("n"))
+    .where("l.account_id", "=", p.accountId)
+    .where("l.edge_id", "<>", p.edgeId)
+    .where("l.last_used_at", ">=", p.since),
+);
+
+/**
+ * readSizing's statement: per account, the other edges since `since` (a row whose window is
+ * null), then its counters of each request window from that window's current start (`minute`,
+ * `day`: REQUEST_WINDOWS' counters).
+ */
+const SIZING = prepare(
+  (p: { accountIds: string[]; edgeId: string; since: string } & Record<RequestCounter, string>, db) =>
+    db
+      .selectFrom("leases as l")
+      .select((eb) => [
+        "l.account_id",
+        eb.lit(null).$castTo<string | null>().as("window"),
+        eb.cast<string | null>(eb.lit(null), "timestamptz").as("window_start"),
+        eb.fn.count<string>("l.edge_id").distinct().as("n"),
+      ])
+      .where((eb) => eb("l.account_id", "=", eb.fn.any(eb.val(p.accountIds))))
+      .where("l.edge_id", "<>", p.edgeId)
+      .where("l.last_used_at", ">=", p.since)
+      .groupBy("l.account_id")
+      .unionAll(
+        db
+          .selectFrom("rate_counters as c")
+          .select(["c.account_id", "c.window", "c.window_start", "c.count as n"])
+          .where((eb) => eb("c.account_id", "=", eb.fn.any(eb.val(p.accountIds))))
+          .where((eb) =>
+            eb.or(
+              REQUEST_WINDOWS.map((window) =>
+                eb.and([eb("c.window", "=", window.counter), eb("c.window_start", ">=", p[window.counter])]),
+              ),
+            ),
+          ),
+      ),
+);
+
+type RequestCounter = (typeof REQUEST_WINDOWS)[number]["counter"];
 
 /** What growLease sizes an account's rooms by: the `n` of the sizing rule and the window counters it reads. */
 export interface Sizing {
@@ -187,26 +233,19 @@ export async function readSizing(
 ): Promise<Map<string, Sizing>> {
   const sizing = new Map<string, Sizing>(accountIds.map((id) => [id, { edges: 1, counts: new Map() }]));
   if (accountIds.length === 0) return sizing;
-  const ids = sqlArray(accountIds);
-  const starts = REQUEST_WINDOWS.map((window) => windowsOf(window, now, ttlMs).current.start);
-  const rows = await em.execute(
-    `select account_id, null as "window", null::timestamptz as window_start, count(distinct edge_id) as n from leases
-     where account_id = any(?::uuid[]) and edge_id <> ? and last_used_at >= ? group by account_id
-     union all
-     select account_id, "window", window_start, count from rate_counters
-     where account_id = any(?::uuid[]) and (${REQUEST_WINDOWS.map(() => `("window" = ? and window_start >= ?)`).join(" or ")})`,
-    [
-      ids,
-      edgeId,
-      new Date(now.getTime() - 2 * ttlMs),
-      ids,
-      ...REQUEST_WINDOWS.flatMap((window, i) => [window.counter, starts[i]]),
-    ],
-  );
+  const starts = Object.fromEntries(
+    REQUEST_WINDOWS.map((window) => [window.counter, windowsOf(window, now, ttlMs).current.start.toISOString()]),
+  ) as Record<RequestCounter, string>;
+  const rows = await SIZING(await billingDb(em), {
+    accountIds: [...accountIds],
+    edgeId,
+    since: new Date(now.getTime() - 2 * ttlMs).toISOString(),
+    ...starts,
+  });
   for (const row of rows) {
-    const account = sizing.get(row.account_id as string)!;
+    const account = sizing.get(row.account_id)!;
     if (row.window === null) account.edges = Number(int8(row.n)) + 1;
-    else account.counts.set(counterKey(row.window as string, new Date(row.window_start as string)), int8(row.n));
+    else account.counts.set(counterKey(row.window, new Date(row.window_start!)), int8(row.n));
   }
   return sizing;
 }
@@ -216,20 +255,26 @@ export const sameTime = (a: Date | null, b: Date) => a !== null && a.getTime() =
 
 /** Edges that used the account in the last 2 TTL, this one included. */
 export async function edgesUsing(em: Em, lease: LeaseRow, now: Date, ttlMs: number): Promise<number> {
-  const [row] = await em.execute(`select (${OTHER_EDGES_SQL}) as n`, [
-    lease.accountId,
-    lease.edgeId,
-    new Date(now.getTime() - 2 * ttlMs),
-  ]);
+  const [row] = await OTHER_EDGES(await billingDb(em), {
+    accountId: lease.accountId,
+    edgeId: lease.edgeId,
+    since: new Date(now.getTime() - 2 * ttlMs).toISOString(),
+  });
   return Number(int8(row?.n)) + 1;
 }
 
+const COUNTED = prepare((p: { accountId: string; window: string; start: string }, db) =>
+  db
+    .selectFrom("rate_counters as c")
+    .select("c.count")
+    .where("c.account_id", "=", p.accountId)
+    .where("c.window", "=", p.window)
+    .where("c.window_start", "=", p.start),
+);
+
 /** Requests counted in the account's window (admitted, and room granted to every lease). */
 export async function counted(em: Em, accountId: string, window: string, start: Date): Promise<bigint> {
-  const [row] = await em.execute(
-    `select count from rate_counters where account_id = ? and "window" = ? and window_start = ?`,
-    [accountId, window, start],
-  );
+  const [row] = await COUNTED(await billingDb(em), { accountId, window, start: start.toISOString() });
   return int8(row?.count);
 }
 
