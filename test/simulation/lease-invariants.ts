@@ -7,7 +7,7 @@ export const INVARIANTS = [
   "admitted ≤ granted: every room an edge admits on stays within what billing granted it (within the final totals once closed)",
   "a wallet's hold is the sum of its leases' holds, never negative, never above its posted balance",
   "no overspend: each lease holds at least the worst cases of its running and unsettled requests; nothing is written off",
-  "a closed incarnation admits nothing: once a restarted edge's new incarnation is known, the dead process's leases are all closed",
+  "a closed incarnation admits nothing: once an edge's new incarnation is known, the older process's leases are all closed, and a process still running under the id admits no request",
   "slots: the subscriber's running calls never exceed max_concurrent, and billing counts a slot for each",
   "rate windows: no account or subscription is counted past its per-minute limit",
 ] as const;
@@ -27,11 +27,14 @@ function roomsOf(lease: HeldLease): Room[] {
   return rooms;
 }
 
-/** Every lease a live edge admits on or has calls running on (a retired lease admits nothing). */
+/**
+ * Every lease a live process admits on or has calls running on (a retired lease admits nothing).
+ * A superseded process's are left out: billing closed and released them all (checked below).
+ */
 function liveLeases(world: LeaseWorld): HeldLease[] {
   const leases = new Set<HeldLease>();
-  for (const edge of world.edges) {
-    if (edge.dead) continue;
+  for (const edge of world.processes()) {
+    if (edge.dead || edge.superseded) continue;
     for (const accountId of [...world.accounts, world.subscriber.accountId]) {
       const lease = edge.table.leaseOf(accountId);
       if (lease) leases.add(lease);
@@ -130,6 +133,12 @@ export async function checkInvariants(world: LeaseWorld): Promise<string[]> {
       [crash.leaseIds, crash.incarnation.toString()],
     );
     for (const l of open) broken.push(`lease ${l.id} of a dead process of ${crash.edgeId} is still ${"open"}`);
+  }
+  for (const call of world.calls.filter((c) => c.afterSuperseded)) {
+    broken.push(
+      `request ${call.requestId} admitted on lease ${call.ticket!.lease.leaseId} by a process of ${call.edge.id} ` +
+        `(incarnation ${call.edge.incarnation}) after billing had started a newer incarnation and released its leases`,
+    );
   }
 
   // Slots: running calls within max_concurrent, each one counted by billing.

@@ -1,5 +1,6 @@
 import type { Faults } from "./faulty-wire.ts";
 import { SeededRandom } from "./seeded-random.ts";
+import { ISOLATION_CHOICES, TTL_CHOICES, type LeaseSettingsMs } from "./sim-billing.ts";
 
 /**
  * One step of the simulation, with every choice it makes drawn already (and `seed` for the faults
@@ -16,8 +17,16 @@ export type Step = { seed: number } & (
   | { kind: "faults"; edge: number; faults: Faults }
   | { kind: "billingDown" }
   | { kind: "billingUp" }
-  | { kind: "billingRestart" }
+  /** With `settings`, billing comes back with another LEASE_TTL_MS and EDGE_ISOLATION_MS. */
+  | { kind: "billingRestart"; settings?: LeaseSettingsMs }
   | { kind: "crash"; edge: number }
+  /**
+   * A second process starts under the edge's id while the first still lives. With
+   * `resumeAfterMs` the first was frozen (a paused process an orchestrator replaced) and resumes
+   * that long after its TTL ran out; without it both run side by side from the start (a rolling
+   * restart gone wrong). Both take traffic and beat until the next quiet point stops the first.
+   */
+  | { kind: "takeover"; edge: number; resumeAfterMs?: number }
   | { kind: "nats"; edge: number; mode: NatsMode }
   | { kind: "pause" }
   | { kind: "resume" }
@@ -37,8 +46,18 @@ export const ACCOUNTS = 2;
 /** Steps between two quiet points (every fault healed, every call ended, every slot back). */
 export const QUIET_EVERY = 150;
 
+/** Choices of the mix beyond the default. */
+export interface StepMix {
+  /**
+   * Half the takeovers leave both processes running side by side. Off by default: the old process
+   * then admits on leases billing released, for up to a TTL (docs/leases.md#the-protocol-simulated,
+   * lease-findings.test.ts), and every such run fails on it.
+   */
+  sideBySide?: boolean;
+}
+
 /** The steps of a run, from its seed: mostly traffic and time, with faults now and then. */
-export function generateSteps(seed: number, count: number): Step[] {
+export function generateSteps(seed: number, count: number, mix: StepMix = {}): Step[] {
   const rng = new SeededRandom(seed);
   const steps: Step[] = [];
   const edge = () => rng.int(0, EDGES - 1);
@@ -70,8 +89,12 @@ export function generateSteps(seed: number, count: number): Step[] {
     } else if (r < 85.5) steps.push({ ...s, kind: "billingDown" });
     else if (r < 87.5) steps.push({ ...s, kind: "billingUp" });
     else if (r < 87.8) steps.push({ ...s, kind: "billingRestart" });
-    else if (r < 89) steps.push({ ...s, kind: "crash", edge: edge() });
-    else if (r < 91)
+    else if (r < 88.7) steps.push({ ...s, kind: "crash", edge: edge() });
+    else if (r < 89) {
+      const frozen = !mix.sideBySide || rng.chance(0.5);
+      const resumeAfterMs = frozen ? { resumeAfterMs: rng.pick([0, 300, 1_000, 6_000]) } : {};
+      steps.push({ ...s, kind: "takeover", edge: edge(), ...resumeAfterMs });
+    } else if (r < 91)
       steps.push({ ...s, kind: "nats", edge: edge(), mode: rng.pick(["ok", "ok", "paused", "ackLost"]) });
     else if (r < 91.7) steps.push({ ...s, kind: "pause" });
     else if (r < 92.7) steps.push({ ...s, kind: "resume" });
@@ -81,9 +104,16 @@ export function generateSteps(seed: number, count: number): Step[] {
       const ms = billing ? rng.int(-500, 500) : rng.pick([300, 1_000, 2_500, 6_000]);
       steps.push({ ...s, kind: "clockJump", edge: billing ? -1 : edge(), ms });
     } else if (r < 97) steps.push({ ...s, kind: "closer" });
+    else if (r < 97.3) steps.push({ ...s, kind: "billingRestart", settings: otherSettings(rng) });
     else steps.push({ ...s, kind: "topUp", account: rng.int(0, ACCOUNTS - 1), micros: rng.int(1000, 8000) });
   }
   return steps;
+}
+
+/** Lease settings billing would start with: a TTL, and an isolation bound above it (config.ts). */
+function otherSettings(rng: SeededRandom): LeaseSettingsMs {
+  const ttlMs = rng.pick(TTL_CHOICES);
+  return { ttlMs, isolationMs: rng.pick(ISOLATION_CHOICES.filter((ms) => ms > ttlMs)) };
 }
 
 /** A step as one short line (a shrunk case prints as these). */

@@ -9,24 +9,39 @@ import { LeaseTable } from "../../edge/src/leases/lease-table.ts";
 import { followLeaseRecalls } from "../../edge/src/leases/lease-recall.ts";
 import type { IsolationWatch } from "../../edge/src/leases/isolation-watch.ts";
 import type { Ticket } from "../../edge/src/leases/lease-admission.ts";
+import type { LeaseBilling } from "../../edge/src/leases/lease-table.ts";
 import { FaultyWire, NO_FAULTS, type Faults } from "./faulty-wire.ts";
 import { SeededRandom } from "./seeded-random.ts";
 import { ACCOUNTS, EDGES, type NatsMode, type Step } from "./lease-steps.ts";
-import { ISOLATION_MS, LIMIT_PER_MINUTE, MAX_REQUEST_MS, TTL_MS, type SimBilling } from "./sim-billing.ts";
+import { LIMIT_PER_MINUTE, MIN_TTL_MS, START_SETTINGS, type SimBilling } from "./sim-billing.ts";
 
 const log = createLogger("lease-simulation", "silent");
 /** One micro-USD per token in and out: a worst case in micros is its token count. */
 const PRICE = 1_000_000n;
 const INPUT_TOKENS = 100n;
 const SUBSCRIBER_TOKENS = 100n;
-const IDLE_MS = 2 * TTL_MS;
+/**
+ * The edge's own LEASE_IDLE_MS (not billing's: it stays when billing's TTL changes), 2 TTL of the
+ * settings runs start with, as the fault tests set it.
+ */
+const IDLE_MS = 2 * START_SETTINGS.ttlMs;
 /** Steps after which billing may release a lease's hold at once. */
-const RELEASING = new Set<Step["kind"]>(["crash", "closer", "billingRestart", "quiet"]);
+const RELEASING = new Set<Step["kind"]>(["crash", "takeover", "closer", "billingRestart", "quiet"]);
 
-/** One edge process: its table, its faults, its NATS; a crash replaces the process under the same id. */
+/**
+ * One edge process: its table, its faults, its NATS. A crash replaces the process under the same
+ * id (this object, booted again); a takeover starts another object under the id beside it.
+ */
 export interface SimEdge {
   readonly id: string;
   table: LeaseTable;
+  /** The incarnation billing's replies gave the process (0 until one), as its EdgeIncarnation holds it. */
+  incarnation: bigint;
+  /**
+   * Billing was seen (after a step) to have started a newer incarnation of the id: it holds none
+   * of this process's room any more.
+   */
+  superseded: boolean;
   /** The process's own monotonic clock starts anywhere. */
   offset: number;
   faults: Faults;
@@ -39,14 +54,21 @@ export interface SimEdge {
   unsubscribe: () => void;
 }
 
-/** A request: admitted (both steps) or refused, then running until an `end` step or its process dies. */
+/**
+ * A request: admitted (both steps) or refused, then running until an `end` step or its process
+ * dies. `orphaned`: still running on a process billing superseded, which released its room at the
+ * new incarnation as it does a dead process's (docs/leases.md#incarnations); its usage settles as a
+ * late event.
+ */
 export interface SimCall {
   readonly requestId: string;
   readonly edge: SimEdge;
   readonly table: LeaseTable;
   readonly accountId: string;
   readonly subscriber: boolean;
-  state: "admitting" | "running" | "ended" | "refused" | "dead";
+  state: "admitting" | "running" | "orphaned" | "ended" | "refused" | "dead";
+  /** Admitted by a process after billing was seen to have superseded it: a violation. */
+  afterSuperseded?: boolean;
   ticket?: Ticket;
   worstCase: bigint;
   /** Billing's clock when it was admitted (ms). */
@@ -79,7 +101,10 @@ export interface Crashed {
 export class LeaseWorld {
   readonly sim: SimBilling;
   readonly wire: FaultyWire;
+  /** Each edge's current process (the one a crash or a takeover started last). */
   readonly edges: SimEdge[] = [];
+  /** Processes a takeover replaced while still running; the next quiet point stops them. */
+  readonly stale: SimEdge[] = [];
   readonly accounts: string[] = [];
   readonly subscriber = { accountId: randomUUID(), subscriptionId: randomUUID(), hosterId: randomUUID() };
   /** max_concurrent now, and the largest in force since no call of the subscriber was running. */
@@ -114,6 +139,11 @@ export class LeaseWorld {
 
   /** A fresh world on `sim`: its own accounts, subscriber and edges, billing's clock an hour on. */
   static async create(sim: SimBilling): Promise<LeaseWorld> {
+    // A run starts on billing's first settings, whatever the last run left: a replay must replay.
+    const { ttlMs, isolationMs } = sim.settings;
+    if (ttlMs !== START_SETTINGS.ttlMs || isolationMs !== START_SETTINGS.isolationMs) {
+      await sim.restart(START_SETTINGS);
+    }
     sim.clockMs += 3_600_000 - (sim.clockMs % 60_000) + 10_000;
     const world = new LeaseWorld(sim);
     for (let i = 0; i < ACCOUNTS; i++) world.accounts.push(randomUUID());
@@ -150,6 +180,8 @@ export class LeaseWorld {
       faults: NO_FAULTS,
       nats: "ok",
       dead: false,
+      incarnation: 0n,
+      superseded: false,
     } as SimEdge;
     this.#boot(edge);
     return edge;
@@ -161,19 +193,23 @@ export class LeaseWorld {
     edge.dead = false;
     edge.lastContact = this.now + edge.offset;
     // The edge's isolation watch as the table tells it of billing's answers; `advance` ends the
-    // calls of an edge cut off for EDGE_ISOLATION_MS, as the watch's timer does in production.
+    // calls of an edge cut off for its EDGE_ISOLATION_MS, as the watch's timer does in production.
+    // A process told it was superseded ends its answers at once through it.
     const isolation = {
       contact: (sentAt: number) => {
         if (!process.dead && sentAt > edge.lastContact) edge.lastContact = sentAt;
       },
-      end: () => undefined,
+      end: () => this.#background(this.#endSuperseded(edge)),
       setBound: () => undefined,
     } as unknown as IsolationWatch;
+    edge.incarnation = 0n;
+    edge.superseded = false;
+    // No TTL of its own: until billing's first reply it paces by billing's default, as in
+    // production, then by what billing's replies say (lease-settings.ts).
     edge.table = new LeaseTable({
       isolation,
       edgeId: edge.id,
-      billing: this.wire.transport(() => (process.dead ? { ...NO_FAULTS, dropCall: 1 } : edge.faults)),
-      ttlMs: TTL_MS,
+      billing: this.#transport(edge, process),
       idleMs: IDLE_MS,
       log,
       now: () => this.now + edge.offset,
@@ -188,6 +224,20 @@ export class LeaseWorld {
     // As at start: the first heartbeat takes the process's incarnation.
     edge.lastBeat = -Infinity;
     this.#beat(edge);
+  }
+
+  /** The process's view of billing through the wire, noting the incarnation billing's replies give it. */
+  #transport(edge: SimEdge, process: { dead: boolean }): LeaseBilling {
+    const wire = this.wire.transport(() => (process.dead ? { ...NO_FAULTS, dropCall: 1 } : edge.faults));
+    const noted = <R extends { incarnation: bigint }>(reply: R): R => {
+      if (!process.dead && edge.incarnation === 0n) edge.incarnation = reply.incarnation;
+      return reply;
+    };
+    return {
+      grantLease: (request, settings) => wire.grantLease(request, settings).then(noted),
+      heartbeat: (request, settings) => wire.heartbeat(request, settings).then(noted),
+      returnLeases: (request, settings) => wire.returnLeases(request, settings).then(noted),
+    };
   }
 
   /** The edge's NATS as its recall handler sees it: paused (nothing arrives) or losing its acks. */
@@ -221,20 +271,24 @@ export class LeaseWorld {
     // Settlement trails an answer by milliseconds, a release comes seconds later at the earliest
     // (a restarted edge's first call, the closer): the simulation keeps that order, so that a
     // late event (charged what the balance has, docs/leases.md#incarnations) is not mistaken for
-    // an overspend.
-    if (RELEASING.has(step.kind) && this.unsettled.length > 0) await this.sim.t.waitSettled();
+    // an overspend. With two processes under one id any lease call may start an incarnation.
+    const releasing = RELEASING.has(step.kind) || this.stale.some((p) => !p.dead);
+    if (releasing && this.unsettled.length > 0) await this.sim.t.waitSettled();
     switch (step.kind) {
       case "advance":
         await this.advance(step.ms);
         break;
       case "beat":
-        this.#beat(this.edges[step.edge]!);
+        // Every process under the id beats on its own timer.
+        for (const sibling of this.#processesOf(step.edge)) this.#beat(sibling);
         break;
-      case "call":
-        this.#startCall(this.edges[step.edge]!, this.accounts[step.account]!, BigInt(step.outputTokens));
+      case "call": {
+        const account = this.accounts[step.account]!;
+        this.#startCall(this.#servingProcess(step.edge, step.seed), account, BigInt(step.outputTokens));
         break;
+      }
       case "subscriberCall":
-        this.subscriberCall(this.edges[step.edge]!);
+        this.subscriberCall(this.#servingProcess(step.edge, step.seed));
         break;
       case "end":
         await this.#endCall(step.pick, step.outputShare);
@@ -256,10 +310,13 @@ export class LeaseWorld {
         break;
       case "billingRestart":
         await this.settle();
-        await this.sim.restart();
+        await this.sim.restart(step.settings);
         break;
       case "crash":
         await this.crash(this.edges[step.edge]!);
+        break;
+      case "takeover":
+        await this.#takeover(step.edge, step.resumeAfterMs);
         break;
       case "nats":
         this.edges[step.edge]!.nats = step.mode;
@@ -289,11 +346,52 @@ export class LeaseWorld {
         break;
     }
     await this.settle();
+    await this.#noteSuperseded();
+  }
+
+  /** The edge's live processes: its current one, and any a takeover left running. */
+  #processesOf(edge: number): SimEdge[] {
+    const current = this.edges[edge]!;
+    return [current, ...this.stale.filter((p) => p.id === current.id && !p.dead)];
+  }
+
+  /** Every live process, current or stale. */
+  processes(): SimEdge[] {
+    return [...this.edges, ...this.stale.filter((p) => !p.dead)];
+  }
+
+  /** Which of the edge's processes a request reaches: the balancer sends to any of them. */
+  #servingProcess(edge: number, seed: number): SimEdge {
+    const processes = this.#processesOf(edge);
+    return processes[seed % processes.length]!;
+  }
+
+  /**
+   * After each step, while two processes share an id: one whose incarnation billing has passed is
+   * superseded. Billing released its room then (the calls it runs are orphaned, as a dead
+   * process's), and from now on it must admit nothing.
+   */
+  async #noteSuperseded(): Promise<void> {
+    if (this.stale.every((p) => p.dead)) return;
+    const watched = this.processes().filter((p) => !p.superseded && p.incarnation > 0n);
+    if (watched.length === 0) return;
+    const sessions = await this.sim.t.query<{ edge_id: string; incarnation: string }>(
+      `select edge_id, incarnation::text from edge_sessions where edge_id = any($1)`,
+      [[...new Set(watched.map((p) => p.id))]],
+    );
+    const newest = new Map(sessions.map((s) => [s.edge_id, BigInt(s.incarnation)]));
+    for (const candidate of watched) {
+      if ((newest.get(candidate.id) ?? 0n) <= candidate.incarnation) continue;
+      candidate.superseded = true;
+      for (const call of this.calls) {
+        if (call.table === candidate.table && call.state === "running") call.state = "orphaned";
+      }
+    }
   }
 
   /**
    * Sim time passes for every clock; callers whose deadline passed on the wire learn it; calls
-   * that ran past the relay's bound, or on an edge cut off from billing for EDGE_ISOLATION_MS,
+   * that ran past the relay's bound, or on an edge cut off from billing for its EDGE_ISOLATION_MS,
    * end (billed what was relayed), as they do in production.
    */
   async advance(ms: number): Promise<void> {
@@ -303,17 +401,22 @@ export class LeaseWorld {
     await this.#endOverdue();
   }
 
+  /** Each process by the bounds billing told it (the edge keeps the shortest it was told). */
   async #endOverdue(): Promise<void> {
-    for (const call of this.running()) {
+    for (const call of [...this.running(), ...this.orphaned()]) {
       const edgeNow = this.now + call.edge.offset;
-      const cutOff = edgeNow - call.edge.lastContact >= ISOLATION_MS;
-      if (cutOff || this.now - call.startedAt! >= MAX_REQUEST_MS - 10_000) await this.endCall(call, this.#rng.next());
+      const { settings } = call.table;
+      const cutOff = edgeNow - call.edge.lastContact >= settings.isolationMs;
+      const overdue = this.now - call.startedAt! >= settings.upstreamTotalMs();
+      if (cutOff || overdue) await this.endCall(call, this.#rng.next());
     }
   }
 
   /**
    * A clock steps: an edge's monotonic clock leaps forward (a process frozen, then resumed), or
-   * billing's wall clock is stepped (by NTP) to within half a TTL of the edges' time either way.
+   * billing's wall clock is stepped (by NTP) to within half a TTL of the edges' time either way:
+   * half the shortest TTL billing may run with, so that a restart with a shorter TTL never leaves
+   * a skew beyond half of it.
    */
   async #clockJump(edge: number, ms: number): Promise<void> {
     if (edge >= 0) {
@@ -321,7 +424,7 @@ export class LeaseWorld {
       await this.#endOverdue();
       return;
     }
-    const skew = Math.max(-TTL_MS / 2, Math.min(TTL_MS / 2, ms));
+    const skew = Math.max(-MIN_TTL_MS / 2, Math.min(MIN_TTL_MS / 2, ms));
     this.sim.clockMs += skew - this.billingSkew;
     this.billingSkew = skew;
   }
@@ -346,13 +449,13 @@ export class LeaseWorld {
   }
 
   /**
-   * A heartbeat, paced as lease-heartbeat.ts paces them: at least half a TTL after the previous
-   * one's send. (A report's demand is per second since the previous beat: two beats a millisecond
-   * apart would ask for a thousand times the demand.)
+   * A heartbeat, paced as lease-heartbeat.ts paces them: at least half the TTL the process last
+   * heard from billing after the previous one's send. (A report's demand is per second since the
+   * previous beat: two beats a millisecond apart would ask for a thousand times the demand.)
    */
   #beat(edge: SimEdge): void {
     const now = this.now + edge.offset;
-    if (now - edge.lastBeat < TTL_MS / 2) return;
+    if (now - edge.lastBeat < edge.table.ttlMs / 2) return;
     edge.lastBeat = now;
     this.#background(edge.table.beat());
   }
@@ -388,7 +491,12 @@ export class LeaseWorld {
           call.admittedAt = this.billingNow;
           call.startedAt = this.now;
           // Its process died meanwhile: the call died with it (nothing published, nothing released).
-          call.state = edge.table === table && !edge.dead ? "running" : "dead";
+          if (edge.table !== table || edge.dead) call.state = "dead";
+          else if (edge.superseded) {
+            // Billing released this process's room already: nothing it admits now is covered.
+            call.state = "orphaned";
+            call.afterSuperseded = true;
+          } else call.state = "running";
         },
         (err: unknown) => {
           call.state = "refused";
@@ -409,22 +517,30 @@ export class LeaseWorld {
     return this.calls.filter((c) => c.state === "running" && (subscriber === undefined || c.subscriber === subscriber));
   }
 
+  /** Calls running on processes billing superseded. */
+  orphaned(): SimCall[] {
+    return this.calls.filter((c) => c.state === "orphaned");
+  }
+
   /** Ends the running call at `pick`: its slot goes back, and its usage (cost ≤ worst case) is published. */
   async #endCall(pick: number, outputShare: number): Promise<void> {
-    const running = this.running();
+    const running = [...this.running(), ...this.orphaned()];
     if (running.length === 0) return;
     await this.endCall(running[pick % running.length]!, outputShare);
   }
 
   async endCall(call: SimCall, outputShare = 1): Promise<void> {
     const ticket = call.ticket!;
+    // An orphaned call's hold went with its process's incarnation: its usage is a late event,
+    // charged what the balance has (docs/leases.md#incarnations), not a settlement to check.
+    const late = call.state === "orphaned";
     call.state = "ended";
     call.table.release(ticket);
     if (call.subscriber || ticket.worstCaseMicros === 0n) return;
     const maxOutput = ticket.maxOutputTokens;
     const outputTokens = BigInt(Math.floor(Number(maxOutput) * outputShare));
     const leaseId = ticket.lease.leaseId;
-    this.unsettled.push({ requestId: call.requestId, leaseId, worstCase: ticket.worstCaseMicros });
+    if (!late) this.unsettled.push({ requestId: call.requestId, leaseId, worstCase: ticket.worstCaseMicros });
     await this.sim.t.publishUsage({
       requestId: call.requestId,
       accountId: call.accountId,
@@ -461,10 +577,64 @@ export class LeaseWorld {
     const held = leases.map((l) => l.id);
     edge.unsubscribe();
     edge.dead = true;
-    for (const call of this.calls) if (call.table === edge.table && call.state === "running") call.state = "dead";
+    for (const call of this.calls) {
+      if (call.table === edge.table && (call.state === "running" || call.state === "orphaned")) call.state = "dead";
+    }
     this.crashed.push({ edgeId: edge.id, incarnation: BigInt(session?.incarnation ?? "0"), leaseIds: held });
     edge.offset = this.#rng.int(0, 1_000_000);
     this.#boot(edge);
+  }
+
+  /**
+   * A new process starts under the edge's id while the current one still lives. The new one's
+   * first heartbeat takes the next incarnation; the old one learns it is superseded only from a
+   * lease call of its own. Frozen (`resumeAfterMs`), it resumes with its clock leapt past its
+   * leases' validity: an orchestrator replaces a process that stopped answering for longer than a
+   * TTL (a liveness probe's seconds). Otherwise it runs on beside the new one, holding its leases
+   * in memory.
+   */
+  async #takeover(index: number, resumeAfterMs: number | undefined): Promise<void> {
+    const old = this.edges[index]!;
+    this.stale.push(old);
+    this.edges[index] = this.#startEdge(old.id);
+    await this.settle();
+    await this.#noteSuperseded();
+    if (resumeAfterMs === undefined) return;
+    old.offset += old.table.ttlMs + resumeAfterMs;
+    await this.#endOverdue();
+  }
+
+  /** A process billing refused as superseded ends its answers in flight (isolation.end). */
+  async #endSuperseded(edge: SimEdge): Promise<void> {
+    const table = edge.table;
+    const mine = this.calls.filter((c) => c.table === table && (c.state === "running" || c.state === "orphaned"));
+    // Billing refused it only after a newer incarnation released its room: each call is orphaned.
+    for (const call of mine) call.state = "orphaned";
+    for (const call of mine) await this.endCall(call, this.#rng.next());
+  }
+
+  /**
+   * At a quiet point the takeover is over: each replaced process is stopped (its answers end, and
+   * it returns its leases, which does nothing once superseded), and a current process that was
+   * superseded in turn (the old one took the id back) fails its readiness and is restarted.
+   */
+  async #stopStale(): Promise<void> {
+    for (const old of this.stale.filter((p) => !p.dead)) {
+      // Its running calls end first (their usage settles on its leases), then its orphaned ones.
+      for (const state of ["running", "orphaned"] as const) {
+        for (const call of this.calls.filter((c) => c.table === old.table && c.state === state)) {
+          await this.endCall(call, 0.5);
+        }
+      }
+      await old.table.returnAll().catch(() => undefined);
+      old.unsubscribe();
+      old.dead = true;
+    }
+    await this.settle();
+    // A restart releases every lease of the id at once: what the stopped process's calls owe
+    // settles first, as before any step that releases.
+    if (this.unsettled.length > 0) await this.sim.t.waitSettled();
+    for (const edge of this.edges) if (edge.table.superseded) await this.crash(edge);
   }
 
   async #pauseOrResume(pause: boolean): Promise<void> {
@@ -490,13 +660,15 @@ export class LeaseWorld {
   /** Every fault healed: billing up, NATS answering, the wire delivering and empty. */
   async heal(): Promise<void> {
     this.wire.down = false;
-    for (const edge of this.edges) {
+    // A replaced process's too: its faults would hold the calls it stops with on the wire.
+    for (const edge of this.processes()) {
       edge.faults = NO_FAULTS;
       edge.nats = "ok";
     }
     this.wire.flush();
     await this.settle();
     if (this.paused) await this.#pauseOrResume(false);
+    await this.#stopStale();
   }
 
   /** Background work still running (admissions waiting on a window, heartbeats held on the wire). */
@@ -505,7 +677,7 @@ export class LeaseWorld {
   }
 
   async close(): Promise<void> {
-    for (const edge of this.edges) edge.unsubscribe();
+    for (const edge of this.processes()) edge.unsubscribe();
     this.wire.down = true;
     this.wire.flush();
     await this.settle();

@@ -1,7 +1,7 @@
 import { checkInvariants, slotHolders, slotsHeld } from "./lease-invariants.ts";
 import { describeStep, generateSteps, type Step } from "./lease-steps.ts";
 import { LeaseWorld } from "./lease-world.ts";
-import { TTL_MS, type SimBilling } from "./sim-billing.ts";
+import type { SimBilling } from "./sim-billing.ts";
 
 export interface RunResult {
   steps: number;
@@ -23,10 +23,11 @@ async function quietPoint(world: LeaseWorld): Promise<string[]> {
   await world.heal();
   for (const call of world.running()) await world.endCall(call, 0.5);
   await world.settle();
-  // Heartbeats every half TTL, as the edges send them: two TTLs of them (an idle lease goes back
-  // after 2 TTL), then more while billing still holds a slot.
+  // Heartbeats every half TTL (billing's now, which the edges follow), as the edges send them: two
+  // TTLs of them (an idle lease goes back after 2 TTL), then more while billing still holds a slot.
+  const ttlMs = world.sim.settings.ttlMs;
   for (let round = 0; round < 16 && (round < 4 || (await slotsHeld(world)) > 0n); round++) {
-    await world.advance(TTL_MS / 2);
+    await world.advance(ttlMs / 2);
     world.beatAll();
     await world.settle();
     await world.sim.t.billing.closeDueLeases();
@@ -40,7 +41,7 @@ async function quietPoint(world: LeaseWorld): Promise<string[]> {
   const waiting = world.calls.filter((c) => c.state === "admitting" && c.subscriber).length;
   if (held > BigInt(waiting)) {
     return [
-      `${held} slots still held 8 s after every call ended and every fault healed ` +
+      `${held} slots still held ${(8 * ttlMs) / 1000} s after every call ended and every fault healed ` +
         `(${waiting} requests still being admitted): ${await slotHolders(world)}`,
     ];
   }
