@@ -96,8 +96,11 @@ export async function billingDb(em: Em): Promise<Kysely<BillingDb>> {
   return em.getKysely<BillingDb>();
 }
 
-/** A Kysely with no database, that only builds and compiles (prepare). */
-const compiling = new Kysely<BillingDb>({
+/**
+ * A Kysely with no database, that only builds and compiles: prepare's queries, and the lease
+ * select (lease-store.ts), which is built once on it and compiled per call with its condition.
+ */
+export const compiling = new Kysely<BillingDb>({
   dialect: {
     createAdapter: () => new PostgresAdapter(),
     createDriver: () => new DummyDriver(),

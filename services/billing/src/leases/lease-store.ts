@@ -1,14 +1,5 @@
-import {
-  DummyDriver,
-  Kysely,
-  PostgresAdapter,
-  PostgresIntrospector,
-  PostgresQueryCompiler,
-  type Expression,
-  type ExpressionBuilder,
-  type SqlBool,
-} from "kysely";
-import { billingDb, type BillingDb, type LeasesAsL, type LeaseWhere } from "../billing-db.ts";
+import type { Expression, ExpressionBuilder, Kysely, SqlBool } from "kysely";
+import { billingDb, compiling, type BillingDb, type LeasesAsL, type LeaseWhere } from "../billing-db.ts";
 import type { Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import type { LimitReset } from "../key-limits/key-windows.ts";
@@ -262,26 +253,12 @@ export async function accountKeyLimits(em: Em, accountId: string): Promise<KeyLi
 }
 
 /**
- * A Kysely with no database, that only builds: loadLeases compiles on it and runs what it
- * compiles on the caller's transaction (billingDb), and settlement nests leasesWithIds in a
- * statement of its own (settle-batch.ts, beside the requests already recorded).
- */
-const compiler = new Kysely<BillingDb>({
-  dialect: {
-    createAdapter: () => new PostgresAdapter(),
-    createDriver: () => new DummyDriver(),
-    createIntrospector: (db) => new PostgresIntrospector(db),
-    createQueryCompiler: () => new PostgresQueryCompiler(),
-  },
-});
-
-/**
  * leasesSelect, built once: its tree of lateral joins and aggregates is the same for every call,
  * and building it anew cost billing about a sixth of its CPU per lease a heartbeat reports
  * (bench/README.md#typed-lease-reads-before-and-after). Each call adds its condition to it (a
  * builder is immutable), compiles it, and runs the statement on its own transaction.
  */
-const LEASES = leasesSelect(compiler);
+const LEASES = leasesSelect(compiling);
 
 /** The leases with these ids as loadLeases reads them, for a statement that reads more beside them. */
 export const leasesWithIds = (ids: readonly string[]) => LEASES.where((l) => l("l.id", "=", l.fn.any(l.val([...ids]))));
