@@ -15,6 +15,7 @@ import {
 import type { Em } from "./context.ts";
 import type { KeyLimit } from "./key-limits/key-limit.entity.ts";
 import type { RateCounter } from "./rate-limits/rate-counter.entity.ts";
+import type { UsageHourly } from "./usage/usage-hourly.entity.ts";
 import type { UsageRecord } from "./usage/usage-record.entity.ts";
 import type { EdgeSession, Lease, LeaseAllowance, LeaseBudget } from "./leases/lease.entity.ts";
 import type { Subscription } from "./subscriptions/subscription.entity.ts";
@@ -71,6 +72,7 @@ type Tables = ReadByDriver<
     | typeof LeaseBudget
     | typeof KeyLimit
     | typeof UsageRecord
+    | typeof UsageHourly
     | typeof Subscription
     | typeof SubscriptionUsage
     | typeof SubscriptionRateCounter

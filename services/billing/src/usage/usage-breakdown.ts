@@ -1,8 +1,9 @@
 import { IsolationLevel } from "@mikro-orm/core";
 import type { GetUsageBreakdownRequest, GetUsageBreakdownResponse } from "@mkt/proto/billing/v1/billing";
+import { billingDb } from "../billing-db.ts";
 import { int8, type BillingContext } from "../context.ts";
 import { figuresOf, NO_USAGE, usageSeries } from "./usage-series.ts";
-import { ownerCondition, usageOwner } from "./usage-owner.ts";
+import { ownerWhere, usageOwner } from "./usage-owner.ts";
 import { reportWindow, requireDays } from "./usage-window.ts";
 
 /**
@@ -15,27 +16,39 @@ export async function usageBreakdown(
   request: GetUsageBreakdownRequest,
 ): Promise<GetUsageBreakdownResponse> {
   const owner = usageOwner(request);
-  const whose = ownerCondition(owner);
   const days = requireDays(request.days);
   return ctx.orm.em.fork().transactional(
     async (em) => {
       const window = await reportWindow(em, ctx.clock(), days, "day");
-      const models = await em.execute(
-        `select model_id, provider, sum(requests) as requests, sum(input_tokens) as input_tokens,
-           sum(output_tokens) as output_tokens, sum(cost_micros) as cost_micros,
-           sum(latency_ms_sum) as latency_ms_sum, sum(platform_fee_micros) as platform_fee_micros,
-           sum(hoster_earned_micros) as hoster_earned_micros, sum(cached_input_tokens) as cached_input_tokens
-         from usage_hourly
-         where ${whose.sql} and hour >= ?::timestamptz and hour < ?::timestamptz
-         group by model_id, provider
-         order by sum(cost_micros) desc, sum(requests) desc, model_id, provider`,
-        [...whose.params, window.from, window.to],
-      );
+      const db = await billingDb(em);
+      const models = await db
+        .selectFrom("usage_hourly")
+        .select((eb) => [
+          "model_id",
+          "provider",
+          eb.fn.sum<string>("requests").as("requests"),
+          eb.fn.sum<string>("input_tokens").as("input_tokens"),
+          eb.fn.sum<string>("output_tokens").as("output_tokens"),
+          eb.fn.sum<string>("cost_micros").as("cost_micros"),
+          eb.fn.sum<string>("latency_ms_sum").as("latency_ms_sum"),
+          eb.fn.sum<string>("platform_fee_micros").as("platform_fee_micros"),
+          eb.fn.sum<string>("hoster_earned_micros").as("hoster_earned_micros"),
+          eb.fn.sum<string>("cached_input_tokens").as("cached_input_tokens"),
+        ])
+        .where(ownerWhere(owner))
+        .where("hour", ">=", window.from)
+        .where("hour", "<", window.to)
+        .groupBy(["model_id", "provider"])
+        .orderBy((eb) => eb.fn.sum("cost_micros"), "desc")
+        .orderBy((eb) => eb.fn.sum("requests"), "desc")
+        .orderBy("model_id")
+        .orderBy("provider")
+        .execute();
       const dailyBuckets = await usageSeries(em, owner, window, "day");
       return {
         byModel: models.map((row) => ({
-          modelId: row.model_id as string,
-          provider: row.provider as string,
+          modelId: row.model_id,
+          provider: row.provider,
           figures: figuresOf(row),
           platformFeeMicros: int8(row.platform_fee_micros),
           hosterEarnedMicros: int8(row.hoster_earned_micros),

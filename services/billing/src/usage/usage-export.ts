@@ -1,8 +1,10 @@
 import type { ServerWritableStream } from "@grpc/grpc-js";
 import { writeWithBackpressure } from "@mkt/runtime/grpc-server";
 import type { ExportUsageRequest, ExportUsageResponse, UsageExportRow } from "@mkt/proto/billing/v1/billing";
+import { sql } from "kysely";
+import { billingDb } from "../billing-db.ts";
 import { int8, type BillingContext, type Em } from "../context.ts";
-import { ownerCondition, usageOwner, type UsageOwner } from "./usage-owner.ts";
+import { ownerWhere, usageOwner, type UsageOwner } from "./usage-owner.ts";
 import { reportWindow, requireDays, type ReportWindow } from "./usage-window.ts";
 
 type ExportCall = ServerWritableStream<ExportUsageRequest, ExportUsageResponse>;
@@ -22,47 +24,55 @@ interface Batch {
   next: Cursor | undefined;
 }
 
-const SELECT = `select to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as ts,
-    to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as at_exact, request_id, model_id, provider, input_tokens, output_tokens, cost_micros,
-    latency_ms, success, cached_input_tokens
-  from usage_records`;
-
 /**
  * One page of the export, by keyset: (created_at, request_id) after the cursor, in the order of
  * the index usage_records_account_time_idx, so every page is an index range scan however deep the
  * export is (an OFFSET would rescan what was already sent).
  */
 async function readBatch(em: Em, owner: UsageOwner, window: ReportWindow, after: Cursor | undefined, limit: number) {
-  const whose = ownerCondition(owner);
-  const rows = after
-    ? await em.execute(
-        `${SELECT} where ${whose.sql}
-           and (created_at, request_id) > (?::timestamptz, ?::uuid)
-           and created_at < ?::timestamptz
-         order by created_at, request_id limit ?`,
-        [...whose.params, after.at, after.requestId, window.to, limit],
-      )
-    : await em.execute(
-        `${SELECT} where ${whose.sql} and created_at >= ?::timestamptz and created_at < ?::timestamptz
-         order by created_at, request_id limit ?`,
-        [...whose.params, window.from, window.to, limit],
-      );
+  const db = await billingDb(em);
+  const owned = db
+    .selectFrom("usage_records")
+    .select((eb) => [
+      sql<string>`to_char(${eb.ref("created_at")} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`.as("ts"),
+      sql<string>`to_char(${eb.ref("created_at")} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as("at_exact"),
+      "request_id",
+      "model_id",
+      "provider",
+      "input_tokens",
+      "output_tokens",
+      "cost_micros",
+      "latency_ms",
+      "success",
+      "cached_input_tokens",
+    ])
+    .where(ownerWhere(owner));
+  const rows = await (
+    after
+      ? // After the cursor's row, its time bound as the text it was read as (to the microsecond).
+        owned.where((eb) => eb(eb.refTuple("created_at", "request_id"), ">", eb.tuple(after.at, after.requestId)))
+      : owned.where("created_at", ">=", window.from)
+  )
+    .where("created_at", "<", window.to)
+    .orderBy("created_at")
+    .orderBy("request_id")
+    .limit(limit)
+    .execute();
   const last = rows.at(-1);
   return {
     rows: rows.map((row) => ({
-      timestamp: row.ts as string,
-      modelId: row.model_id as string,
-      provider: row.provider as string,
+      timestamp: row.ts,
+      modelId: row.model_id,
+      provider: row.provider,
       inputTokens: int8(row.input_tokens),
       outputTokens: int8(row.output_tokens),
       costMicros: int8(row.cost_micros),
       latencyMs: int8(row.latency_ms),
-      success: row.success as boolean,
+      success: row.success,
       cachedTokens: int8(row.cached_input_tokens),
     })),
     // A short page is the last one.
-    next:
-      last && rows.length === limit ? { at: last.at_exact as string, requestId: last.request_id as string } : undefined,
+    next: last && rows.length === limit ? { at: last.at_exact, requestId: last.request_id } : undefined,
   } satisfies Batch;
 }
 

@@ -1,5 +1,7 @@
 import { AppError } from "@mkt/runtime/errors";
 import { isUuid } from "@mkt/runtime/ids";
+import type { Expression, ExpressionBuilder, SqlBool } from "kysely";
+import type { BillingDb } from "../billing-db.ts";
 
 /**
  * Whose usage a report reads: a whole account's (its own keys and its subscriptions alike), or,
@@ -24,12 +26,20 @@ export function usageOwner(request: { accountId: string; subscriptionId?: string
   return { accountId: request.accountId, subscriptionId };
 }
 
+/** The tables a report reads by owner: both lead their indexes with account_id. */
+export type OwnedTable = "usage_records" | "usage_hourly";
+
+/** A condition on the rows of `usage_records` or `usage_hourly`: values are bound, never spliced into SQL. */
+export type OwnerWhere = (eb: ExpressionBuilder<BillingDb, OwnedTable>) => Expression<SqlBool>;
+
 /**
- * The condition selecting the owner's rows of `usage_records` or `usage_hourly` (both lead their
- * indexes with account_id), and its parameters in order.
+ * The condition selecting the owner's rows of `usage_records` or `usage_hourly`: `account_id = $1`,
+ * and for a subscription `and subscription_id = $2`, the columns the (account_id, …) indexes lead
+ * with.
  */
-export function ownerCondition(owner: UsageOwner): { sql: string; params: string[] } {
-  return owner.subscriptionId === ""
-    ? { sql: "account_id = ?", params: [owner.accountId] }
-    : { sql: "account_id = ? and subscription_id = ?", params: [owner.accountId, owner.subscriptionId] };
+export function ownerWhere(owner: UsageOwner): OwnerWhere {
+  return (eb) =>
+    owner.subscriptionId === ""
+      ? eb("account_id", "=", owner.accountId)
+      : eb.and([eb("account_id", "=", owner.accountId), eb("subscription_id", "=", owner.subscriptionId)]);
 }

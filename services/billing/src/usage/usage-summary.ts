@@ -3,13 +3,15 @@ import { isUuid } from "@mkt/runtime/ids";
 import type { GetUsageSummaryRequest, GetUsageSummaryResponse } from "@mkt/proto/billing/v1/billing";
 import { IsolationLevel } from "@mikro-orm/core";
 import { AppError } from "@mkt/runtime/errors";
+import { sql, type ExpressionBuilder } from "kysely";
+import { billingDb, type BillingDb } from "../billing-db.ts";
 import { int8, type BillingContext, type Em } from "../context.ts";
 import { currentCounts, currentWindows, tierLimits } from "../rate-limits/rate-limiter.ts";
 import { planTerms } from "../subscriptions/plan-limits.ts";
 import { unspentPlanRequests, unspentRoom } from "../leases/unspent-room.ts";
 import { openWallet } from "../wallets/ledger.ts";
 import { Wallet } from "../wallets/wallet.entity.ts";
-import { ownerCondition, usageOwner, type UsageOwner } from "./usage-owner.ts";
+import { ownerWhere, usageOwner, type UsageOwner } from "./usage-owner.ts";
 
 export function requireAccount(accountId: string): void {
   if (!isUuid(accountId)) throw new AppError("invalid_request", "account_id must be a UUID", { param: "account_id" });
@@ -44,16 +46,51 @@ async function minuteFigures(
   minuteStart: Date,
 ): Promise<{ count: bigint; limit: bigint }> {
   if (owner.subscriptionId === "") return tierMinute;
-  const [row] = await em.execute(
-    `select s.*, coalesce(c.requests, 0) as minute_requests
-     from subscriptions s
-       left join subscription_rate_counters c on c.subscription_id = s.id and c.window_start = ?
-     where s.id = ? and s.account_id = ?`,
-    [minuteStart, owner.subscriptionId, owner.accountId],
-  );
+  const db = await billingDb(em);
+  const row = await db
+    .selectFrom("subscriptions as s")
+    // The window compared as the driver reads it (BillingDb): as ISO text.
+    .leftJoin("subscription_rate_counters as c", (join) =>
+      join.onRef("c.subscription_id", "=", "s.id").on("c.window_start", "=", minuteStart.toISOString()),
+    )
+    .selectAll("s")
+    .select((eb) => eb.fn.coalesce("c.requests", eb.lit(0)).as("minute_requests"))
+    .where("s.id", "=", owner.subscriptionId)
+    .where("s.account_id", "=", owner.accountId)
+    .executeTakeFirst();
   if (!row) throw new AppError("not_found", "No such subscription.", { param: "subscription_id" });
   const unspent = await unspentPlanRequests(em, owner.subscriptionId, minuteStart);
   return { count: max0(int8(row.minute_requests) - unspent), limit: planTerms(row).rpmLimit };
+}
+
+/** The rollup columns the report sums. */
+type SumColumn =
+  "requests" | "input_tokens" | "output_tokens" | "cost_micros" | "latency_ms_sum" | "cached_input_tokens";
+
+/**
+ * The owner's sums over the hourly rollups from the hour that holds `since` on (UTC hours): every
+ * sum zero when there is none.
+ */
+async function sumsSince(em: Em, owner: UsageOwner, since: Date) {
+  const db = await billingDb(em);
+  const sum0 = (eb: ExpressionBuilder<BillingDb, "usage_hourly">, column: SumColumn) =>
+    eb.fn.coalesce(eb.fn.sum<string>(column), eb.lit(0));
+  return (
+    db
+      .selectFrom("usage_hourly")
+      .select((eb) => [
+        sum0(eb, "requests").as("requests"),
+        sum0(eb, "input_tokens").as("input_tokens"),
+        sum0(eb, "output_tokens").as("output_tokens"),
+        sum0(eb, "cost_micros").as("cost_micros"),
+        sum0(eb, "latency_ms_sum").as("latency_ms_sum"),
+        sum0(eb, "cached_input_tokens").as("cached_input_tokens"),
+      ])
+      .where(ownerWhere(owner))
+      // The time bound as the driver reads times (BillingDb): as ISO text.
+      .where("hour", ">=", sql<string>`date_trunc('hour', ${since.toISOString()}::timestamptz, 'UTC')`)
+      .executeTakeFirst()
+  );
 }
 
 /**
@@ -75,7 +112,6 @@ export async function usageSummary(
   const now = ctx.clock();
   const limits = tierLimits(ctx.config.TIERS, request.tier);
   const since = new Date(now.getTime() - 30 * 86_400_000);
-  const whose = ownerCondition(owner);
   const { balance, counts, minute, totals } = await ctx.orm.em.fork().transactional(
     async (em) => {
       const wallet = await em.findOneOrFail(Wallet, { accountId });
@@ -88,14 +124,7 @@ export async function usageSummary(
         { count: counts.minute, limit: limits.limitPerMinute },
         currentWindows(now).minuteStart,
       );
-      const [totals] = await em.execute(
-        `select coalesce(sum(requests), 0) as requests, coalesce(sum(input_tokens), 0) as input_tokens,
-           coalesce(sum(output_tokens), 0) as output_tokens, coalesce(sum(cost_micros), 0) as cost_micros,
-           coalesce(sum(latency_ms_sum), 0) as latency_ms_sum,
-           coalesce(sum(cached_input_tokens), 0) as cached_input_tokens
-         from usage_hourly where ${whose.sql} and hour >= date_trunc('hour', ?::timestamptz, 'UTC')`,
-        [...whose.params, since],
-      );
+      const totals = await sumsSince(em, owner, since);
       return { balance: wallet.postedMicros - wallet.heldMicros + unspent.credit, counts, minute, totals };
     },
     { isolationLevel: IsolationLevel.REPEATABLE_READ, readOnly: true },
