@@ -360,6 +360,32 @@ describe("the edge's lease table against a real billing", () => {
     expect(calls.slice(calling)).toEqual(["ReturnLeases", "GrantLease"]);
   });
 
+  it("an older process under the edge's id drops its leases as soon as billing starts a newer one", async () => {
+    const edgeId = `edge-${randomUUID()}`;
+    const process = () => {
+      const counted = countedBilling(t.billing.port);
+      clients.push(counted.client);
+      return new LeaseTable({ edgeId, billing: counted.billing, ttlMs: TTL, log });
+    };
+    const older = process();
+    const stop = followLeaseRecalls(nc, eventNames(t.config.EVENTS_PREFIX).leaseRecall(edgeId), older, log);
+    await nc.flush();
+    try {
+      const accountId = randomUUID();
+      expect(await admitOne(older, accountId, "big", 100n)).not.toBeNull();
+      // A second process under the same id (a rolling restart gone wrong): its first call takes the
+      // next incarnation, and billing closes the older one's leases and says so on the recall subject.
+      await process().beat();
+      const until = Date.now() + 2_000;
+      while (!older.superseded && Date.now() < until) await sleep(10);
+      expect(older.superseded).toBe(true);
+      // It admits nothing more, though its lease's validity has not run out.
+      await expect(admitOne(older, accountId, "big", 100n)).rejects.toMatchObject({ httpStatus: 503 });
+    } finally {
+      stop();
+    }
+  });
+
   it("drops a recalled lease and acks with its final totals", async () => {
     const { table, calls } = edge();
     const stop = followLeaseRecalls(nc, eventNames(t.config.EVENTS_PREFIX).leaseRecall(table.edgeId), table, log);
@@ -370,7 +396,7 @@ describe("the edge's lease table against a real billing", () => {
       const lease = table.leaseOf(accountId)!;
       const reply = await nc.request(
         eventNames(t.config.EVENTS_PREFIX).leaseRecall(table.edgeId),
-        LeaseRecall.encode({ leaseId: lease.leaseId, subscriptionId: "" }).finish(),
+        LeaseRecall.encode(LeaseRecall.fromPartial({ leaseId: lease.leaseId })).finish(),
         { timeout: 2_000 },
       );
       const ack = LeaseRecallAck.decode(reply.data);
@@ -472,7 +498,7 @@ describe("the edge's lease table against a real billing", () => {
     try {
       const reply = await nc.request(
         subject,
-        LeaseRecall.encode({ leaseId: ticket.lease.leaseId, subscriptionId: "" }).finish(),
+        LeaseRecall.encode(LeaseRecall.fromPartial({ leaseId: ticket.lease.leaseId })).finish(),
         { timeout: 2_000 },
       );
       expect(LeaseRecallAck.decode(reply.data)).toMatchObject({ edgeId: next.edgeId, known: false });

@@ -299,7 +299,7 @@ describe("NATS users", () => {
       const ticket = await table.admit({ accountId, tier: "free", atLeast: { credit: 100n, tokens: 10n } });
       await table.takeWorstCase(ticket, { credit: 100n, tokens: 10n, maxOutputTokens: 1n });
       const lease = table.leaseOf(accountId)!;
-      const recall = LeaseRecall.encode({ leaseId: lease.leaseId, subscriptionId: "" }).finish();
+      const recall = LeaseRecall.encode(LeaseRecall.fromPartial({ leaseId: lease.leaseId })).finish();
       // Exactly what billing's recall sender sends (services/billing/src/leases/recall-sender.ts).
       const reply = await as.billing.request(subject, recall, { timeout: 2_000 });
       expect(reply.subject.startsWith("_INBOX_billing.")).toBe(true);

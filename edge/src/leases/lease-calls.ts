@@ -239,6 +239,20 @@ export class LeaseCalls {
   }
 
   /**
+   * Billing announced it started `incarnation` of this edge (leases.recall, lease-recall.ts): a
+   * process with an older number has been replaced and its leases closed, and learns it here
+   * rather than from its next call refused, up to a TTL later (meanwhile it admitted on room billing
+   * had released). A process with no number yet has no lease to drop: its first answer says.
+   */
+  supersededBy(incarnation: bigint): void {
+    const own = this.#self.number;
+    if (own === 0n || own >= incarnation) return;
+    this.#supersede(
+      new AppError("edge_superseded", `Edge ${this.edgeId}: incarnation ${incarnation} started after ${own}.`),
+    );
+  }
+
+  /**
    * Another process took this edge's id and billing closed every lease of this one: admitting on
    * them would be admitting on room billing released. So nothing is admitted any more, the
    * answers in flight end and readiness fails.

@@ -7,7 +7,9 @@ import type { LeaseTable } from "./lease-table.ts";
  * Answers billing's recalls on `subject` (`leases.recall.<edge_id>`, docs/architecture.md#revocation-stops-at-once): the named
  * lease or budget is dropped before the reply goes, so once billing has the ack no request is
  * admitted on it here, and the reply carries the final totals. A recall that cannot be read is
- * left unanswered: billing then waits out one TTL, which covers it. Returns the unsubscribe.
+ * left unanswered: billing then waits out one TTL, which covers it. The same subject carries
+ * billing's word that a newer process of this edge started (`superseded_below`). Returns the
+ * unsubscribe.
  */
 export function followLeaseRecalls(nc: NatsConnection, subject: string, table: LeaseTable, log: Logger): () => void {
   const subscription = nc.subscribe(subject, {
@@ -23,6 +25,8 @@ export function followLeaseRecalls(nc: NatsConnection, subject: string, table: L
         log.warn({ err: decodeErr }, "unreadable leases.recall message");
         return;
       }
+      // Word of a newer incarnation of this edge: published, not a request, so not answered.
+      if (recall.supersededBelow > 0n) return table.supersededBy(recall.supersededBelow);
       const dropped = table.recall(recall.leaseId, recall.subscriptionId);
       const ack = LeaseRecallAck.fromPartial({
         edgeId: table.edgeId,

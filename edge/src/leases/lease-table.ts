@@ -137,6 +137,11 @@ export class LeaseTable {
     return this.#calls.superseded;
   }
 
+  /** Billing started `incarnation` of this edge: an older process drops everything (lease-calls.ts). */
+  supersededBy(incarnation: bigint): void {
+    this.#calls.supersededBy(incarnation);
+  }
+
   /** Times each GrantLease from now on (the edge's `mkt_lease_grant_seconds`). */
   observeGrants(histogram: Pick<Histogram, "observe">): void {
     this.#calls.observeGrants(histogram);

@@ -6,7 +6,7 @@ import type { SecretBox } from "@mkt/runtime/secret-box";
 import type { AccountsServiceClient } from "@mkt/proto/accounts/v1/accounts";
 import type { RegistryServiceClient } from "@mkt/proto/registry/v1/registry";
 import type { BillingConfig } from "./config.ts";
-import type { RecallLeases } from "./leases/recall-types.ts";
+import type { AnnounceIncarnation, RecallLeases } from "./leases/recall-types.ts";
 import type { BillingMetrics } from "./metrics/billing-metrics.ts";
 
 /** What billing's handlers share: the database, the config and a clock tests may set. */
@@ -31,6 +31,8 @@ export interface BillingContext {
    * (docs/architecture.md#revocation-stops-at-once).
    */
   recallLeases: RecallLeases;
+  /** Publishes a new incarnation of an edge to its processes (edge-incarnation.ts). */
+  announceIncarnation: AnnounceIncarnation;
   /** This process's Prometheus metrics (one registry per startBilling, served on METRICS_PORT). */
   metrics: BillingMetrics;
   /**

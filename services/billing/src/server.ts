@@ -20,7 +20,7 @@ import { BILLING_CALLERS } from "./billing-callers.ts";
 import { createBillingMetrics } from "./metrics/billing-metrics.ts";
 import { startSettlementConsumer } from "./settlement/settlement-consumer.ts";
 import { startCounterPruner } from "./rate-limits/counter-pruner.ts";
-import { recallSender } from "./leases/recall-sender.ts";
+import { incarnationAnnouncer, recallSender } from "./leases/recall-sender.ts";
 import { closeDueLeases, startLeaseCloser, type CloseResult } from "./leases/lease-closer.ts";
 import { startSubscriptionJanitor, tidySubscriptions, type TidyResult } from "./subscriptions/subscription-janitor.ts";
 import { startRenewalScheduler, type RenewalResult } from "./subscriptions/renewal-scheduler.ts";
@@ -107,6 +107,7 @@ export async function startBilling(
     box: new SecretBox(parseSecretsKey(config.SECRETS_KEY)),
     openWallets: new Set(),
     recallLeases: recallSender(() => ctx, nc, eventNames(config.EVENTS_PREFIX).leaseRecall),
+    announceIncarnation: incarnationAnnouncer(nc, eventNames(config.EVENTS_PREFIX).leaseRecall, log),
     metrics: createBillingMetrics(),
     grantSlot: pLimit(GRANTS_AT_ONCE),
   };

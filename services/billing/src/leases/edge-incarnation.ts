@@ -61,6 +61,7 @@ export async function incarnationOf(ctx: BillingContext, caller: EdgeCaller): Pr
     ctx.orm.em.fork().transactional((em) => startIncarnation(em, caller, ctx.clock())),
   );
   if (started.closed !== undefined) {
+    ctx.announceIncarnation(caller.edgeId, started.incarnation);
     ctx.metrics.edgeIncarnations.inc();
     ctx.metrics.leasesClosedByIncarnation.inc(started.closed);
     ctx.log.info(

@@ -2,7 +2,7 @@ import { performance } from "node:perf_hooks";
 import type { NatsConnection } from "@mkt/runtime/nats";
 import { LeaseRecall, LeaseRecallAck } from "@mkt/proto/billing/v1/leases";
 import type { BillingContext } from "../context.ts";
-import type { FencedLease, RecallLeases } from "./recall-types.ts";
+import type { AnnounceIncarnation, FencedLease, RecallLeases } from "./recall-types.ts";
 import { applyRecallAck } from "./recall-ack.ts";
 
 /** While an edge has no subscriber on its subject (reconnecting), how often to ask again. */
@@ -18,6 +18,25 @@ export function recallSender(ctx: () => BillingContext, nc: NatsConnection, subj
   return recallLeases;
 }
 
+/** AnnounceIncarnation over NATS, on the edge's recall subject. */
+export function incarnationAnnouncer(
+  nc: NatsConnection,
+  subjectOf: (edgeId: string) => string,
+  log: BillingContext["log"],
+): AnnounceIncarnation {
+  return (edgeId, incarnation) => {
+    try {
+      nc.publish(
+        subjectOf(edgeId),
+        LeaseRecall.encode({ leaseId: "", subscriptionId: "", supersededBelow: incarnation }).finish(),
+      );
+    } catch (err) {
+      // NATS away: the older process learns it from its next call, refused edge_superseded.
+      log.warn({ err, edgeId }, "new edge incarnation not announced");
+    }
+  };
+}
+
 async function recallOne(
   ctx: BillingContext,
   nc: NatsConnection,
@@ -26,7 +45,7 @@ async function recallOne(
   subscriptionId: string,
   untilMs: number,
 ): Promise<void> {
-  const data = LeaseRecall.encode({ leaseId: holder.leaseId, subscriptionId }).finish();
+  const data = LeaseRecall.encode({ leaseId: holder.leaseId, subscriptionId, supersededBelow: 0n }).finish();
   for (;;) {
     const left = Math.floor(untilMs - performance.now());
     if (left <= 0) {

@@ -14,3 +14,10 @@ export interface FencedLease {
  * validity for it ends within one TTL of the fence (docs/architecture.md#revocation-stops-at-once).
  */
 export type RecallLeases = (holders: FencedLease[], subscriptionId: string, untilMs: number) => Promise<void>;
+
+/**
+ * Tells every process under an edge's id that billing started incarnation `incarnation` of it
+ * (published on its recall subject, no reply awaited): an older process still running drops its
+ * leases at once instead of admitting on them until its next call is refused, up to a TTL later.
+ */
+export type AnnounceIncarnation = (edgeId: string, incarnation: bigint) => void;

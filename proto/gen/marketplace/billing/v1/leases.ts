@@ -472,6 +472,12 @@ export interface LeaseRecall {
   leaseId: string;
   /** Set: recall only this subscription's budget (the lease stays open). Empty: the whole lease. */
   subscriptionId: string;
+  /**
+   * Above 0: no lease is recalled; billing started this incarnation of the edge, so every process
+   * under the edge's id with an older incarnation is superseded (billing has closed its leases)
+   * and admits nothing more. Published with no reply expected.
+   */
+  supersededBelow: bigint;
 }
 
 /**
@@ -3085,7 +3091,7 @@ export const ReturnLeasesResponse: MessageFns<ReturnLeasesResponse> = {
 };
 
 function createBaseLeaseRecall(): LeaseRecall {
-  return { leaseId: "", subscriptionId: "" };
+  return { leaseId: "", subscriptionId: "", supersededBelow: 0n };
 }
 
 export const LeaseRecall: MessageFns<LeaseRecall> = {
@@ -3095,6 +3101,12 @@ export const LeaseRecall: MessageFns<LeaseRecall> = {
     }
     if (message.subscriptionId !== "") {
       writer.uint32(18).string(message.subscriptionId);
+    }
+    if (message.supersededBelow !== 0n) {
+      if (BigInt.asIntN(64, message.supersededBelow) !== message.supersededBelow) {
+        throw new globalThis.Error("value provided for field message.supersededBelow of type int64 too large");
+      }
+      writer.uint32(24).int64(message.supersededBelow);
     }
     return writer;
   },
@@ -3128,6 +3140,14 @@ export const LeaseRecall: MessageFns<LeaseRecall> = {
             message.subscriptionId = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.supersededBelow = reader.int64() as bigint;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3152,6 +3172,11 @@ export const LeaseRecall: MessageFns<LeaseRecall> = {
         : isSet(object.subscription_id)
         ? globalThis.String(object.subscription_id)
         : "",
+      supersededBelow: isSet(object.supersededBelow)
+        ? BigInt(object.supersededBelow)
+        : isSet(object.superseded_below)
+        ? BigInt(object.superseded_below)
+        : 0n,
     };
   },
 
@@ -3163,6 +3188,9 @@ export const LeaseRecall: MessageFns<LeaseRecall> = {
     if (message.subscriptionId !== "") {
       obj.subscriptionId = message.subscriptionId;
     }
+    if (message.supersededBelow !== 0n) {
+      obj.supersededBelow = message.supersededBelow.toString();
+    }
     return obj;
   },
 
@@ -3173,6 +3201,9 @@ export const LeaseRecall: MessageFns<LeaseRecall> = {
     const message = createBaseLeaseRecall();
     message.leaseId = object.leaseId ?? "";
     message.subscriptionId = object.subscriptionId ?? "";
+    message.supersededBelow = (object.supersededBelow !== undefined && object.supersededBelow !== null)
+      ? BigInt(object.supersededBelow)
+      : 0n;
     return message;
   },
 };
