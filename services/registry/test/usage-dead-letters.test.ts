@@ -33,23 +33,45 @@ afterAll(async () => {
   await h?.close();
 });
 
+/** Publishes encoded usage events as one batch message, as an edge does. */
+async function publishBatch(events: Uint8Array[], edgeId: string): Promise<void> {
+  const headers = natsHeaders();
+  headers.set(USAGE_BATCH_HEADER, "1");
+  const batch = UsageBatch.fromPartial({
+    events: events.map((event) => Buffer.from(event)),
+    traceparents: events.map(() => ""),
+    edgeId,
+    bootId: randomUUID(),
+    sequence: 1n,
+  });
+  await jetstream(nc).publish(eventNames(h.config.EVENTS_PREFIX).usageCompleted, UsageBatch.encode(batch).finish(), {
+    msgID: `batch-${randomUUID()}`,
+    headers,
+  });
+}
+
+/** A hoster registered with one model on a real hoster server; returns its id. */
+async function registerOneModelHoster(name: string, modelId: string, clientIp: string): Promise<string> {
+  const server = await startRealHoster({ models: [modelId] });
+  servers.push(server);
+  const { hoster } = await h.client.registerHoster({
+    name,
+    email: `${modelId}-${randomUUID()}@example.com`,
+    endpointUrl: server.url,
+    apiKey: server.token,
+    inviteCode: h.accounts.invite(),
+    password: "",
+    clientIp,
+    models: [HosterModel.fromPartial({ modelId, contextWindow: 8192n })],
+  });
+  return hoster!.hosterId;
+}
+
 describe("registry's usage dead letters", () => {
   it("keeps an undecodable event of a batch and acks the message", async () => {
     const names = eventNames(h.config.EVENTS_PREFIX);
     const good = UsageCompleted.fromPartial({ requestId: `req_${randomUUID()}`, accountId: randomUUID() });
-    const headers = natsHeaders();
-    headers.set(USAGE_BATCH_HEADER, "1");
-    const batch = UsageBatch.fromPartial({
-      events: [Buffer.from(UsageCompleted.encode(good).finish()), undecodable],
-      traceparents: ["", ""],
-      edgeId: "registry-dead-letters-test",
-      bootId: randomUUID(),
-      sequence: 1n,
-    });
-    await jetstream(nc).publish(names.usageCompleted, UsageBatch.encode(batch).finish(), {
-      msgID: `batch-${randomUUID()}`,
-      headers,
-    });
+    await publishBatch([UsageCompleted.encode(good).finish(), undecodable], "registry-dead-letters-test");
     const rows = await waitFor(
       async () =>
         (await db.query(`select subject, reason, attempts from usage_dead_letters where data = $1`, [undecodable]))
@@ -69,19 +91,7 @@ describe("registry's usage dead letters", () => {
   });
 
   it("lists the undecodable and the failing event, and a replay writes a fixed one's figures once", async () => {
-    const server = await startRealHoster({ models: ["dl-model"] });
-    servers.push(server);
-    const { hoster } = await h.client.registerHoster({
-      name: "Dead Letter GPUs",
-      email: `dead-letters-${randomUUID()}@example.com`,
-      endpointUrl: server.url,
-      apiKey: server.token,
-      inviteCode: h.accounts.invite(),
-      password: "",
-      clientIp: "203.0.113.9",
-      models: [HosterModel.fromPartial({ modelId: "dl-model", contextWindow: 8192n })],
-    });
-    const hosterId = hoster!.hosterId;
+    const hosterId = await registerOneModelHoster("Dead Letter GPUs", "dl-model", "203.0.113.9");
     // A fault the operator has not fixed yet: the database refuses one model's minutes.
     await db.query(`
       create or replace function refuse_poison() returns trigger language plpgsql as $$
@@ -168,19 +178,7 @@ describe("registry's usage dead letters", () => {
   });
 
   it("counts nothing of a batch whose write failed between its two tables: written again, once", async () => {
-    const server = await startRealHoster({ models: ["once-model"] });
-    servers.push(server);
-    const { hoster } = await h.client.registerHoster({
-      name: "Once GPUs",
-      email: `once-${randomUUID()}@example.com`,
-      endpointUrl: server.url,
-      apiKey: server.token,
-      inviteCode: h.accounts.invite(),
-      password: "",
-      clientIp: "203.0.113.10",
-      models: [HosterModel.fromPartial({ modelId: "once-model", contextWindow: 8192n })],
-    });
-    const hosterId = hoster!.hosterId;
+    const hosterId = await registerOneModelHoster("Once GPUs", "once-model", "203.0.113.10");
     // The minutes' insert fails once, after the mismatch counts were written: a sequence, so that
     // the refusal is not rolled back with the transaction it breaks.
     await db.query(`drop sequence if exists refuse_once_seq cascade`);
@@ -206,20 +204,7 @@ describe("registry's usage dead letters", () => {
       startedAt: new Date().toISOString(),
       usageMismatch: "claimed more output tokens than the edge counted",
     });
-    const headers = natsHeaders();
-    headers.set(USAGE_BATCH_HEADER, "1");
-    const batch = UsageBatch.fromPartial({
-      events: [Buffer.from(UsageCompleted.encode(event).finish())],
-      traceparents: [""],
-      edgeId: "registry-once-test",
-      bootId: randomUUID(),
-      sequence: 1n,
-    });
-    const names = eventNames(h.config.EVENTS_PREFIX);
-    await jetstream(nc).publish(names.usageCompleted, UsageBatch.encode(batch).finish(), {
-      msgID: `batch-${randomUUID()}`,
-      headers,
-    });
+    await publishBatch([UsageCompleted.encode(event).finish()], "registry-once-test");
     const minutes = await waitFor(
       async () =>
         (
