@@ -197,7 +197,7 @@ describe("NATS users", () => {
         store: { addUsageMismatches: async (counts) => void written.push(counts) },
         minutes: { add: async () => undefined, prune: async () => undefined },
         transaction: (work) => work(),
-      deadLetters: async () => undefined,
+        deadLetters: async () => undefined,
         clock: () => new Date(),
       },
       createRegistryMetrics().usageMismatches,
