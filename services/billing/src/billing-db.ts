@@ -83,6 +83,17 @@ type Tables = ReadByDriver<
 /** BillingDb with `leases` aliased `l`, as the lease queries read it. */
 export type LeasesAsL = BillingDb & { l: BillingDb["leases"] };
 
+/** BillingDb with `lease_allowances` aliased `a` and their `leases` aliased `l`, as the room queries read them. */
+export type AllowancesOfLeasesAsAL = BillingDb & { a: BillingDb["lease_allowances"]; l: BillingDb["leases"] };
+
+/**
+ * What a lease holds of an allowance (`a`, of lease `l`): its grant while the lease is open or
+ * fenced, what it admitted once closed (the rest went back at the close). The same rule as
+ * key-spend.ts's `holds`, on the rows in memory.
+ */
+export const heldOfAllowance = (eb: ExpressionBuilder<AllowancesOfLeasesAsAL, "a" | "l">) =>
+  eb.case().when("l.status", "=", "closed").then(eb.ref("a.admitted")).else(eb.ref("a.granted")).end();
+
 /** A condition on the leases a query reads, aliased `l`: values are bound, never spliced into SQL. */
 export type LeaseWhere = (eb: ExpressionBuilder<LeasesAsL, "l">) => Expression<SqlBool>;
 

@@ -1,6 +1,6 @@
 import { max0 } from "@mkt/runtime/bigint-math";
 import { hasIncludedTokens, stopsAtIncludedTokens } from "@mkt/runtime/pricing-models";
-import { billingDb, prepare } from "../billing-db.ts";
+import { billingDb, heldOfAllowance, prepare } from "../billing-db.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { write } from "../write-batch.ts";
@@ -192,16 +192,7 @@ const INCLUDED_USED_AND_LEASED = prepare(
             .innerJoin("leases as l", "l.id", "a.lease_id")
             .select((a) =>
               a.fn
-                .sum<string>(
-                  a.fn("greatest", [
-                    a.lit(0),
-                    a(
-                      a.case().when("l.status", "=", "closed").then(a.ref("a.admitted")).else(a.ref("a.granted")).end(),
-                      "-",
-                      a.ref("a.settled"),
-                    ),
-                  ]),
-                )
+                .sum<string>(a.fn("greatest", [a.lit(0), a(heldOfAllowance(a), "-", a.ref("a.settled"))]))
                 .as("leased"),
             )
             .where("a.scope", "=", p.subscriptionId)
@@ -259,16 +250,7 @@ const SLOTS_HELD = prepare((p: { subscriptionId: string }, db) =>
   db
     .selectFrom("lease_allowances as a")
     .innerJoin("leases as l", "l.id", "a.lease_id")
-    .select((eb) =>
-      eb.fn
-        .coalesce(
-          eb.fn.sum<string>(
-            eb.case().when("l.status", "=", "closed").then(eb.ref("a.admitted")).else(eb.ref("a.granted")).end(),
-          ),
-          eb.lit(0),
-        )
-        .as("leased"),
-    )
+    .select((eb) => eb.fn.coalesce(eb.fn.sum<string>(heldOfAllowance(eb)), eb.lit(0)).as("leased"))
     .where("a.scope", "=", p.subscriptionId)
     .where("a.resource", "=", "slots")
     .where("l.released_at", "is", null),

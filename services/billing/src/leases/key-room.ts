@@ -1,7 +1,7 @@
 import { max0 } from "@mkt/runtime/bigint-math";
 import { AppError } from "@mkt/runtime/errors";
 import type { Micros } from "@mkt/runtime/money";
-import { billingDb, prepare } from "../billing-db.ts";
+import { billingDb, heldOfAllowance, prepare } from "../billing-db.ts";
 import type { BillingContext, Em } from "../context.ts";
 import { int8 } from "../context.ts";
 import { keyWindow, neverResets, utcOffsetTime, type KeyWindow } from "../key-limits/key-windows.ts";
@@ -120,16 +120,7 @@ const KEY_LEASED = prepare((p: { keyId: string; windowStart: string }, db) =>
     .select((eb) =>
       eb.fn
         .coalesce(
-          eb.fn.sum<string>(
-            eb.fn("greatest", [
-              eb.lit(0),
-              eb(
-                eb.case().when("l.status", "=", "closed").then(eb.ref("a.admitted")).else(eb.ref("a.granted")).end(),
-                "-",
-                eb.ref("a.settled"),
-              ),
-            ]),
-          ),
+          eb.fn.sum<string>(eb.fn("greatest", [eb.lit(0), eb(heldOfAllowance(eb), "-", eb.ref("a.settled"))])),
           eb.lit(0),
         )
         .as("leased"),
